@@ -1,0 +1,27 @@
+"""dagster-graphbook: Graphbook-style steps and workflows as Dagster jobs, assets and resources.
+
+Authoring (Graphbook's API): ``step``, ``param``, ``source``, ``output``, ``batch``, ``resource``,
+``event``, ``Note``, ``log``, ``Graph``, ``steps``, ``resources``, ``utils``.
+Dagster side: ``build_definitions``, ``GraphbookWorkflow``, ``GraphbookTranslator``,
+``run_workflow``, ``load_workflow``.
+"""
+
+from .authoring import Graph, Note, batch, event, log, output, param, prompt, resource, source, step
+from .authoring import prompts, resources, steps, utils
+from .authoring.steps import BatchStep, Copy, DumpJSONL, GeneratorSourceStep, LoadJSONL, SourceStep, Split, Step, StepOutput
+from .authoring.resources import DictResource, FunctionResource, ListResource, NumberResource, Resource
+from .authoring.files import atomic_path
+from .definitions import GraphbookWorkflow, build_definitions
+from .registry import NodeRegistry
+from .translator import GraphbookTranslator
+from .workflow import Workflow, WorkflowError, load_workflow
+from .runner import run_workflow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchStep", "Copy", "DictResource", "DumpJSONL", "FunctionResource", "GeneratorSourceStep", "Graph", "GraphbookTranslator",
+    "GraphbookWorkflow", "ListResource", "LoadJSONL", "Note", "NodeRegistry", "NumberResource", "Resource", "SourceStep", "Split",
+    "Step", "StepOutput", "Workflow", "WorkflowError", "atomic_path", "batch", "build_definitions", "event", "load_workflow", "log",
+    "output", "param", "prompt", "prompts", "resource", "resources", "run_workflow", "source", "step", "steps", "utils",
+]

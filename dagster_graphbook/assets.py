@@ -1,0 +1,147 @@
+"""A workflow as Dagster definitions: one multi-asset op per step (one asset per output pin),
+one resource per resource node, one job selecting all of the workflow's assets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import dagster as dg
+
+from . import params as ptypes
+from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
+from .io import NOTES_IO_MANAGER_KEY
+from .translator import GraphbookTranslator, safe_name
+from .workflow import Workflow, WorkflowError, WorkflowNode
+
+_WORKER_TYPE = dg.Enum("GraphbookWorkerType", [dg.EnumValue("process"), dg.EnumValue("thread")])
+_START_METHOD = dg.Enum("GraphbookStartMethod", [dg.EnumValue("fork"), dg.EnumValue("spawn"), dg.EnumValue("forkserver")])
+_ON_ERROR = dg.Enum("GraphbookOnItemError", [dg.EnumValue("raise"), dg.EnumValue("skip")])
+
+
+def runtime_fields(kind: str) -> Dict[str, dg.Field]:
+    """Run settings of a step op, next to its parameters (under ``runtime``)."""
+    fields: Dict[str, dg.Field] = {
+        "on_item_error": dg.Field(_ON_ERROR, default_value="raise", description="raise: fail the op on a bad note or item; skip: record it (metadata 'errors') and go on"),
+    }
+    if kind == "batch":
+        fields.update({
+            "num_workers": dg.Field(int, default_value=2, description="loader worker processes (or threads); 0 loads in the step process"),
+            "worker_type": dg.Field(_WORKER_TYPE, default_value="process", description="process: DataLoader workers (shared-memory tensors); thread: for load_fns that release the GIL"),
+            "prefetch": dg.Field(int, default_value=2, description="batches loaded ahead per worker"),
+            "start_method": dg.Field(_START_METHOD, default_value="fork", description="how worker processes start; spawn/forkserver need load_fn/dump_fn in an installed package"),
+            "device": dg.Field(str, default_value="auto", description="auto (CUDA when available), cpu, cuda or cuda:N"),
+            "dump_workers": dg.Field(dg.Noneable(int), default_value=None, description="dump_fn workers (default: num_workers)"),
+            "max_dumps_in_flight": dg.Field(int, default_value=64, description="dump calls pending before on_item_batch waits"),
+            "progress_interval_s": dg.Field(float, default_value=5.0, description="seconds between progress lines in the event log"),
+        })
+    return fields
+
+
+def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
+    """Launchpad fields for the parameters not bound to a resource; defaults are the workflow's values."""
+    fields = {}
+    for key, spec in node.parameters.items():
+        if key in node.resource_params:
+            continue
+        if key == RUNTIME_KEY:
+            raise WorkflowError(workflow.source, [f"{node.describe()}: parameter name {RUNTIME_KEY!r} is reserved for run settings; rename it"])
+        value = node.values.get(key, spec.get("default"))
+        fields[key] = ptypes.config_field(spec, value, has_default=value is not None)
+    return fields
+
+
+def _function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
+    return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items() if s.get("type") == "function" and k not in node.resource_params}
+
+
+@dataclass
+class WorkflowDefs:
+    """The Dagster pieces of one workflow."""
+
+    workflow: Workflow
+    assets: List[dg.AssetsDefinition]
+    resources: Dict[str, dg.ResourceDefinition]
+    job: Any
+    asset_keys: List[dg.AssetKey] = field(default_factory=list)
+
+
+def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTranslator] = None, *, partitions_def: Optional[dg.PartitionsDefinition] = None,
+                        retry_policy: Optional[dg.RetryPolicy] = None, op_tags: Optional[Dict[str, Any]] = None, job_tags: Optional[Dict[str, str]] = None,
+                        external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None) -> WorkflowDefs:
+    """Translate one validated workflow."""
+    translator = translator or GraphbookTranslator()
+    resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
+    resources = {resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator) for n in workflow.resources()}
+    assets, keys = [], []
+    step_names = translator.step_names(workflow)
+    for node in workflow.steps():
+        asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []))
+        assets.append(asset)
+        keys += list(asset.keys)
+    job = dg.define_asset_job(translator.get_job_name(workflow), selection=dg.AssetSelection.assets(*keys), description=translator.get_job_description(workflow), tags=job_tags)
+    return WorkflowDefs(workflow, assets, resources, job, keys)
+
+
+def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator, resource_keys: Dict[str, str], step_name: str,
+                partitions_def: Any, retry_policy: Any, op_tags: Dict[str, Any], external_deps: List[dg.AssetKey]) -> dg.AssetsDefinition:
+    output_names = {pin: safe_name(pin) for pin in node.outputs}
+    outs = {output_names[pin]: dg.AssetOut.from_spec(translator.get_asset_spec(workflow, node, pin), io_manager_key=NOTES_IO_MANAGER_KEY) for pin in node.outputs}
+    ins: Dict[str, dg.AssetIn] = {}
+    for src_id, pin in node.inputs:
+        ins[f"in_{len(ins)}"] = dg.AssetIn(key=translator.get_asset_key(workflow, workflow.nodes[src_id], pin))
+    kind = node.step_kind
+    plan = StepPlan(
+        workflow=workflow.name, workflow_source=workflow.source, node_id=node.id, step_name=step_name, cls=node.cls, kind=kind,
+        pins=tuple(node.outputs), output_names=output_names, input_names=tuple(ins), resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
+        function_params=_function_params(node), overridable=tuple(workflow.overridable_functions),
+    )
+    config = {**param_fields(workflow, node), RUNTIME_KEY: dg.Field(runtime_fields(kind), is_required=False)}
+
+    @dg.multi_asset(
+        name=translator.get_op_name(workflow, node),
+        outs=outs,
+        ins=ins,
+        deps=external_deps or None,
+        config_schema=config,
+        required_resource_keys=set(plan.resource_keys.values()),
+        op_tags={**translator.get_op_tags(workflow, node), **op_tags},
+        pool=translator.get_pool(workflow, node),
+        partitions_def=partitions_def,
+        retry_policy=retry_policy,
+        description=translator.get_description(workflow, node),
+        can_subset=False,
+    )
+    def _step(context, **inputs):  # no annotation: `from __future__ import annotations` would turn it into a string
+        yield from execute_step(context, plan, inputs)
+
+    return _step
+
+
+def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[str, str], translator: GraphbookTranslator) -> dg.ResourceDefinition:
+    fields = param_fields(workflow, node)
+    bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
+    functions = _function_params(node)
+    label = f"workflow '{workflow.name}', resource '{node.label or node.name}' (node {node.id})"
+    overridable = tuple(workflow.overridable_functions)
+
+    def build(init_context: dg.InitResourceContext) -> Any:
+        from .authoring.log import LogTarget, log_target
+        from .execution.errors import StepFailure
+
+        kwargs = {}
+        for key, value in (init_context.resource_config or {}).items():
+            if key in functions and value != functions[key] and key not in overridable:
+                raise StepFailure(label, f"run config replaces the code of function parameter {key!r}; only the workflow file may set it unless it marks the parameter overridable")
+            if value is not None:
+                kwargs[key] = value
+        for param, key in bound.items():
+            kwargs[param] = getattr(init_context.resources, key)
+        emit = lambda level, msg: getattr(init_context.log, level if level in ("info", "warning", "error") else "info")(msg)  # noqa: E731
+        with log_target(LogTarget(node.id, node.name, emit)):
+            try:
+                return node.cls(**kwargs).value()
+            except Exception as exc:
+                raise StepFailure(label, f"could not build the resource: {type(exc).__name__}: {exc}") from exc
+
+    return dg.ResourceDefinition(build, config_schema=fields, required_resource_keys=set(bound.values()), description=translator.get_description(workflow, node))

@@ -1,0 +1,135 @@
+"""Graphbook's Python workflow API: ``Graph``, ``g.step``, ``g.resource``, ``param``, ``bind``, ``@g()``."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = ["Graph", "GraphNodeWrapper", "GraphStepWrapper", "GraphResourceWrapper"]
+
+
+class GraphNodeWrapper:
+    """A node of a `Graph`: its class, id and parameter values (a value or a resource wrapper)."""
+
+    kind = "node"
+
+    def __init__(self, node: type, id: str):
+        self.node = node
+        self.id = id
+        self.parameters: Dict[str, Any] = {}
+
+    def param(self, key: str, arg: Any) -> "GraphNodeWrapper":
+        self.parameters[key] = arg
+        return self
+
+
+class GraphStepWrapper(GraphNodeWrapper):
+    kind = "step"
+
+    def __init__(self, node: type, id: str):
+        super().__init__(node, id)
+        self.deps: List[Tuple[str, "GraphStepWrapper"]] = []
+
+    def bind(self, src: "GraphStepWrapper", key: str = "out") -> "GraphStepWrapper":
+        """Feed this step with the notes of ``src``'s pin ``key``."""
+        outputs = getattr(src.node, "Outputs", ["out"])
+        if key not in outputs:
+            raise ValueError(f"Output slot {key!r} not found in {src.node.__name__}'s outputs {outputs}")
+        self.deps.append((key, src))
+        return self
+
+
+class GraphResourceWrapper(GraphNodeWrapper):
+    kind = "resource"
+
+
+class Graph:
+    """A workflow written in Python. Ids are "0", "1", ... in creation order, as in Graphbook."""
+
+    def __init__(self) -> None:
+        self.nodes: Dict[str, GraphNodeWrapper] = {}
+        self.doc = ""
+        self.module_name: Optional[str] = None
+        self.name: Optional[str] = None
+
+    def _add(self, wrapper_cls: type, node: type) -> Any:
+        if not isinstance(node, type):
+            raise TypeError(f"pass the class, not an instance: got {node!r}")
+        wrapper = wrapper_cls(node, str(len(self.nodes)))
+        self.nodes[wrapper.id] = wrapper
+        return wrapper
+
+    def step(self, n: type) -> GraphStepWrapper:
+        return self._add(GraphStepWrapper, n)
+
+    def resource(self, n: type) -> GraphResourceWrapper:
+        return self._add(GraphResourceWrapper, n)
+
+    def md(self, text: str) -> None:
+        self.doc = inspect.cleandoc(text)
+
+    def get_steps(self) -> List[GraphStepWrapper]:
+        return [n for n in self.nodes.values() if isinstance(n, GraphStepWrapper)]
+
+    def get_resources(self) -> List[GraphResourceWrapper]:
+        return [n for n in self.nodes.values() if isinstance(n, GraphResourceWrapper)]
+
+    def __call__(self) -> Callable[[Callable[[], None]], None]:
+        """``@g()``: build the graph now and mark the module as holding a workflow."""
+
+        def decorator(fn: Callable[[], None]) -> None:
+            fn()
+            self.module_name = fn.__code__.co_filename
+            if self.name is None:
+                self.name = os.path.splitext(os.path.basename(self.module_name))[0]
+            fn.__globals__["_GRAPHBOOK_WORKFLOW_"] = self
+            return None
+
+        return decorator
+
+    def get_subgraph(self, step_id: str) -> "Graph":
+        """The step, its ancestors and the resources they use."""
+        keep: Dict[str, GraphNodeWrapper] = {}
+
+        def visit(node: GraphNodeWrapper) -> None:
+            if node.id in keep:
+                return
+            keep[node.id] = node
+            for value in node.parameters.values():
+                if isinstance(value, GraphResourceWrapper):
+                    visit(value)
+            for _, parent in getattr(node, "deps", []):
+                visit(parent)
+
+        visit(self.nodes[step_id])
+        sub = Graph()
+        sub.nodes = {i: n for i, n in self.nodes.items() if i in keep}
+        sub.doc, sub.module_name, sub.name = self.doc, self.module_name, self.name
+        return sub
+
+    def serialize(self) -> dict:
+        """The JSON-able form Graphbook's UI shows for Python workflows."""
+        out: Dict[str, Any] = {}
+        for node in self.nodes.values():
+            params = {}
+            for key, spec in getattr(node.node, "Parameters", {}).items():
+                value = node.parameters.get(key)
+                params[key] = {**spec, "value": {"node": value.id, "slot": "resource"} if isinstance(value, GraphResourceWrapper) else value}
+            out[node.id] = {
+                "type": node.kind,
+                "name": node.node.__name__,
+                "parameters": params,
+                "category": getattr(node.node, "Category", ""),
+                "doc": node.node.__doc__ or "",
+                "module": node.node.__module__,
+                "inputs": [{"node": src.id, "pin": pin} for pin, src in getattr(node, "deps", [])],
+                "outputs": list(getattr(node.node, "Outputs", [])) if node.kind == "step" else [],
+            }
+        return {"doc": self.doc, "G": out}
+
+    def run(self, **kwargs: Any) -> Any:
+        """Run through Dagster (in-process, persistent instance); returns notes per step and pin."""
+        from ..runner import run_workflow
+
+        return run_workflow(self, **kwargs)

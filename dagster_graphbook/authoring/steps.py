@@ -1,0 +1,275 @@
+"""Graphbook's step classes (``graphbook.steps``): same attributes, hooks and call order.
+
+The drivers in ``dagster_graphbook.execution`` run these; a step only declares what it does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import warnings
+from typing import Any, Dict, Generator, List, Optional, Tuple, Union
+
+from .log import log
+from .utils import transform_function_string
+
+StepOutput = Dict[str, List[Any]]
+"""Pin name -> list of notes."""
+
+__all__ = [
+    "StepOutput", "Step", "SourceStep", "GeneratorSourceStep", "AsyncStep", "BatchStep", "PromptStep",
+    "Split", "Copy", "LoadJSONL", "DumpJSONL", "log",
+]
+
+
+def route_to_output(out: Union[str, StepOutput, None], data: Any) -> StepOutput:
+    """Turn what ``route()`` returned into a StepOutput (None drops the note, as in Graphbook)."""
+    if isinstance(out, str):
+        return {out: [data]}
+    if isinstance(out, dict):
+        return {pin: value if isinstance(value, list) else [value] for pin, value in out.items()}
+    return {}
+
+
+class Step:
+    """A workflow node that turns each input note into notes on its output pins."""
+
+    RequiresInput = True
+    Parameters: Dict[str, dict] = {}
+    Outputs: List[str] = ["out"]
+    Category = ""
+
+    def __init__(self, item_key: Optional[str] = None):
+        self.id = None
+        self.item_key = item_key
+
+    def set_context(self, **context: Any) -> None:
+        for key, value in context.items():
+            setattr(self, key, value)
+
+    def log(self, message: Any, type: str = "info") -> None:
+        log(message, type)
+
+    def on_start(self) -> None:
+        """Called once per run, before the first note."""
+
+    def on_end(self) -> None:
+        """Called once per run after the last note, also when the run failed."""
+
+    def on_clear(self) -> None:
+        """Graphbook's "clear outputs"; never called under Dagster (runs start fresh)."""
+
+    def on_data(self, data: Any) -> None:
+        """Called first for every note."""
+
+    def on_item(self, item: Any, data: Any) -> None:
+        """Called with ``data[item_key]`` (the whole value) when ``item_key`` is set."""
+
+    def on_after_item(self, data: Any) -> None:
+        """Called after ``on_item``, before ``route``."""
+
+    def forward_note(self, data: Any) -> Union[str, StepOutput, None]:
+        warnings.warn("forward_note is deprecated, use route", DeprecationWarning, stacklevel=2)
+        return self.route(data)
+
+    def route(self, data: Any) -> Union[str, StepOutput, None]:
+        """Pick the output pin (or return a StepOutput); None drops the note."""
+        return "out"
+
+    def __call__(self, data: Any) -> StepOutput:
+        self.on_data(data)
+        if self.item_key is not None:
+            if getattr(data, "get", None) is None:
+                raise TypeError(f"item_key is only for dict-like notes, got {type(data).__name__}")
+            item = data.get(self.item_key, None)
+            if item is None:
+                raise KeyError(f"item key {self.item_key!r} not found in note")
+            self.on_item(item, data)
+        self.on_after_item(data)
+        return route_to_output(self.route(data), data)
+
+    def all(self, data: List[Any]) -> StepOutput:
+        out: StepOutput = {}
+        for d in data or []:
+            for pin, notes in self(d).items():
+                out.setdefault(pin, []).extend(notes)
+        return out
+
+
+class SourceStep(Step):
+    """A step with no input whose ``load()`` returns all of its notes at once."""
+
+    RequiresInput = False
+
+    def __init__(self):
+        super().__init__()
+
+    def load(self) -> StepOutput:
+        raise NotImplementedError("load must be implemented for a SourceStep")
+
+    def __call__(self) -> StepOutput:
+        result = self.load()
+        return {pin: value if isinstance(value, list) else [value] for pin, value in (result or {}).items()}
+
+
+class GeneratorSourceStep(SourceStep):
+    """A source whose ``load()`` is a generator: each yield is ``{pin: note(s)}``, a list or a note."""
+
+    def __init__(self):
+        super().__init__()
+        self.generator = self.load()
+
+    def load(self) -> Generator[Any, None, None]:
+        raise NotImplementedError("load must be implemented for a GeneratorSourceStep")
+
+    def on_clear(self) -> None:
+        self.generator = self.load()
+
+    def __call__(self) -> Any:
+        try:
+            return next(self.generator)
+        except StopIteration:
+            return {}
+
+
+class AsyncStep(Step):
+    """Graphbook's base for steps that hold notes back (batch and prompt steps)."""
+
+    def __init__(self, item_key: Optional[str] = None):
+        super().__init__(item_key)
+        self._in_queue: List[Any] = []
+        self._out_queue: List[Any] = []
+
+    def in_q(self, data: Any) -> None:
+        if data is not None:
+            self._in_queue.append(data)
+
+    def is_active(self) -> bool:
+        return bool(self._in_queue)
+
+
+class BatchStep(AsyncStep):
+    """Batches the items under ``item_key`` of all input notes.
+
+    ``load_fn`` runs per item in the loader pool, ``on_item_batch(outputs, items, notes)`` per batch
+    in the step process, ``dump_fn(*tuple)`` per returned tuple in the dump pool. A note leaves
+    (``on_after_item`` then ``route``) once all its items were processed and dumped.
+    """
+
+    def __init__(self, batch_size: int = 8, item_key: str = ""):
+        super().__init__(item_key=item_key)
+        self.batch_size = int(batch_size)
+        self.load_fn_params: Dict[str, Any] = {}
+        self.dump_fn_params: Dict[str, Any] = {}
+
+    @staticmethod
+    def load_fn(**args: Any) -> Any:
+        raise NotImplementedError("load_fn must be implemented to load items in the worker pool")
+
+    @staticmethod
+    def dump_fn(**args: Any) -> Any:
+        raise NotImplementedError("dump_fn must be implemented when on_item_batch returns dump tuples")
+
+    def on_item_batch(self, outputs: Optional[List[Any]], items: List[Any], data: List[Any]) -> Optional[List[Tuple[Any, ...]]]:
+        """Process one batch; return one dump_fn argument tuple per item, or None."""
+        return None
+
+
+class PromptStep(AsyncStep):
+    """Human-in-the-loop step. Not supported under Dagster: loading a workflow with one fails."""
+
+    def get_prompt(self, data: Any) -> Optional[dict]:
+        return None
+
+    def on_prompt_response(self, data: Any, response: Any) -> None:
+        raise NotImplementedError
+
+
+class Split(Step):
+    """Routes a note to A when ``split_fn(note)`` is truthy, else to B."""
+
+    RequiresInput = True
+    Parameters = {"split_fn": {"type": "resource"}}
+    Outputs = ["A", "B"]
+    Category = "Filtering"
+
+    def __init__(self, split_fn: Any):
+        super().__init__()
+        self.split_fn = split_fn
+        self.fn = transform_function_string(split_fn)
+
+    def route(self, data: Any) -> str:
+        return "A" if self.fn(data) else "B"
+
+
+class Copy(Step):
+    """Sends the note to A and a deep copy of it to B."""
+
+    RequiresInput = True
+    Parameters: Dict[str, dict] = {}
+    Outputs = ["A", "B"]
+    Category = "Util"
+
+    def __init__(self):
+        super().__init__()
+
+    def route(self, data: Any) -> StepOutput:
+        return {"A": [data], "B": [copy.deepcopy(data)]}
+
+
+class LoadJSONL(SourceStep):
+    """Reads a JSON-lines file into one note per line."""
+
+    RequiresInput = False
+    Parameters = {
+        "jsonl_path": {"type": "resource", "description": "Path of the .jsonl file (bind a Text resource)"},
+        "start_from": {"type": "number", "default": 0, "description": "Lines to skip"},
+    }
+    Outputs = ["out"]
+    Category = "IO"
+
+    def __init__(self, jsonl_path: str, start_from: int = 0):
+        super().__init__()
+        self.jsonl_path = jsonl_path
+        self.start_from = int(start_from or 0)
+
+    def load(self) -> StepOutput:
+        with open(self.jsonl_path, encoding="utf-8") as f:
+            lines = [line for line in f if line.strip()]
+        return {"out": [json.loads(line) for line in lines[self.start_from :]]}
+
+
+class DumpJSONL(Step):
+    """Writes each note as a JSON line.
+
+    Unlike Graphbook (which appends forever), a run writes a temporary file and renames it over
+    ``jsonl_path`` in ``on_end``: a retried or re-run step never duplicates lines.
+    """
+
+    RequiresInput = True
+    Parameters = {"jsonl_path": {"type": "resource", "description": "Path of the .jsonl file (bind a Text resource)"}}
+    Outputs = ["out"]
+    Category = "IO"
+
+    def __init__(self, jsonl_path: str):
+        super().__init__()
+        self.jsonl_path = jsonl_path
+        self._file = None
+
+    def on_start(self) -> None:
+        folder = os.path.dirname(os.path.abspath(self.jsonl_path))
+        os.makedirs(folder, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".jsonl")
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
+
+    def on_after_item(self, data: Any) -> None:
+        self._file.write(json.dumps(data) + "\n")
+
+    def on_end(self) -> None:
+        if self._file is None:
+            return
+        self._file.close()
+        os.replace(self._tmp, self.jsonl_path)
+        self._file = None

@@ -1,0 +1,105 @@
+"""One call from workflows to a ``dagster.Definitions``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import dagster as dg
+
+from .assets import WorkflowDefs, build_workflow_defs
+from .authoring.graph import Graph
+from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
+from .registry import NodeRegistry
+from .translator import GraphbookTranslator
+from .workflow import Workflow, load_workflow
+
+logger = logging.getLogger("dagster_graphbook")
+
+WorkflowSource = Union[str, Path, Graph, Workflow]
+
+
+@dataclass
+class GraphbookWorkflow:
+    """A workflow to expose, with how Dagster should run it.
+
+    ``source`` is a workflow JSON file, a ``.py`` file defining a ``Graph``, or a ``Graph``;
+    ``custom_nodes`` are folders (or files) of node classes for JSON workflows.
+    """
+
+    source: WorkflowSource
+    custom_nodes: Sequence[Union[str, Path]] = ()
+    name: Optional[str] = None
+    partitions_def: Optional[dg.PartitionsDefinition] = None
+    cron_schedule: Optional[str] = None
+    schedule_hour: Optional[int] = None
+    retry_policy: Optional[dg.RetryPolicy] = None
+    op_tags: Dict[str, Any] = field(default_factory=dict)
+    job_tags: Dict[str, str] = field(default_factory=dict)
+    overridable_functions: Sequence[str] = ()
+    external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
+    sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
+
+
+def load(spec: GraphbookWorkflow) -> Workflow:
+    if isinstance(spec.source, Workflow):
+        workflow = spec.source
+    else:
+        is_json = not isinstance(spec.source, Graph) and Path(spec.source).suffix != ".py"
+        registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
+        workflow = load_workflow(spec.source, registry, name=spec.name, search_path=spec.custom_nodes)
+    workflow.overridable_functions = tuple(spec.overridable_functions)
+    return workflow
+
+
+def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> WorkflowDefs:
+    """Load, validate and translate one workflow."""
+    translator = translator or GraphbookTranslator()
+    workflow = load(spec)
+    names = translator.step_names(workflow)
+    deps = {}
+    for ref, keys in spec.external_deps.items():
+        node_id = next((nid for nid, n in names.items() if ref in (nid, n)), None)
+        if node_id is None:
+            from .workflow import WorkflowError
+
+            raise WorkflowError(workflow.source, [f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"])
+        deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
+    return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags, external_deps=deps)
+
+
+def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,
+                      notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None) -> dg.Definitions:
+    """Dagster definitions for ``workflows`` (a workflow that is invalid raises, naming file and node)."""
+    from .schedules import schedules_and_sensors
+
+    translator = translator or GraphbookTranslator()
+    assets: List[Any] = []
+    jobs: List[Any] = []
+    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir), **(extra_resources or {})}
+    schedules: List[Any] = []
+    sensors: List[Any] = []
+    external: List[dg.AssetSpec] = []
+    for item in workflows:
+        spec = item if isinstance(item, GraphbookWorkflow) else GraphbookWorkflow(item, custom_nodes=custom_nodes)
+        if not spec.custom_nodes and custom_nodes:
+            spec.custom_nodes = custom_nodes
+        defs = build_workflow(spec, translator)
+        assets += defs.assets
+        jobs.append(defs.job)
+        resources.update(defs.resources)
+        for keys in spec.external_deps.values():
+            external += [dg.AssetSpec(dg.AssetKey.from_coercible(k), description="external input of a Graphbook workflow", group_name=defs.workflow.name) for k in keys]
+        new_schedules, new_sensors = schedules_and_sensors(spec, defs)
+        schedules += new_schedules
+        sensors += new_sensors
+    return dg.Definitions(assets=[*assets, *_unique_specs(external)], jobs=jobs, resources=resources, schedules=schedules, sensors=sensors)
+
+
+def _unique_specs(specs: List[dg.AssetSpec]) -> List[dg.AssetSpec]:
+    seen: Dict[dg.AssetKey, dg.AssetSpec] = {}
+    for s in specs:
+        seen.setdefault(s.key, s)
+    return list(seen.values())

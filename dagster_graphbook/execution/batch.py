@@ -1,0 +1,296 @@
+"""The batch step driver: loader pool -> ``on_item_batch`` on the device -> dump pool -> notes released in order.
+
+Items of all input notes are batched together (``batch_size`` is per batch, not per note). A note
+leaves (``on_after_item`` then ``route``) once all its items were processed and all its dumps
+finished, and notes leave in input order. Notes with no items leave too (Graphbook dropped them),
+and the last partial batch is always processed (Graphbook hung on it without ``load_fn``).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..authoring import steps as gb_steps
+from .device import contains_cuda, move, resolve_device
+from .errors import ItemError, StepFailure, short_repr
+from .progress import Progress
+from .routing import Pins, StepResult
+from .workers import start_method_problem
+
+Emit = Callable[[str, str], None]
+
+_CUDA_FORK_HINT = "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into on_item_batch"
+
+
+@dataclass
+class BatchSettings:
+    """Pool settings of a batch step (op config ``runtime`` under Dagster)."""
+
+    num_workers: int = 2
+    worker_type: str = "process"  # process | thread
+    prefetch: int = 2  # batches per worker loaded ahead
+    start_method: str = "fork"  # fork | spawn | forkserver
+    device: str = "auto"  # auto | cpu | cuda[:N]
+    on_item_error: str = "raise"  # raise | skip
+    dump_workers: Optional[int] = None  # default: num_workers
+    max_dumps_in_flight: int = 64
+    progress_interval_s: float = 5.0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "BatchSettings":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in config.items() if k in known})
+
+
+def _placeholders() -> Tuple[set, set]:
+    loads, dumps = {gb_steps.BatchStep.load_fn}, {gb_steps.BatchStep.dump_fn}
+    try:  # real Graphbook's placeholders, where it is installed
+        from ..authoring.compat import real_graphbook_installed
+
+        if real_graphbook_installed():  # pragma: no cover
+            from graphbook.core.steps import BatchStep
+
+            loads.add(BatchStep.load_fn)
+            dumps.add(BatchStep.dump_fn)
+    except ImportError:  # pragma: no cover
+        pass
+    return loads, dumps
+
+
+def _items_of(note: Any, item_key: str) -> List[Any]:
+    """The items of a note: a list, a tensor split on dim 0, or one scalar item."""
+    get = getattr(note, "get", None)
+    if get is None:
+        raise TypeError(f"batch steps take dict-like notes, got {type(note).__name__}")
+    value = get(item_key, None)
+    if value is None:
+        raise KeyError(f"item_key {item_key!r} not found in note (keys: {', '.join(map(str, list(note.keys())[:10]))})")
+    if isinstance(value, list):
+        return value
+    if type(value).__name__ == "Tensor":
+        return [value[i] for i in range(len(value))]
+    return [value]
+
+
+def _dump_calls(dumps: Any, n: int, label: str) -> List[Tuple[int, Tuple[Any, ...]]]:
+    """``(position in batch, dump_fn args)`` for what ``on_item_batch`` returned."""
+    if dumps is None:
+        return []
+    if isinstance(dumps, dict):  # Graphbook's deprecated form: {key: [one per item]}
+        warnings.warn("dict returns from on_item_batch are deprecated: return one dump_fn argument tuple per item", DeprecationWarning)
+        calls = []
+        for key, values in dumps.items():
+            if len(values) != n:
+                raise StepFailure(label, f"on_item_batch returned {len(values)} values under {key!r} for a batch of {n} items")
+            calls += [(i, v if isinstance(v, tuple) else (v,)) for i, v in enumerate(values)]
+        return calls
+    dumps = list(dumps)
+    if len(dumps) != n:
+        raise StepFailure(label, f"on_item_batch returned {len(dumps)} dump tuples for a batch of {n} items; return exactly one per item (or None)")
+    return [(i, tuple(d) if isinstance(d, (tuple, list)) else (d,)) for i, d in enumerate(dumps)]
+
+
+class _BatchRun:
+    """State of one batch step run: which items and dumps each note still waits for."""
+
+    def __init__(self, step: Any, notes: Sequence[Any], settings: BatchSettings, pins: Sequence[str], label: str, node: Tuple[str, str], emit: Emit):
+        self.step, self.notes, self.settings, self.label, self.node, self.emit = step, notes, settings, label, node, emit
+        self.skip = settings.on_item_error == "skip"
+        self.out = Pins(pins, label)
+        self.errors: List[ItemError] = []
+        self.files: List[Tuple[str, int]] = []
+        self.items: List[Any] = []
+        self.owner: List[int] = []  # note index of each item
+        self.position: List[int] = []  # index of each item inside its note
+        self.waiting = [0] * len(notes)  # items not yet processed + dumps not yet done, per note
+        self.valid = [True] * len(notes)
+        self.released = 0
+
+    # -- errors ----------------------------------------------------------------------------------
+    def fail_item(self, stage: str, index: int, tb: str) -> None:
+        note_index = self.owner[index]
+        if "re-initialize CUDA in forked subprocess" in tb:
+            tb += f"\nHint: {_CUDA_FORK_HINT}\n"
+        error = ItemError(stage, note_index, self.position[index], short_repr(self.items[index]), short_repr(self.notes[note_index]), tb)
+        if not self.skip:
+            raise StepFailure(self.label, f"{stage} failed on item {short_repr(self.items[index])} (note {note_index}, item {self.position[index]})", error)
+        self.errors.append(error)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def flatten(self) -> None:
+        """``on_data`` for every note (Graphbook calls it at enqueue), then the item table."""
+        item_key = self.step.item_key
+        for ni, note in enumerate(self.notes):
+            try:
+                self.step.on_data(note)
+                items = _items_of(note, item_key)
+            except Exception as exc:
+                error = ItemError("on_data", ni, None, "", short_repr(note), traceback.format_exc())
+                if not self.skip:
+                    raise StepFailure(self.label, f"note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}", error) from exc
+                self.errors.append(error)
+                self.valid[ni] = False
+                continue
+            self.items += items
+            self.owner += [ni] * len(items)
+            self.position += range(len(items))
+            self.waiting[ni] = len(items)
+
+    # -- release ---------------------------------------------------------------------------------
+    def release_ready(self, progress: Progress) -> None:
+        """Release finished notes from the head of the input order."""
+        while self.released < len(self.notes) and self.waiting[self.released] == 0:
+            ni = self.released
+            self.released += 1
+            if not self.valid[ni]:
+                continue
+            note = self.notes[ni]
+            try:
+                self.step.on_after_item(note)
+                routed = self.step.route(note)
+            except Exception as exc:
+                error = ItemError("route", ni, None, "", short_repr(note), traceback.format_exc())
+                if not self.skip:
+                    raise StepFailure(self.label, f"on_after_item/route failed on note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}", error) from exc
+                self.errors.append(error)
+                continue
+            self.out.add_routed(routed, note, f"route of note {ni}")
+            progress.add("notes_released")
+
+    def dump_done(self, done: Any, progress: Progress) -> None:
+        index = done.key
+        self.waiting[self.owner[index]] -= 1
+        progress.add("dumps_done")
+        self.files += done.files
+        if done.error:
+            self.fail_item("dump_fn", index, done.error)
+
+
+def _has_own(step: Any, name: str, placeholders: set) -> bool:
+    return getattr(type(step), name, None) not in placeholders
+
+
+def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSettings] = None, *, pins: Optional[Sequence[str]] = None, label: str = "batch step", node: Tuple[str, str] = ("?", "batch"), emit: Optional[Emit] = None) -> StepResult:
+    """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool."""
+    from .dump_pool import DumpPool
+    from .loader_pool import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
+
+    settings = settings or BatchSettings()
+    emit = emit or (lambda level, msg: None)
+    pins = list(pins or getattr(step, "Outputs", ["out"]))
+    if settings.worker_type not in ("process", "thread"):
+        raise StepFailure(label, f"worker_type must be 'process' or 'thread', got {settings.worker_type!r}")
+    if settings.on_item_error not in ("raise", "skip"):
+        raise StepFailure(label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}")
+    device = resolve_device(settings.device)
+    if not hasattr(step, "device"):
+        step.device = device  # ctx.device in on_item_batch
+    batch_size = int(step.batch_size)
+    if batch_size < 1:
+        raise StepFailure(label, f"batch_size must be at least 1, got {batch_size}")
+
+    run = _BatchRun(step, notes, settings, pins, label, node, emit)
+    run.flatten()
+    load_placeholders, dump_placeholders = _placeholders()
+    has_load = _has_own(step, "load_fn", load_placeholders)
+    has_dump = _has_own(step, "dump_fn", dump_placeholders)
+    processes = settings.worker_type == "process"
+    if processes and settings.num_workers > 0:
+        objects = {"load_fn": step.load_fn} if has_load else {}
+        if has_dump:
+            objects["dump_fn"] = step.dump_fn
+        problem = start_method_problem(settings.start_method, objects)
+        if problem:
+            raise StepFailure(label, problem)
+
+    if not has_load:
+        loader: Any = SyncBatches(run.items, batch_size)
+    else:
+        dataset = ItemDataset(run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {}))
+        if processes:
+            loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node)
+        else:
+            loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch)
+    dump_workers = settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
+    dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node) if has_dump else None
+
+    progress = Progress(label, len(run.items), len(notes), device, lambda m: emit("info", m), settings.progress_interval_s)
+    failed = True
+    try:
+        run.release_ready(progress)  # notes with no items leave at once (in order)
+        batches = iter(loader)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            progress.loader_wait_s += time.perf_counter() - t0
+            if batch is None:
+                break
+            progress.add("batches")
+            for index, tb in batch.errors:
+                progress.add("failed")
+                run.fail_item("load_fn", index, tb)
+                run.waiting[run.owner[index]] -= 1
+            indices = batch.indices
+            if indices:
+                _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress)
+            if dumps is not None:
+                for done in dumps.poll():
+                    run.dump_done(done, progress)
+            run.release_ready(progress)
+            progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
+        if dumps is not None:
+            for done in dumps.drain():
+                run.dump_done(done, progress)
+        run.release_ready(progress)
+        if run.released != len(notes):  # pragma: no cover - would be a bug in the accounting above
+            raise StepFailure(label, f"internal error: {len(notes) - run.released} notes were never released")
+        failed = False
+    finally:
+        loader.close()
+        if dumps is not None:
+            dumps.close(abort=failed)
+    emit("info", progress.line(0, 0))
+    stats: Dict[str, Any] = {**progress.stats(), "device": device, "worker_type": settings.worker_type, "num_workers": settings.num_workers, "items_skipped": len(run.errors)}
+    return StepResult(run.out.notes, stats, run.errors, run.files)
+
+
+def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress) -> None:
+    step = run.step
+    outputs = batch.outputs() if has_load else None
+    if outputs is not None and device != "cpu":
+        outputs = move(outputs, device, non_blocking=True)
+    items = [run.items[i] for i in indices]
+    notes = [run.notes[run.owner[i]] for i in indices]
+    progress.add("loaded", len(indices))
+    t0 = time.perf_counter()
+    try:
+        returned = step.on_item_batch(outputs, items, notes)
+        calls = _dump_calls(returned, len(indices), run.label)
+    except StepFailure:
+        raise
+    except Exception:
+        tb = traceback.format_exc()
+        for i in indices:
+            progress.add("failed")
+            run.fail_item("on_item_batch", i, tb)  # raises under on_item_error=raise
+            run.waiting[run.owner[i]] -= 1
+        return
+    finally:
+        progress.on_item_batch_s += time.perf_counter() - t0
+    if calls and not has_dump:
+        raise StepFailure(run.label, "on_item_batch returned dump tuples but the step has no dump_fn")
+    for pos, args in calls:
+        index = indices[pos]
+        if contains_cuda(args):
+            args = move(args, "cpu")  # dump workers must not touch CUDA
+        run.waiting[run.owner[index]] += 1
+        progress.add("dumps_submitted")
+        for done in dumps.submit(index, args):
+            run.dump_done(done, progress)
+    for i in indices:
+        run.waiting[run.owner[i]] -= 1
+    progress.add("processed", len(indices))

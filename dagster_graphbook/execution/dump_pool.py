@@ -1,0 +1,97 @@
+"""The dump pool: ``dump_fn(*tuple)`` calls in worker processes (or threads), bounded in flight.
+
+Built on ``concurrent.futures``: a dead worker surfaces as ``BrokenProcessPool`` on the next
+result instead of a hang. ``dump_fn`` reaches the workers once, through the pool initializer.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .workers import init_worker
+
+_DUMP_FN: Optional[Callable[..., Any]] = None
+
+
+class DumpDone(NamedTuple):
+    key: Any  # what the caller attached (note and item index)
+    error: Optional[str]  # traceback when dump_fn raised
+    files: List[Tuple[str, int]]  # (path, bytes) of files dump_fn says it wrote
+
+
+def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str) -> None:
+    global _DUMP_FN
+    init_worker(node_id, node_name)
+    _DUMP_FN = dump_fn
+
+
+def _written(result: Any) -> List[Tuple[str, int]]:
+    """Graphbook ignores dump_fn's return value; a path (or list of paths) returned is recorded."""
+    paths = [result] if isinstance(result, (str, os.PathLike)) else result if isinstance(result, (list, tuple)) else []
+    out = []
+    for p in paths:
+        if isinstance(p, (str, os.PathLike)) and os.path.isfile(p):
+            out.append((os.fspath(p), os.path.getsize(p)))
+    return out
+
+
+def _call(args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None) -> Tuple[Optional[str], List[Tuple[str, int]]]:
+    try:
+        return None, _written((fn or _DUMP_FN)(*args))
+    except Exception:
+        return traceback.format_exc(), []
+
+
+class DumpPool:
+    """Runs dump calls; ``submit`` blocks while ``max_in_flight`` calls are pending."""
+
+    def __init__(self, dump_fn: Callable[..., Any], *, worker_type: str, num_workers: int, start_method: str, max_in_flight: int, node: Tuple[str, str]):
+        self.dump_fn = dump_fn
+        self.max_in_flight = max(1, max_in_flight)
+        self.pending: Dict[Future, Any] = {}
+        if worker_type == "thread":
+            self.executor: Any = ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="graphbook-dump")
+            self.threads = True
+        else:
+            self.executor = ProcessPoolExecutor(max(1, num_workers), mp_context=multiprocessing.get_context(start_method), initializer=_init, initargs=(dump_fn, *node))
+            self.threads = False
+
+    def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
+        done = self.poll(block=len(self.pending) >= self.max_in_flight)
+        future = self.executor.submit(_call, tuple(args), self.dump_fn) if self.threads else self.executor.submit(_call, tuple(args))
+        self.pending[future] = key
+        return done
+
+    def poll(self, block: bool = False) -> List[DumpDone]:
+        """Finished calls; with ``block``, wait for at least one. Raises if a worker died."""
+        if not self.pending:
+            return []
+        finished, _ = wait(list(self.pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        out = []
+        for future in finished:
+            key = self.pending.pop(future)
+            error, files = future.result()  # BrokenProcessPool if the worker was killed
+            out.append(DumpDone(key, error, files))
+        return out
+
+    def drain(self) -> List[DumpDone]:
+        out: List[DumpDone] = []
+        while self.pending:
+            out += self.poll(block=True)
+        return out
+
+    def in_flight(self) -> int:
+        return len(self.pending)
+
+    def close(self, abort: bool = False) -> None:
+        """Shut down; on abort, kill workers still busy so nothing outlives the step."""
+        if abort and not self.threads:
+            for proc in list(getattr(self.executor, "_processes", {}).values()):
+                if proc.is_alive():
+                    proc.kill()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.pending.clear()

@@ -1,0 +1,63 @@
+"""What every pool worker does first: die with its parent, and log to stderr, not the run."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import signal
+import sys
+from typing import Any, Callable, Dict, Optional
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies, so a killed step leaves no orphans."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def init_worker(node_id: str, node_name: str) -> None:
+    from ..authoring.log import _current, stderr_target
+
+    die_with_parent()
+    _current.set(stderr_target(node_id, node_name))
+
+
+def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional[str]:
+    """Why workers started with ``start_method`` could not receive ``objects`` (None if they can).
+
+    Fork inherits everything. Spawn and forkserver pickle by reference, so functions and classes
+    must live in modules a new interpreter can import (custom node files loaded by path cannot).
+    """
+    if start_method == "fork":
+        return None
+    if start_method not in multiprocessing.get_all_start_methods():
+        return f"start method {start_method!r} is not available here (available: {', '.join(multiprocessing.get_all_start_methods())})"
+    import pickle
+
+    for what, obj in objects.items():
+        for ref in (obj, type(obj), getattr(obj, "__func__", None), getattr(getattr(obj, "__self__", None), "__class__", None)):
+            module = sys.modules.get(getattr(ref, "__module__", None) or "")
+            if module is not None and (getattr(module, "__graphbook_file_module__", False) or module.__name__ == "__main__"):
+                return (
+                    f"{what} {getattr(ref, '__qualname__', ref)!r} is defined in {getattr(module, '__file__', module.__name__)}, "
+                    f"a file loaded by path that {start_method} workers cannot import; use start_method 'fork' "
+                    "or move the node into an installed package"
+                )
+        try:
+            pickle.dumps(obj)
+        except Exception as exc:
+            return f"{what} cannot be sent to {start_method} workers: {type(exc).__name__}: {exc}; use start_method 'fork'"
+    return None
+
+
+def call_quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:
+        pass

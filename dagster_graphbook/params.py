@@ -1,0 +1,88 @@
+"""Graphbook parameter types: value checks at load time and Dagster config fields for the launchpad."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import dagster as dg
+
+# Types that bind a resource (or anything else) through an edge: no launchpad widget.
+EDGE_TYPES = {"resource"}
+_SCALAR_CHECKS = {
+    "string": lambda v: isinstance(v, str),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool) or (isinstance(v, str) and v.strip().lstrip("-").isdigit()),
+    "boolean": lambda v: isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "function": lambda v: isinstance(v, str),
+    "dict": lambda v: isinstance(v, dict),
+}
+_CONFIG_TYPES = {"string": dg.String, "number": dg.Float, "int": dg.Int, "boolean": dg.Bool, "bool": dg.Bool, "function": dg.String}
+
+
+def element_type(ptype: str) -> Optional[str]:
+    """``list[number]`` -> ``number``; None for non-list types."""
+    if ptype.startswith("list[") and ptype.endswith("]"):
+        return ptype[5:-1]
+    return None
+
+
+def dict_from_triples(value: Any) -> Any:
+    """The editor saves dict values as ``[[type, key, value], ...]``; turn them into a dict."""
+    if isinstance(value, list) and all(isinstance(t, (list, tuple)) and len(t) == 3 for t in value):
+        out = {}
+        for vtype, key, val in value:
+            if vtype == "number" and isinstance(val, str):
+                val = float(val) if "." in val else int(val)
+            elif vtype == "boolean" and isinstance(val, str):
+                val = val.lower() == "true"
+            out[key] = val
+        return out
+    return value
+
+
+def check_value(ptype: str, value: Any) -> Optional[str]:
+    """Why ``value`` does not fit ``ptype`` (None when it does, or the type is not checked)."""
+    if value is None:
+        return None
+    inner = element_type(ptype)
+    if inner is not None:
+        if not isinstance(value, list):
+            return f"expected a list, got {type(value).__name__} {value!r}"
+        for i, v in enumerate(value):
+            problem = check_value(inner, v)
+            if problem:
+                return f"element {i}: {problem}"
+        return None
+    check = _SCALAR_CHECKS.get(ptype)
+    if check is None or check(value):
+        if ptype == "function":
+            return _check_function_source(value)
+        return None
+    return f"expected a {ptype}, got {type(value).__name__} {value!r}"
+
+
+def _check_function_source(src: str) -> Optional[str]:
+    if not src.lstrip().startswith("def "):
+        return "function source must start with 'def name(...):'"
+    try:
+        compile(src.strip("\n"), "<function parameter>", "exec")
+    except SyntaxError as exc:
+        return f"function source does not compile: {exc.msg} (line {exc.lineno})"
+    return None
+
+
+def config_field(spec: Dict[str, Any], default: Any, *, has_default: bool) -> dg.Field:
+    """A launchpad field for one parameter, with the workflow's value as default."""
+    ptype = str(spec.get("type", "string"))
+    inner = element_type(ptype)
+    if inner is not None:
+        config_type: Any = [_CONFIG_TYPES.get(inner, dg.Any)]
+    elif ptype == "dict":
+        config_type = dg.Permissive()
+    else:
+        config_type = _CONFIG_TYPES.get(ptype, dg.Any)
+    description = spec.get("description") or None
+    if has_default:
+        return dg.Field(config_type, default_value=default, is_required=False, description=description)
+    return dg.Field(dg.Noneable(config_type), default_value=None, is_required=False, description=description)

@@ -1,0 +1,171 @@
+"""Run a workflow through Dagster from Python or the CLI, against a persistent instance."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import dagster as dg
+
+from .authoring.graph import Graph
+from .definitions import GraphbookWorkflow, build_workflow
+from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
+from .translator import GraphbookTranslator
+from .workflow import Workflow, WorkflowError
+
+RUN_TOKEN_TAG = "dagster_graphbook/run_token"
+
+_DAGSTER_YAML = """\
+# Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
+telemetry:
+  enabled: false
+"""
+
+
+def default_dagster_home(dagster_home: Optional[str] = None) -> str:
+    """``dagster_home``, else ``$DAGSTER_HOME``, else ``./.dagster_home`` (created with a dagster.yaml)."""
+    home = os.path.abspath(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home")
+    os.makedirs(home, exist_ok=True)
+    config = os.path.join(home, "dagster.yaml")
+    if not os.path.exists(config):
+        with open(config, "w") as f:
+            f.write(_DAGSTER_YAML)
+    return home
+
+
+def get_instance(dagster_home: Optional[str] = None) -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_config(default_dagster_home(dagster_home))
+
+
+@dataclass
+class WorkflowRun:
+    """A finished run: its id, outcome and the notes of every step and pin."""
+
+    run_id: str
+    success: bool
+    seconds: float
+    notes: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)  # step name -> pin -> notes
+    failure: Optional[str] = None
+
+    def __getitem__(self, step: str) -> Dict[str, List[Any]]:
+        return self.notes[step]
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        return {s: {p: len(n) for p, n in pins.items()} for s, pins in self.notes.items()}
+
+
+def _step_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, str]:
+    """Every name a user may call a step by (step name, label, class name, node id) -> op name."""
+    names = translator.step_names(workflow)
+    refs: Dict[str, str] = {}
+    for node in workflow.steps():
+        op = translator.get_op_name(workflow, node)
+        for ref in (node.id, node.name, node.label, names[node.id]):
+            if ref:
+                refs.setdefault(ref, op)
+        refs[names[node.id]] = op
+    return refs
+
+
+def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Optional[GraphbookTranslator] = None) -> Dict[str, Any]:
+    """``{"Step.param": v, "Step.runtime.num_workers": 0}`` -> Dagster run config."""
+    translator = translator or GraphbookTranslator()
+    refs = _step_refs(workflow, translator)
+    ops: Dict[str, Any] = {}
+    for key, value in params.items():
+        step, _, path = key.partition(".")
+        if step not in refs or not path:
+            raise WorkflowError(workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"])
+        target = ops.setdefault(refs[step], {}).setdefault("config", {})
+        *parents, leaf = path.split(".")
+        for p in parents:
+            target = target.setdefault(p, {})
+        target[leaf] = value
+    return {"ops": ops} if ops else {}
+
+
+def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[str], notes_dir: Optional[str]) -> dg.JobDefinition:
+    """Rebuild the job in an executor's step process (multiprocess executor)."""
+    defs = _definitions(GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name), notes_dir)[0]
+    return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]
+
+
+def _definitions(spec: GraphbookWorkflow, notes_dir: Optional[str]) -> Tuple[dg.Definitions, Any]:
+    wdefs = build_workflow(spec)
+    defs = dg.Definitions(assets=wdefs.assets, jobs=[wdefs.job], resources={NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir), **wdefs.resources})
+    return defs, wdefs
+
+
+def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union[str, Path]] = (), params: Optional[Mapping[str, Any]] = None, *,
+                 instance: Optional[dg.DagsterInstance] = None, dagster_home: Optional[str] = None, executor: str = "in_process",
+                 partition_key: Optional[str] = None, notes_dir: Optional[str] = None, tags: Optional[Mapping[str, str]] = None,
+                 run_config: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, quiet: bool = True) -> WorkflowRun:
+    """Run ``workflow`` through Dagster and return the notes of every step and pin.
+
+    ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
+    ``dagster dev``; needs a workflow file or a Graph defined in a file).
+    """
+    instance = instance or get_instance(dagster_home)
+    spec = GraphbookWorkflow(workflow, custom_nodes=[str(Path(p).resolve()) for p in custom_nodes], name=name)
+    defs, wdefs = _definitions(spec, notes_dir)
+    translator = GraphbookTranslator()
+    config: Dict[str, Any] = dict(run_config or {})
+    config.update(run_config_for(wdefs.workflow, params or {}, translator))
+    if quiet:
+        config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
+    start = time.perf_counter()
+    if executor == "in_process":
+        job = defs.resolve_job_def(wdefs.job.name)
+        result: Any = job.execute_in_process(run_config=config, instance=instance, partition_key=partition_key, raise_on_error=False, tags=run_tags)
+    elif executor == "multiprocess":
+        source = _source_path(workflow)
+        recon = dg.build_reconstructable_job("dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=(source, tuple(spec.custom_nodes), name, notes_dir))
+        if partition_key is not None:
+            run_tags["dagster/partition"] = partition_key
+        result = dg.execute_job(recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False)
+    else:
+        raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
+    seconds = time.perf_counter() - start
+    run = WorkflowRun(result.run_id, result.success, seconds, failure=None if result.success else _failure_message(instance, result.run_id))
+    if result.success:
+        run.notes = _load_notes(defs, wdefs, translator, instance, partition_key)
+    return run
+
+
+def _source_path(workflow: Any) -> str:
+    if isinstance(workflow, Graph):
+        if not workflow.module_name:
+            raise ValueError("the multiprocess executor rebuilds the workflow in each step process: define the Graph in a file with @g()")
+        return workflow.module_name
+    return str(Path(workflow).resolve())
+
+
+def _load_notes(defs: dg.Definitions, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance, partition_key: Optional[str]) -> Dict[str, Dict[str, List[Any]]]:
+    workflow = wdefs.workflow
+    names = translator.step_names(workflow)
+    out: Dict[str, Dict[str, List[Any]]] = {}
+    dagster_logger = logging.getLogger("dagster")
+    level = dagster_logger.level
+    dagster_logger.setLevel(logging.WARNING)  # the loader logs one DEBUG line per asset
+    try:
+        with defs.get_asset_value_loader(instance=instance) as loader:
+            for node in workflow.steps():
+                out[names[node.id]] = {pin: loader.load_asset_value(translator.get_asset_key(workflow, node, pin), partition_key=partition_key) for pin in node.outputs}
+    finally:
+        dagster_logger.setLevel(level)
+    return out
+
+
+def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
+    messages = []
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        data = record.dagster_event.step_failure_data if record.dagster_event else None
+        if data is not None and data.error is not None:
+            messages.append(f"{record.step_key}: {data.error.message.strip()}")
+    return "\n".join(messages) or "the run failed (see the Dagster event log)"

@@ -1,0 +1,104 @@
+"""`GraphbookTranslator`: how workflow nodes map onto Dagster names, asset specs and tags.
+
+Like dagster-dbt's ``DagsterDbtTranslator``: one class, each mapping a method, overridable by
+subclassing. Methods receive the `Workflow` and the `WorkflowNode` (whose ``raw`` is the node
+dict as Graphbook's editor saved it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections import Counter
+from typing import Any, Dict, Mapping, Optional
+
+import dagster as dg
+
+from .workflow import Workflow, WorkflowNode
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
+
+
+def safe_name(text: str) -> str:
+    """Dagster names allow ``[A-Za-z0-9_]`` only."""
+    return _UNSAFE.sub("_", text).strip("_") or "node"
+
+
+class GraphbookTranslator:
+    """Maps a Graphbook workflow onto Dagster definitions."""
+
+    def get_step_name(self, workflow: Workflow, node: WorkflowNode) -> str:
+        """The step's part of asset keys and op names: its label, else its class name."""
+        return safe_name(node.label or node.name)
+
+    def step_names(self, workflow: Workflow) -> Dict[str, str]:
+        """Step names for every node, made unique with the node id where two collide."""
+        names = {n.id: self.get_step_name(workflow, n) for n in workflow.nodes.values()}
+        counts = Counter(names.values())
+        return {nid: f"{name}_{safe_name(nid)}" if counts[name] > 1 else name for nid, name in names.items()}
+
+    def get_asset_key(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetKey:
+        """``[workflow, step, pin]``, or ``[workflow, step]`` for a step whose only pin is ``out``."""
+        step = self.step_names(workflow)[node.id]
+        if node.outputs == ["out"]:
+            return dg.AssetKey([workflow.name, step])
+        return dg.AssetKey([workflow.name, step, safe_name(pin)])
+
+    def get_op_name(self, workflow: Workflow, node: WorkflowNode) -> str:
+        return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
+
+    def get_job_name(self, workflow: Workflow) -> str:
+        return workflow.name
+
+    def get_group_name(self, workflow: Workflow) -> str:
+        return workflow.name
+
+    def get_resource_key(self, workflow: Workflow, node: WorkflowNode) -> str:
+        return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
+
+    def get_description(self, workflow: Workflow, node: WorkflowNode) -> str:
+        doc = inspect.cleandoc(node.cls.__doc__ or "")
+        return doc or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})"
+
+    def get_job_description(self, workflow: Workflow) -> str:
+        return workflow.doc or f"Graphbook workflow `{workflow.name}` ({workflow.source})"
+
+    def get_kinds(self, workflow: Workflow, node: WorkflowNode) -> set:
+        return {"python", "pytorch"} if node.step_kind == "batch" else {"python"}
+
+    def get_metadata(self, workflow: Workflow, node: WorkflowNode, pin: str) -> Mapping[str, Any]:
+        meta: Dict[str, Any] = {
+            "dagster_graphbook/workflow": workflow.source,
+            "dagster_graphbook/node_id": node.id,
+            "dagster_graphbook/class": node.name,
+            "dagster_graphbook/pin": pin,
+        }
+        if not workflow.children(node.id, pin):
+            meta["dagster_graphbook/sink"] = True
+        return meta
+
+    def get_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, str]:
+        return {"graphbook/step_kind": node.step_kind}
+
+    def get_op_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, Any]:
+        """Op tags (executors read them: ``dagster-k8s/config``, ``dagster-ray/config``, ...)."""
+        return {"graphbook/node_id": node.id, "graphbook/class": node.name}
+
+    def get_pool(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
+        """Concurrency pool: batch steps share ``gpu`` so one GPU is not oversubscribed across runs.
+
+        A pool without a limit set on the instance does not restrict anything; set one with
+        ``dagster instance concurrency set gpu 1``.
+        """
+        return "gpu" if node.step_kind == "batch" else None
+
+    def get_asset_spec(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetSpec:
+        """The main hook: override and call ``super().get_asset_spec(...).replace_attributes(...)``."""
+        return dg.AssetSpec(
+            key=self.get_asset_key(workflow, node, pin),
+            description=self.get_description(workflow, node),
+            group_name=self.get_group_name(workflow),
+            kinds=self.get_kinds(workflow, node),
+            metadata=self.get_metadata(workflow, node, pin),
+            tags=self.get_tags(workflow, node),
+        )
