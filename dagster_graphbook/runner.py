@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import os
+import pickle
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
+from upath import UPath
 
 from .authoring.graph import Graph
 from .definitions import GraphbookWorkflow, build_workflow
@@ -134,7 +135,7 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     seconds = time.perf_counter() - start
     run = WorkflowRun(result.run_id, result.success, seconds, failure=None if result.success else _failure_message(instance, result.run_id))
     if result.success:
-        run.notes = _load_notes(defs, wdefs, translator, instance, partition_key)
+        run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
 
 
@@ -146,19 +147,21 @@ def _source_path(workflow: Any) -> str:
     return str(Path(workflow).resolve())
 
 
-def _load_notes(defs: dg.Definitions, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance, partition_key: Optional[str]) -> Dict[str, Dict[str, List[Any]]]:
+def _load_notes(run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance) -> Dict[str, Dict[str, List[Any]]]:
+    """The notes this run stored, found through its materializations (``notes_path`` metadata)."""
+    paths: Dict[dg.AssetKey, str] = {}
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = record.asset_materialization
+        if materialization is not None and "notes_path" in materialization.metadata:
+            paths[materialization.asset_key] = str(materialization.metadata["notes_path"].value)
     workflow = wdefs.workflow
     names = translator.step_names(workflow)
     out: Dict[str, Dict[str, List[Any]]] = {}
-    dagster_logger = logging.getLogger("dagster")
-    level = dagster_logger.level
-    dagster_logger.setLevel(logging.WARNING)  # the loader logs one DEBUG line per asset
-    try:
-        with defs.get_asset_value_loader(instance=instance) as loader:
-            for node in workflow.steps():
-                out[names[node.id]] = {pin: loader.load_asset_value(translator.get_asset_key(workflow, node, pin), partition_key=partition_key) for pin in node.outputs}
-    finally:
-        dagster_logger.setLevel(level)
+    for node in workflow.steps():
+        pins = out.setdefault(names[node.id], {})
+        for pin in node.outputs:
+            with UPath(paths[translator.get_asset_key(workflow, node, pin)]).open("rb") as f:
+                pins[pin] = pickle.load(f)
     return out
 
 

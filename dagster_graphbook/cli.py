@@ -1,0 +1,153 @@
+"""``dagster-graphbook run | validate``: run a workflow through Dagster from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import yaml
+
+from .runner import RUN_TOKEN_TAG, get_instance, run_workflow
+
+
+def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
+    params: Dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise SystemExit(f"--set expects STEP.PARAM=VALUE, got {item!r}")
+        params[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return params
+
+
+class LiveDisplay:
+    """Prints the run's events (step starts and ends, progress lines, warnings) as they land."""
+
+    def __init__(self, instance: Any, token: str, out: Any = sys.stderr, interval_s: float = 0.5):
+        self.instance, self.token, self.out, self.interval_s = instance, token, out, interval_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.started: Dict[str, float] = {}
+
+    def __enter__(self) -> "LiveDisplay":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+    def _run_id(self) -> Optional[str]:
+        import dagster as dg
+
+        records = self.instance.get_run_records(filters=dg.RunsFilter(tags={RUN_TOKEN_TAG: self.token}), limit=1)
+        return records[0].dagster_run.run_id if records else None
+
+    def _loop(self) -> None:
+        run_id, cursor = None, None
+        while True:
+            stopping = self.stop.is_set()
+            try:
+                run_id = run_id or self._run_id()
+                if run_id:
+                    conn = self.instance.get_records_for_run(run_id, cursor=cursor)
+                    cursor = conn.cursor
+                    for record in conn.records:
+                        self._show(record.event_log_entry)
+            except Exception as exc:  # the display must never break the run
+                print(f"(progress display: {exc})", file=self.out)
+            if stopping:
+                return
+            self.stop.wait(self.interval_s)
+
+    def _show(self, entry: Any) -> None:
+        event = entry.dagster_event
+        step = entry.step_key or ""
+        if event is None:
+            if entry.user_message and entry.level >= 20:
+                print(f"  {step}: {entry.user_message}", file=self.out)
+            return
+        kind = event.event_type_value
+        if kind == "STEP_START":
+            self.started[step] = entry.timestamp
+            print(f"▶ {step}", file=self.out)
+        elif kind == "STEP_SUCCESS":
+            print(f"✔ {step} ({entry.timestamp - self.started.get(step, entry.timestamp):.1f} s)", file=self.out)
+        elif kind == "STEP_FAILURE":
+            print(f"✘ {step} failed", file=self.out)
+
+
+def _summary(run: Any) -> str:
+    lines = [f"run {run.run_id}: {'SUCCESS' if run.success else 'FAILURE'} in {run.seconds:.1f} s"]
+    width = max([len(s) for s in run.notes] + [4])
+    for step, pins in run.counts().items():
+        lines.append(f"  {step.ljust(width)}  " + ", ".join(f"{pin}: {n} notes" for pin, n in pins.items()))
+    if run.failure:
+        lines.append(run.failure)
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import uuid
+
+    instance = get_instance(args.dagster_home)
+    token = uuid.uuid4().hex
+    display = LiveDisplay(instance, token) if not args.no_progress else None
+    if display:
+        display.__enter__()
+    try:
+        run = run_workflow(args.workflow, args.custom_nodes, _parse_sets(args.set), instance=instance, executor=args.executor,
+                           partition_key=args.partition, tags={RUN_TOKEN_TAG: token})
+    finally:
+        if display:
+            display.__exit__(None, None, None)
+    print(_summary(run))
+    print(f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)")
+    return 0 if run.success else 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .definitions import GraphbookWorkflow, build_workflow
+    from .workflow import WorkflowError
+
+    start = time.perf_counter()
+    try:
+        defs = build_workflow(GraphbookWorkflow(args.workflow, custom_nodes=args.custom_nodes))
+    except WorkflowError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    wf = defs.workflow
+    print(f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, {len(defs.asset_keys)} assets) in {time.perf_counter() - start:.2f} s")
+    for key in defs.asset_keys:
+        print(f"  asset {key.to_user_string()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dagster-graphbook", description="Run Graphbook workflows through Dagster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a workflow (JSON or .py Graph) and print notes per step and pin")
+    validate = sub.add_parser("validate", help="load and validate a workflow without running it")
+    for p in (run, validate):
+        p.add_argument("workflow")
+        p.add_argument("--custom-nodes", action="append", default=[], metavar="DIR", help="folder of custom node files (repeatable)")
+    run.add_argument("--set", action="append", default=[], metavar="STEP.PARAM=VALUE", help="override a parameter or runtime setting (YAML value)")
+    run.add_argument("--executor", choices=["in_process", "multiprocess"], default="in_process")
+    run.add_argument("--partition", default=None, help="partition key (daily-partitioned workflows)")
+    run.add_argument("--dagster-home", default=None, help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)")
+    run.add_argument("--no-progress", action="store_true", help="do not print events while running")
+    run.set_defaults(func=cmd_run)
+    validate.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
