@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 import warnings
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -225,7 +226,13 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         batches = iter(loader)
         while True:
             t0 = time.perf_counter()
-            batch = next(batches, None)
+            try:
+                batch = next(batches, None)
+            except RuntimeError as exc:
+                if "exited unexpectedly" in str(exc) or "killed by signal" in str(exc):
+                    done = progress.counts["processed"] + progress.counts["failed"]
+                    raise StepFailure(label, f"a loader worker process died (killed by a signal: out of memory, segfault or kill) while loading items {done}.. of {len(run.items)}: {exc}") from exc
+                raise
             progress.loader_wait_s += time.perf_counter() - t0
             if batch is None:
                 break
@@ -249,6 +256,8 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         if run.released != len(notes):  # pragma: no cover - would be a bug in the accounting above
             raise StepFailure(label, f"internal error: {len(notes) - run.released} notes were never released")
         failed = False
+    except BrokenProcessPool as exc:
+        raise StepFailure(label, str(exc)) from exc
     finally:
         loader.close()
         if dumps is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import traceback
+from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -74,7 +75,10 @@ class DumpPool:
         out = []
         for future in finished:
             key = self.pending.pop(future)
-            error, files = future.result()  # BrokenProcessPool if the worker was killed
+            try:
+                error, files = future.result()
+            except BrokenProcessPool as exc:
+                raise BrokenProcessPool(f"a dump worker process died (killed by a signal: out of memory, segfault or kill) during dump_fn: {exc}") from exc
             out.append(DumpDone(key, error, files))
         return out
 

@@ -81,19 +81,34 @@ class _BatchSampler:
         return len(self.ranges)
 
 
+# DataLoader checks worker liveness each time a wait for data times out. Its own interval is 5 s
+# (and its SIGCHLD handler only works in the main thread), so wait in short slices instead: a
+# dead worker is then reported within about a second.
+LIVENESS_CHECK_S = 1.0
+_TIMED_OUT = "DataLoader timed out"
+
+
 class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str], timeout_s: float = 0):
+    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str]):
         kwargs: Dict[str, Any] = {}
         if num_workers > 0:
-            kwargs = dict(prefetch_factor=max(1, prefetch), multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node), persistent_workers=False, timeout=timeout_s)
+            kwargs = dict(prefetch_factor=max(1, prefetch), multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node), persistent_workers=False, timeout=LIVENESS_CHECK_S)
         self.loader = DataLoader(dataset, batch_sampler=_BatchSampler(len(dataset), batch_size), num_workers=num_workers, collate_fn=collate, pin_memory=pin_memory, **kwargs)
         self._it: Optional[Iterator[LoadedBatch]] = None
 
     def __iter__(self) -> Iterator[LoadedBatch]:
         self._it = iter(self.loader)
-        return self._it
+        while True:
+            try:
+                yield next(self._it)
+            except StopIteration:
+                return
+            except RuntimeError as exc:
+                if not str(exc).startswith(_TIMED_OUT):
+                    raise  # e.g. "DataLoader worker (pid(s) ...) exited unexpectedly"
+                # a slow batch, not a dead worker: keep waiting (the iterator state is unchanged)
 
     def in_flight(self) -> Optional[int]:
         """Batches requested from workers but not yet consumed (DataLoader keeps this privately)."""
