@@ -106,6 +106,12 @@ def _import_error(path: Path, exc: BaseException) -> NodeImportError:
     return NodeImportError(str(path), line, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
 
 
+def _module_file(cls: type) -> Optional[str]:
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    return str(Path(file).resolve()) if file else None
+
+
 def _python_files(paths: Iterable[PathLike]) -> List[Path]:
     files: List[Path] = []
     for p in paths:
@@ -136,7 +142,9 @@ class NodeRegistry:
         compat.install_graphbook_alias()
         registry = cls()
         step_bases, resource_bases, abstract = _base_classes()
-        for path in _python_files(paths):
+        files = _python_files(paths)
+        scanned = {str(f) for f in files}
+        for path in files:
             try:
                 module = _import_file(path)
             except Exception as exc:  # a broken file must not hide the nodes of the others
@@ -145,6 +153,8 @@ class NodeRegistry:
             for obj in list(vars(module).values()):
                 if not isinstance(obj, type) or obj in abstract:
                     continue
+                if obj.__module__ != getattr(module, "__name__", None) and _module_file(obj) in scanned:
+                    continue  # imported from another node file (maybe under another module name): registered from there
                 if issubclass(obj, step_bases):
                     registry._add(registry.steps, obj, str(path))
                 elif issubclass(obj, resource_bases):

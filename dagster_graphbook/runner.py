@@ -169,6 +169,9 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     messages = []
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
         data = record.dagster_event.step_failure_data if record.dagster_event else None
-        if data is not None and data.error is not None:
-            messages.append(f"{record.step_key}: {data.error.message.strip()}")
+        error = data.error if data is not None else None
+        while error is not None and error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+            error = error.cause  # Dagster wraps the step's own error
+        if error is not None:
+            messages.append(f"{record.step_key}: {error.message.strip()}")
     return "\n".join(messages) or "the run failed (see the Dagster event log)"

@@ -51,4 +51,8 @@ def install_graphbook_alias() -> bool:
     }
     for name, module in modules.items():
         sys.modules.setdefault(name, module)
+    for name, module in modules.items():  # attribute access after import: graphbook.core.steps.Step
+        parent, _, child = name.rpartition(".")
+        if parent and not hasattr(modules[parent], child):
+            setattr(modules[parent], child, module)
     return True

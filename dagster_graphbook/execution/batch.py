@@ -172,7 +172,9 @@ class _BatchRun:
 
 
 def _has_own(step: Any, name: str, placeholders: set) -> bool:
-    return getattr(type(step), name, None) not in placeholders
+    """Whether the step (its class or the instance itself, as Graphbook checks) overrides ``name``."""
+    fn = getattr(step, name, None)
+    return getattr(fn, "__func__", fn) not in placeholders
 
 
 def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSettings] = None, *, pins: Optional[Sequence[str]] = None, label: str = "batch step", node: Tuple[str, str] = ("?", "batch"), emit: Optional[Emit] = None) -> StepResult:

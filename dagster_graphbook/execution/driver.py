@@ -56,9 +56,8 @@ def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepR
     warned = [False]
     warn = lambda msg: emit("warning", f"{label}: {msg}")  # noqa: E731
     try:
-        generator = getattr(step, "generator", None)
-        if generator is not None:
-            for value in generator:
+        if "GeneratorSourceStep" in {c.__name__ for c in type(step).__mro__}:
+            for value in step.generator:
                 out.add(normalize_yield(value, pins, warn, warned), "the source")
         else:
             out.add(normalize_yield(step.load(), pins, warn, warned), "the source")

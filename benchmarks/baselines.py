@@ -1,0 +1,183 @@
+"""Per-item work, models and the non-project loaders the benchmark compares against.
+
+Shared by bench_loader.py (project venv) and graphbook_baseline.py (graphbook venv), so every
+configuration does exactly the same work: PIL open -> RGB -> 224x224 -> to_tensor, batches of 8,
+and a model that runs in the consuming (main) process.
+"""
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Callable, Sequence
+
+import torch
+import torchvision.transforms.functional as TF
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+
+BATCH_SIZE = 8
+NUM_WORKERS = 2
+Model = Callable[[Any], Any]
+
+
+def configure() -> None:
+    """One torch thread per process: parallelism must come from the loader, and the ideal is 2x sequential."""
+    torch.set_num_threads(1)
+
+
+def load_item(path: str) -> torch.Tensor:
+    """The per-item work every configuration runs (in a worker where it has one)."""
+    with Image.open(path) as im:
+        return TF.to_tensor(im.convert("RGB").resize((224, 224), Image.BILINEAR))
+
+
+def as_batch(batch: Any) -> torch.Tensor:
+    return batch if isinstance(batch, torch.Tensor) else torch.stack(list(batch))
+
+
+def trivial_model(batch: Any) -> float:
+    """The 'model' of the I/O-bound runs: stack (if the loader did not) and reduce."""
+    return float(as_batch(batch).mean())
+
+
+def no_model(batch: Any) -> None:
+    """Load-only runs: the batch is received and dropped."""
+    return None
+
+
+class ConvModel(torch.nn.Module):
+    """A small conv net, repeated `reps` times, so one batch's compute can be matched to its load time."""
+
+    def __init__(self, reps: int = 1):
+        super().__init__()
+        self.reps = reps
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, stride=4, padding=1), torch.nn.ReLU(),  # ~5 ms per batch of 8: fine steps
+            torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10),
+        ).eval()
+
+    @torch.no_grad()
+    def __call__(self, batch: Any) -> float:
+        x = as_batch(batch)
+        for _ in range(self.reps):
+            y = self.net(x)
+        return float(y.sum())
+
+
+def calibrated_conv_model(paths: Sequence[str], samples: int = 6) -> tuple[ConvModel, float, float]:
+    """ConvModel whose per-batch time is about one batch's sequential load time; returns (model, load_s, compute_s)."""
+    loads, batches = [], []
+    for i in range(samples):
+        t0 = time.perf_counter()
+        batch = [load_item(p) for p in paths[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]]
+        loads.append(time.perf_counter() - t0)
+        batches.append(torch.stack(batch))
+    load_s = statistics.median(loads)
+    model = ConvModel(1)
+    model(batches[0])  # warm-up
+    one = statistics.median(_timed(lambda b=b: model(b)) for b in batches)
+    model.reps = max(1, round(load_s / one))
+    compute_s = statistics.median(_timed(lambda b=b: model(b)) for b in batches)
+    return model, load_s, compute_s
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# ---- harness -------------------------------------------------------------------------------
+
+@contextmanager
+def bounded(seconds: float):
+    """Raise TimeoutError in the main thread after `seconds`, so a hung pool cannot hang the benchmark."""
+    def _alarm(signum, frame):
+        raise TimeoutError(f"run took longer than {seconds:.0f}s")
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def measure(run: Callable[[], None], repeats: int, timeout: float) -> list[float]:
+    """One warm-up, then `repeats` timed runs (seconds each). Each run includes pool start and stop."""
+    times = [_bounded_run(run, timeout) for _ in range(repeats + 1)]
+    return times[1:]
+
+
+def measure_round_robin(runs: dict[str, Callable[[], None]], repeats: int, timeout: float) -> dict[str, Any]:
+    """Like measure() for several configurations, interleaved run by run, so background load on a shared
+    machine hits all of them alike. Returns label -> list of seconds, or the exception that stopped it."""
+    out: dict[str, Any] = {label: [] for label in runs}
+    for i in range(repeats + 1):
+        for label, run in runs.items():
+            if isinstance(out[label], BaseException):
+                continue
+            try:
+                elapsed = _bounded_run(run, timeout)
+            except Exception as e:  # a failed or timed-out configuration is reported; the others go on
+                out[label] = e
+                continue
+            if i:
+                out[label].append(elapsed)
+    return out
+
+
+def _bounded_run(run: Callable[[], None], timeout: float) -> float:
+    with bounded(timeout):
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+
+
+# ---- configurations a-d --------------------------------------------------------------------
+
+def run_sequential(paths: Sequence[str], model: Model = trivial_model) -> None:
+    """(a) One process, plain loop."""
+    for i in range(0, len(paths), BATCH_SIZE):
+        model([load_item(p) for p in paths[i:i + BATCH_SIZE]])
+
+
+class PathDataset(Dataset):
+    def __init__(self, paths: Sequence[str]):
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return load_item(self.paths[i])
+
+
+def run_dataloader(paths: Sequence[str], stack: bool, model: Model = trivial_model, timeout: float = 120) -> None:
+    """(b) collate_fn=list: what Graphbook-style on_item_batch(outputs=list) needs; (c) default collate stacks in the worker."""
+    loader = DataLoader(
+        PathDataset(paths), batch_size=BATCH_SIZE, num_workers=NUM_WORKERS,
+        collate_fn=None if stack else list, multiprocessing_context="fork", timeout=timeout,
+    )
+    for batch in loader:
+        model(batch)
+
+
+def run_threads(paths: Sequence[str], model: Model = trivial_model, timeout: float = 120) -> None:
+    """(d) ThreadPoolExecutor.map with 2 threads: PIL releases the GIL in decode/resize, so this is the thread ideal."""
+    pool = ThreadPoolExecutor(NUM_WORKERS)
+    try:
+        batch = []
+        for tensor in pool.map(load_item, paths, timeout=timeout):
+            batch.append(tensor)
+            if len(batch) == BATCH_SIZE:
+                model(batch)
+                batch = []
+        if batch:
+            model(batch)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

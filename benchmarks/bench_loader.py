@@ -1,0 +1,326 @@
+"""By-hand loader benchmark: the project's batch op vs sequential, DataLoader, threads and Graphbook 0.13.3.
+
+    python benchmarks/bench_loader.py [--items 800] [--big] [--repeats 5]
+                                      [--compute-bound] [--memory] [--configs a,b,c,d,e,f]
+
+Not a test: it prints tables of median items/s. Each run includes starting and stopping its pool,
+as one Dagster op run would. Throughput configurations a-d and f run interleaved, run by run, so
+background load on a shared machine hits them alike. Images come from benchmarks/.data/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # the project, importable without installing it
+
+from baselines import (  # noqa: E402
+    BATCH_SIZE, NUM_WORKERS, Model, as_batch, calibrated_conv_model, configure, load_item,
+    measure, measure_round_robin, no_model, run_dataloader, run_sequential, run_threads, trivial_model,
+)
+from imageset import make_image_set  # noqa: E402
+
+DATA = HERE / ".data"
+GRAPHBOOK_PY = HERE / ".venv-graphbook" / "bin" / "python"
+
+try:  # the project's step base class; the benchmark still imports while the package is being written
+    from dagster_graphbook import BatchStep
+except ImportError:
+    try:
+        from dagster_graphbook.authoring.steps import BatchStep
+    except ImportError:
+        BatchStep = object
+
+
+# ---- (f) the project's batch op --------------------------------------------------------------
+
+class ImageBatchStep(BatchStep):
+    """A Graphbook-style BatchStep doing the shared per-item work; `model` runs in on_item_batch."""
+
+    load_fn = staticmethod(load_item)
+
+    def __init__(self, model: Model = trivial_model):
+        if BatchStep is object:
+            self.batch_size, self.item_key = BATCH_SIZE, "path"
+        else:
+            super().__init__(batch_size=BATCH_SIZE, item_key="path")
+        self.model = model
+
+    def on_item_batch(self, outputs, items, notes):
+        self.model(outputs)
+        return None
+
+
+class ProjectUnavailable(Exception):
+    pass
+
+
+def run_project(paths: Sequence[str], worker_type: str, model: Model = trivial_model, notes: Optional[list] = None):
+    """One run of the project's batch op over one note per path; returns its result (raises ProjectUnavailable)."""
+    try:
+        from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+    except ImportError as e:
+        raise ProjectUnavailable(f"dagster_graphbook.execution.batch: {e}") from None
+    notes = notes if notes is not None else [{"path": p} for p in paths]
+    settings = BatchSettings(num_workers=NUM_WORKERS, worker_type=worker_type, prefetch=2,
+                             start_method="fork", device="cpu")
+    result = run_batch_step(ImageBatchStep(model), notes, settings=settings)
+    released = sum(len(v) for v in result.outputs.values())
+    if released != len(notes) or result.stats["items"] != len(notes):
+        raise RuntimeError(f"project released {released} notes, stats {result.stats}, expected {len(notes)}")
+    return result
+
+
+# ---- (e) Graphbook, in its own venv ---------------------------------------------------------
+
+def run_graphbook_baseline(n: int, size: int, repeats: int, timeout: float) -> tuple[Optional[dict], str]:
+    """Run graphbook_baseline.py with the graphbook venv's python; returns (json or None, why not)."""
+    if not GRAPHBOOK_PY.exists():
+        return None, (f"{GRAPHBOOK_PY} missing: python3.11 -m venv benchmarks/.venv-graphbook && "
+                      "benchmarks/.venv-graphbook/bin/pip install graphbook==0.13.3 torch==2.14.1 torchvision==0.29.1 pillow")
+    cmd = [str(GRAPHBOOK_PY), str(HERE / "graphbook_baseline.py"), "--root", str(DATA), "--items", str(n),
+           "--size", str(size), "--repeats", str(repeats), "--timeout", str(timeout)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * (repeats + 1) * (timeout + 30))
+    except subprocess.TimeoutExpired:
+        return None, "graphbook baseline timed out"
+    if proc.returncode != 0:
+        return None, f"graphbook baseline failed (rc {proc.returncode}): {proc.stderr.strip()[-500:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+
+
+# ---- table helpers --------------------------------------------------------------------------
+
+def rate(n: int, times: Optional[list]) -> Optional[float]:
+    return n / statistics.median(times) if times else None
+
+
+def timed_config(label: str, run: Callable[[], None], repeats: int, timeout: float) -> tuple[Optional[list], str]:
+    print(f"  running {label} ...", file=sys.stderr, flush=True)
+    try:
+        return measure(run, repeats, timeout), ""
+    except ProjectUnavailable as e:
+        return None, str(e)
+    except Exception as e:  # a failed/timed-out configuration is reported, the others still run
+        return None, f"{type(e).__name__}: {e}"
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    print(fmt(header))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(fmt(r))
+
+
+def f2(x: Optional[float], digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}x"
+
+
+# ---- modes ----------------------------------------------------------------------------------
+
+def throughput_mode(paths, size, args) -> None:
+    n, R, T = len(paths), args.repeats, args.timeout
+    configs = [
+        ("a", "sequential (1 process)", lambda: run_sequential(paths)),
+        ("b", "DataLoader w=2, collate=list", lambda: run_dataloader(paths, stack=False, timeout=T)),
+        ("c", "DataLoader w=2, default collate", lambda: run_dataloader(paths, stack=True, timeout=T)),
+        ("d", "ThreadPoolExecutor 2 threads", lambda: run_threads(paths, timeout=T)),
+        ("f", "dagster-graphbook batch op, process pool", lambda: run_project(paths, "process")),
+        ("f", "dagster-graphbook batch op, thread pool", lambda: run_project(paths, "thread")),
+    ]
+    print("  running " + ", ".join(l for k, l, _ in configs if k in args.configs) + " (interleaved) ...",
+          file=sys.stderr, flush=True)
+    measured = measure_round_robin({l: run for k, l, run in configs if k in args.configs}, R, T)
+    results, notes = {}, []
+    for label, times in measured.items():
+        results[label] = None if isinstance(times, BaseException) else times
+        if isinstance(times, BaseException):
+            notes.append(f"{label}: n/a ({times if isinstance(times, ProjectUnavailable) else repr(times)})")
+    gb_label = "Graphbook 0.13.3 Dataloader w=2"
+    if "e" in args.configs:
+        print(f"  running {gb_label} (subprocess) ...", file=sys.stderr, flush=True)
+        gb, why = run_graphbook_baseline(n, size, R, T)
+        results[gb_label] = gb and gb["pool_times"]
+        if gb:
+            notes.append(f"{gb_label}: its venv has pillow {gb['pillow']}; sequential there = "
+                         f"{gb['sequential_items_per_s']:.1f} items/s, pool/sequential (same venv) = "
+                         f"{gb['pool_items_per_s'] / gb['sequential_items_per_s']:.3f}x")
+        else:
+            notes.append(f"{gb_label}: n/a ({why})")
+
+    rates = {k: rate(n, v) for k, v in results.items()}
+    seq, dl_stack = rates.get(configs[0][1]), rates.get(configs[2][1])
+    dl_list, gbr = rates.get(configs[1][1]), rates.get(gb_label)
+    order = [c[1] for c in configs[:4]] + [gb_label] + [c[1] for c in configs[4:]]
+    rows = []
+    for label in (l for l in order if l in rates):
+        r, times = rates[label], results[label]
+        rows.append([label, f2(r, 1), f2(n / max(times), 1) if times else "n/a", f2(n / min(times), 1) if times else "n/a",
+                     ratio(r, seq), ratio(r, dl_stack), ratio(r, dl_list), ratio(r, gbr),
+                     f2(r / (2 * seq) if r and seq else None)])
+    print(f"\nThroughput: {n} JPEGs {size}x{size} -> 224x224 tensors, batch {BATCH_SIZE}, {NUM_WORKERS} workers, "
+          f"median of {R} runs after 1 warm-up, {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.2f} at end")
+    print_table(["configuration", "items/s", "min", "max", "vs seq", "vs DL stack", "vs DL list",
+                 "vs Graphbook", "frac of ideal (2x seq)"], rows)
+    for line in notes:
+        print("  * " + line)
+
+
+def compute_bound_mode(paths, args) -> None:
+    n, R, T = len(paths), args.repeats, args.timeout
+    model, load_s, compute_s = calibrated_conv_model(paths)
+    print(f"\nCompute-bound: ConvModel x{model.reps} = {compute_s * 1e3:.1f} ms/batch vs sequential load "
+          f"{load_s * 1e3:.1f} ms/batch ({n} items, median of {R})")
+    batches = [as_batch([load_item(p) for p in paths[i:i + BATCH_SIZE]]) for i in range(0, min(n, 800), BATCH_SIZE)]
+    n_batches = -(-n // BATCH_SIZE)
+
+    def compute_only():
+        for i in range(n_batches):
+            model(batches[i % len(batches)])
+
+    compute_rate = rate(n, timed_config("compute-only", compute_only, R, T)[0])
+    configs = [
+        ("sequential (no overlap)", lambda m: run_sequential(paths, m)),
+        ("DataLoader w=2, default collate", lambda m: run_dataloader(paths, True, m, timeout=T)),
+        ("dagster-graphbook batch op, process pool", lambda m: run_project(paths, "process", m)),
+        ("dagster-graphbook batch op, thread pool", lambda m: run_project(paths, "thread", m)),
+    ]
+    rows, notes = [], []
+    for label, run in configs:
+        e2e, why = timed_config(f"{label} end-to-end", lambda: run(model), R, T)
+        load, why2 = timed_config(f"{label} load-only", lambda: run(no_model), R, T)
+        e2e_r, load_r = rate(n, e2e), rate(n, load)
+        bound = min(load_r, compute_rate) if load_r and compute_rate else None
+        rows.append([label, f2(e2e_r, 1), f2(load_r, 1), f2(compute_rate, 1),
+                     f2(bound / e2e_r if bound and e2e_r else None)])
+        if why or why2:
+            notes.append(f"{label}: n/a ({why or why2})")
+    print_table(["configuration", "end-to-end it/s", "load-only it/s", "compute-only it/s",
+                 "t_e2e / max(t_load, t_compute)"], rows)
+    print("  * 1.00 = loading fully hidden behind compute; 2.00 = no overlap at all")
+    for line in notes:
+        print("  * " + line)
+
+
+def _tree_pids(pid: int) -> list[int]:
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            pids += [p for c in (task / "children").read_text().split() for p in _tree_pids(int(c))]
+        except OSError:
+            pass
+    return pids
+
+
+def tree_memory() -> tuple[int, int]:
+    """(RSS, PSS) in bytes summed over this process and all its descendants, from /proc/*/smaps_rollup."""
+    rss = pss = 0
+    for pid in _tree_pids(os.getpid()):
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return rss, pss
+
+
+class PeakSampler(threading.Thread):
+    """Samples tree_memory() every `interval` s until stopped; keeps the peaks."""
+
+    def __init__(self, interval: float = 0.02):
+        super().__init__(daemon=True)
+        self.interval, self.peak, self._done = interval, (0, 0), threading.Event()
+
+    def run(self):
+        while not self._done.is_set():
+            rss, pss = tree_memory()
+            self.peak = (max(self.peak[0], rss), max(self.peak[1], pss))
+            self._done.wait(self.interval)
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self.join()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+
+def memory_mode(args) -> None:
+    sizes = (800, 8000)
+    sets = {k: make_image_set(DATA, k, 256) for k in sizes}
+    configs = [
+        ("dagster-graphbook batch op, process pool", lambda p, notes: run_project(p, "process", notes=notes)),
+        ("dagster-graphbook batch op, thread pool", lambda p, notes: run_project(p, "thread", notes=notes)),
+        ("DataLoader w=2, default collate (reference)", lambda p, notes: run_dataloader(p, True, timeout=args.timeout)),
+    ]
+    mib = lambda b: f"{b / 2**20:.0f}"  # noqa: E731
+    rows, notes_out = [], []
+    for label, run in configs:
+        growth = {}
+        try:
+            run(sets[800][:80], [{"path": p} for p in sets[800][:80]])  # warm-up: imports, first fork
+            for k in sizes:
+                notes = [{"path": p} for p in sets[k]]
+                base = tree_memory()
+                with PeakSampler() as sampler:
+                    run(sets[k], notes)
+                growth[k] = (sampler.peak[0] - base[0], sampler.peak[1] - base[1])
+                del notes
+        except Exception as e:
+            notes_out.append(f"{label}: n/a ({type(e).__name__}: {e})")
+            rows.append([label] + ["n/a"] * 6)
+            continue
+        (r8, p8), (r80, p80) = growth[800], growth[8000]
+        rows.append([label, mib(r8), mib(r80), ratio(r80, r8), mib(p8), mib(p80), ratio(p80, p8)])
+    print("\nMemory: peak minus baseline (baseline taken after building the notes), main process + all children, MiB")
+    print_table(["configuration", "RSS @800", "RSS @8000", "ratio", "PSS @800", "PSS @8000", "ratio"], rows)
+    print("  * RSS sums count pages shared with forked children once per process; PSS splits them")
+    for line in notes_out:
+        print("  * " + line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=None, help="number of images (default 800, or 200 with --big)")
+    ap.add_argument("--big", action="store_true", help="use the 1024x1024 image set instead of 256x256")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run before it is abandoned")
+    ap.add_argument("--configs", default="a,b,c,d,e,f", help="throughput configurations to run (letters a-f)")
+    ap.add_argument("--compute-bound", action="store_true", help="model as slow as loading; overlap table")
+    ap.add_argument("--memory", action="store_true", help="peak memory at 800 vs 8000 items")
+    args = ap.parse_args()
+    args.configs = set(args.configs.split(","))
+    configure()
+    if args.memory:
+        return memory_mode(args)
+    size = 1024 if args.big else 256
+    n = args.items or (200 if args.big else 800)
+    print(f"  preparing {n} images {size}x{size} under {DATA} ...", file=sys.stderr, flush=True)
+    paths = make_image_set(DATA, n, size)
+    if args.compute_bound:
+        return compute_bound_mode(paths, args)
+    throughput_mode(paths, size, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,559 @@
+"""The batch driver (loader pool -> on_item_batch -> dump pool -> release) and batch steps in workflows."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import time
+
+import dagster as dg
+import pytest
+import torch
+
+from dagster_graphbook import BatchStep, batch, param, step
+from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.driver import run_step
+from dagster_graphbook.execution.errors import StepFailure
+
+from conftest import edge, step_node, write_workflow
+
+CPU0 = dict(num_workers=0, device="cpu")
+
+
+def settings(**kw):
+    return BatchSettings(**{**CPU0, **kw})
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps used by the driver tests (module level: forked workers inherit them)
+
+
+class Recorder(BatchStep):
+    """load_fn multiplies by 10; each batch is recorded; outputs are appended to their note."""
+
+    def __init__(self, batch_size=3, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.batches = []
+        self.routed = []
+
+    @staticmethod
+    def load_fn(item):
+        return item * 10
+
+    def on_item_batch(self, outputs, items, notes):
+        self.batches.append((list(outputs), list(items), [n["id"] for n in notes]))
+        for out, note in zip(outputs, notes):
+            note.setdefault("loaded", []).append(out)
+        return None
+
+    def route(self, data):
+        self.routed.append(data["id"])
+        return "out"
+
+
+class SlowRecorder(Recorder):
+    """Random per-item delays, so completion order differs from input order."""
+
+    @staticmethod
+    def load_fn(item):
+        time.sleep(random.random() * 0.01)
+        return item * 10
+
+
+class SyncStep(BatchStep):
+    """No load_fn: Graphbook's sync path, outputs is None."""
+
+    def __init__(self, batch_size=3, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.batches = []
+
+    def on_item_batch(self, outputs, items, notes):
+        self.batches.append((outputs, list(items), [n["id"] for n in notes]))
+        return None
+
+
+def ctx_load(ctx, item, **params):
+    return {"ctx_type": type(ctx).__name__, "tag": ctx.tag, "item": item, "same": ctx is ctx.me, "pid": os.getpid(), "params": params}
+
+
+@step("Test/PlainLoad")
+@batch(2, "items", load_fn=ctx_load)
+@param("tag", "string", default="t")
+def plain_load(ctx, outputs, items, notes):
+    for out, note in zip(outputs, notes):
+        note.setdefault("got", []).append(out)
+
+
+class StaticLoad(BatchStep):
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item, **params):
+        return ("static", item, params)
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("got", []).append(out)
+
+
+class MethodLoad(StaticLoad):
+    def __init__(self, batch_size=2, item_key="items", offset=100):
+        super().__init__(batch_size, item_key)
+        self.offset = offset
+
+    def load_fn(self, item):
+        return item + self.offset
+
+
+class ParamsLoad(StaticLoad):
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.load_fn_params = {"scale": 3}
+
+
+class InstanceLoad(BatchStep):
+    """A load_fn assigned on the instance (Graphbook checks ``self.load_fn != BatchStep.load_fn``)."""
+
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.load_fn = lambda item: ("instance", item)
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("got", []).append(out)
+
+
+def plain_dump(ctx, path, text):
+    assert isinstance(ctx, BatchStep)
+    with open(path, "w") as f:
+        f.write(f"{ctx.prefix}{text}")
+    return path
+
+
+@step("Test/PlainDump")
+@batch(2, "names", load_fn=lambda ctx, item: item.upper(), dump_fn=plain_dump)
+@param("out_dir", "string")
+@param("prefix", "string", default=">")
+def plain_dump_step(ctx, outputs, items, notes):
+    return [(os.path.join(ctx.out_dir, f"{item}.txt"), out) for out, item in zip(outputs, items)]
+
+
+class StaticDump(BatchStep):
+    def __init__(self, out_dir, batch_size=2, item_key="names"):
+        super().__init__(batch_size, item_key)
+        self.out_dir = out_dir
+
+    @staticmethod
+    def load_fn(item):
+        return item.upper()
+
+    @staticmethod
+    def dump_fn(path, text):
+        time.sleep(0.02)  # a slow writer: the note must still wait for it
+        with open(path, "w") as f:
+            f.write(text)
+
+    def on_item_batch(self, outputs, items, notes):
+        return [(os.path.join(self.out_dir, f"{item}.txt"), out) for out, item in zip(outputs, items)]
+
+    def route(self, note):
+        note["files_present_at_route"] = all(os.path.exists(os.path.join(self.out_dir, f"{n}.txt")) for n in note["names"])
+        return "out"
+
+
+def flaky_load(ctx, item):
+    if item == "bad":
+        raise ValueError(f"cannot load {item}")
+    return item
+
+
+@step("Test/Flaky")
+@batch(2, "items", load_fn=flaky_load)
+def flaky(ctx, outputs, items, notes):
+    for out, note in zip(outputs, notes):
+        note.setdefault("got", []).append(out)
+
+
+class WrongCount(StaticLoad):
+    @staticmethod
+    def dump_fn(*args):
+        pass
+
+    def on_item_batch(self, outputs, items, notes):
+        return [("only one",)]
+
+
+class DumpsWithoutDumpFn(StaticLoad):
+    def on_item_batch(self, outputs, items, notes):
+        return [(o,) for o in outputs]
+
+
+class BatchRaises(StaticLoad):
+    def on_item_batch(self, outputs, items, notes):
+        if any(item == 3 for item in items):
+            raise RuntimeError("model exploded")
+        for item, note in zip(items, notes):
+            note.setdefault("got", []).append(item)
+
+
+class TensorLoad(StaticLoad):
+    @staticmethod
+    def load_fn(item):
+        return torch.full((2, 2), float(item))
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("sums", []).append(float(out.sum()))
+
+
+class EndTracker(Recorder):
+    ended = []
+
+    def on_end(self):
+        EndTracker.ended.append(self)
+
+
+def run(step_obj, notes, **kw):
+    return run_batch_step(step_obj, notes, settings(**kw), label="workflow 'w', step 'S' (node 9)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Batching and release order
+
+
+def test_batches_cross_note_boundaries():
+    s = Recorder(batch_size=3)
+    notes = [{"id": 0, "items": [1, 2, 3, 4]}, {"id": 1, "items": [5, 6, 7, 8, 9]}]
+    result = run(s, notes)
+    assert s.batches == [
+        ([10, 20, 30], [1, 2, 3], [0, 0, 0]),
+        ([40, 50, 60], [4, 5, 6], [0, 1, 1]),
+        ([70, 80, 90], [7, 8, 9], [1, 1, 1]),
+    ]
+    assert result.outputs == {"out": notes}
+    assert notes[0]["loaded"] == [10, 20, 30, 40] and notes[1]["loaded"] == [50, 60, 70, 80, 90]
+    assert result.stats["batches"] == 3 and result.stats["items"] == 9 and result.stats["notes"] == 2
+
+
+def test_last_partial_batch_and_batch_size_one():
+    s = Recorder(batch_size=4)
+    run(s, [{"id": 0, "items": list(range(6))}])
+    assert [len(b[0]) for b in s.batches] == [4, 2]
+    s1 = Recorder(batch_size=1)
+    run(s1, [{"id": 0, "items": [1, 2]}, {"id": 1, "items": [3]}])
+    assert [b[1] for b in s1.batches] == [[1], [2], [3]]
+
+
+def test_notes_with_zero_one_many_items_released_in_order():
+    s = Recorder(batch_size=2)
+    notes = [
+        {"id": "a", "items": []},
+        {"id": "b", "items": [1]},
+        {"id": "c", "items": []},
+        {"id": "d", "items": [2, 3, 4]},
+        {"id": "e", "items": []},
+    ]
+    result = run(s, notes)
+    assert [n["id"] for n in result.outputs["out"]] == ["a", "b", "c", "d", "e"]
+    assert s.routed == ["a", "b", "c", "d", "e"]
+    assert "loaded" not in notes[0] and "loaded" not in notes[2]
+    assert notes[1]["loaded"] == [10] and notes[3]["loaded"] == [20, 30, 40]
+    assert [b[1] for b in s.batches] == [[1, 2], [3, 4]]
+
+
+def test_only_empty_notes():
+    s = Recorder(batch_size=2)
+    result = run(s, [{"id": 0, "items": []}, {"id": 1, "items": []}])
+    assert [n["id"] for n in result.outputs["out"]] == [0, 1]
+    assert s.batches == []
+
+
+def test_no_notes():
+    result = run(Recorder(), [])
+    assert result.outputs == {"out": []}
+
+
+def test_scalar_and_dict_items():
+    s = Recorder(batch_size=8)
+    notes = [{"id": 0, "items": 5}, {"id": 1, "items": [6]}]
+    run(s, notes)
+    assert s.batches == [([50, 60], [5, 6], [0, 1])]
+
+    d = SyncStep(batch_size=8)
+    item = {"type": "image", "value": "/x.png"}
+    run(d, [{"id": 0, "items": item}, {"id": 1, "items": [item, item]}])
+    assert d.batches == [(None, [item, item, item], [0, 1, 1])]  # raw elements, a dict is one item
+
+
+def test_missing_item_key_fails_naming_the_note():
+    with pytest.raises(StepFailure) as info:
+        run(Recorder(), [{"id": 0, "items": [1]}, {"id": 1, "other": 2}])
+    assert "note 1" in str(info.value) and "'items'" in str(info.value)
+
+
+def test_item_order_kept_with_several_process_workers():
+    s = SlowRecorder(batch_size=2)
+    notes = [{"id": i, "items": list(range(i * 10, i * 10 + i % 4))} for i in range(8)]
+    result = run(s, notes, num_workers=2, prefetch=2)
+    assert [n["id"] for n in result.outputs["out"]] == list(range(8))
+    for note in notes:
+        assert note.get("loaded", []) == [x * 10 for x in note["items"]]
+    flat = [x for b in s.batches for x in b[1]]
+    assert flat == [x for n in notes for x in n["items"]]
+
+
+def test_process_and_thread_pools_give_identical_outputs():
+    def make_notes():
+        return [{"id": i, "items": list(range(i))} for i in range(6)]
+
+    outs = {}
+    for worker_type in ("process", "thread"):
+        s = SlowRecorder(batch_size=3)
+        result = run(s, make_notes(), num_workers=2, worker_type=worker_type)
+        outs[worker_type] = (result.outputs, s.batches)
+    outs["in-step"] = (run(SlowRecorder(batch_size=3), make_notes()).outputs, None)
+    assert outs["process"] == outs["thread"]
+    assert outs["process"][0] == outs["in-step"][0]
+
+
+def test_tensors_are_passed_as_a_list():
+    s = TensorLoad(batch_size=3)
+    notes = [{"id": 0, "items": [1, 2, 3, 4]}]
+    run(s, notes, num_workers=1)
+    assert notes[0]["sums"] == [4.0, 8.0, 12.0, 16.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# load_fn calling conventions
+
+
+def test_plain_load_fn_from_decorator_gets_ctx_in_step_process():
+    s = plain_load(tag="T")
+    s.me = s
+    notes = [{"items": [1, 2, 3]}]
+    run(s, notes)
+    got = notes[0]["got"]
+    assert [g["item"] for g in got] == [1, 2, 3]
+    assert all(g["same"] and g["tag"] == "T" and g["ctx_type"] == "PlainLoad" and g["params"] == {} for g in got)
+    assert got[0]["pid"] == os.getpid()
+
+
+def test_plain_load_fn_gets_ctx_copy_in_worker_process():
+    s = plain_load(tag="W")
+    s.me = s
+    notes = [{"items": [1, 2, 3]}]
+    run(s, notes, num_workers=2)
+    got = notes[0]["got"]
+    assert [g["item"] for g in got] == [1, 2, 3]
+    assert all(g["tag"] == "W" and g["ctx_type"] == "PlainLoad" for g in got)
+    assert all(g["pid"] != os.getpid() for g in got)
+
+
+def test_staticmethod_load_fn_gets_item_only():
+    notes = [{"items": ["x", "y"]}]
+    run(StaticLoad(), notes)
+    assert notes[0]["got"] == [("static", "x", {}), ("static", "y", {})]
+
+
+def test_method_load_fn_is_bound():
+    notes = [{"items": [1, 2]}]
+    run(MethodLoad(offset=5), notes, num_workers=1)
+    assert notes[0]["got"] == [6, 7]
+
+
+def test_load_fn_params_are_passed_as_kwargs():
+    notes = [{"items": [1]}]
+    run(ParamsLoad(), notes)
+    assert notes[0]["got"] == [("static", 1, {"scale": 3})]
+
+
+def test_load_fn_assigned_on_the_instance_is_used():
+    notes = [{"items": [1, 2]}]
+    run(InstanceLoad(), notes)
+    assert notes[0]["got"] == [("instance", 1), ("instance", 2)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sync path (no load_fn)
+
+
+def test_sync_batch_step_flushes_last_partial_batch():
+    s = SyncStep(batch_size=3)
+    notes = [{"id": 0, "items": [1, 2]}, {"id": 1, "items": [3, 4]}]
+    result = run(s, notes, num_workers=2)
+    assert s.batches == [(None, [1, 2, 3], [0, 0, 1]), (None, [4], [1])]
+    assert [n["id"] for n in result.outputs["out"]] == [0, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# dump_fn conventions, files, release after dumps
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_plain_dump_fn_gets_ctx_and_tuple(tmp_path, num_workers):
+    s = plain_dump_step(out_dir=str(tmp_path), prefix="#")
+    notes = [{"names": ["a", "b", "c"]}, {"names": "d"}]
+    result = run(s, notes, num_workers=num_workers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt", "d.txt"]
+    assert (tmp_path / "b.txt").read_text() == "#B"
+    assert (tmp_path / "d.txt").read_text() == "#D"
+    assert sorted(os.path.basename(p) for p, _ in result.files) == ["a.txt", "b.txt", "c.txt", "d.txt"]
+    assert all(size == 2 for _, size in result.files)
+    assert result.stats["dumps"] == 4
+    assert result.outputs["out"] == notes
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_staticmethod_dump_fn_and_note_released_after_its_dumps(tmp_path, worker_type):
+    s = StaticDump(str(tmp_path), batch_size=2)
+    notes = [{"names": ["n1", "n2", "n3"]}, {"names": []}, {"names": ["n4"]}]
+    result = run(s, notes, num_workers=2, worker_type=worker_type)
+    assert [n["names"] for n in result.outputs["out"]] == [["n1", "n2", "n3"], [], ["n4"]]
+    assert all(n["files_present_at_route"] for n in result.outputs["out"])
+    assert (tmp_path / "n3.txt").read_text() == "N3"
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_on_item_batch_wrong_number_of_dump_tuples():
+    with pytest.raises(StepFailure) as info:
+        run(WrongCount(batch_size=2), [{"items": [1, 2]}])
+    msg = str(info.value)
+    assert "step 'S'" in msg
+    assert "returned 1 dump tuples for a batch of 2 items" in msg
+
+
+def test_dump_tuples_without_dump_fn():
+    with pytest.raises(StepFailure, match="no dump_fn"):
+        run(DumpsWithoutDumpFn(batch_size=2), [{"items": [1, 2]}])
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_failing_load_fn_raise_names_the_item(num_workers):
+    notes = [{"items": ["ok1"]}, {"items": ["ok2", "bad", "ok3"]}]
+    with pytest.raises(StepFailure) as info:
+        run(flaky(), notes, num_workers=num_workers)
+    msg = str(info.value)
+    assert "workflow 'w', step 'S' (node 9)" in msg
+    assert "load_fn failed on item 'bad' (note 1, item 1)" in msg
+    assert "ValueError: cannot load bad" in msg
+
+
+def test_failing_load_fn_skip_records_and_rest_arrive():
+    notes = [{"id": 0, "items": ["a"]}, {"id": 1, "items": ["b", "bad", "c"]}, {"id": 2, "items": ["d", "e"]}]
+    result = run(flaky(), notes, num_workers=2, on_item_error="skip")
+    (error,) = result.errors
+    assert error.stage == "load_fn"
+    assert (error.note_index, error.item_index, error.item) == (1, 1, "'bad'")
+    assert "ValueError: cannot load bad" in error.error
+    out = {n["id"]: n for n in result.outputs["out"]}
+    assert out[0]["got"] == ["a"]
+    assert out[2]["got"] == ["d", "e"]
+    assert notes[1]["got"] == ["b", "c"]
+    assert result.stats["items_failed"] == 1 and result.stats["items_skipped"] == 1
+
+
+def test_on_item_batch_raising_names_the_batch_item():
+    with pytest.raises(StepFailure) as info:
+        run(BatchRaises(batch_size=2), [{"items": [1, 2]}, {"items": [3, 4]}])
+    assert "on_item_batch failed on item 3 (note 1, item 0)" in str(info.value)
+    assert "RuntimeError: model exploded" in str(info.value)
+
+    notes = [{"id": 0, "items": [1, 2]}, {"id": 1, "items": [3, 4]}, {"id": 2, "items": [5]}]
+    result = run(BatchRaises(batch_size=2), notes, on_item_error="skip")
+    assert [(e.note_index, e.item_index) for e in result.errors] == [(1, 0), (1, 1)]
+    assert notes[0]["got"] == [1, 2] and notes[2]["got"] == [5]
+
+
+def test_on_end_runs_when_batch_step_fails():
+    EndTracker.ended.clear()
+    s = EndTracker(batch_size=2)
+    notes = [{"id": 0, "items": [1]}, {"id": 1, "other": 1}]
+    with pytest.raises(StepFailure):
+        run_step(s, "batch", notes, pins=["out"], label="L", node=("9", "S"), emit=lambda *a: None, batch_settings=settings())
+    assert EndTracker.ended == [s]
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch steps in workflows
+
+
+def _expected_parts(repo):
+    from dagster_graphbook.registry import _import_file
+
+    module = _import_file((repo / "custom_nodes" / "word_split" / "nodes.py").resolve())
+    base = repo / "sample_data" / "word_split"
+    with open(base / "files.csv", newline="") as f:
+        paths = [(base / row["path"]).resolve() for row in csv.DictReader(f)]
+    return {p.stem: module.split_words_into_parts(module.read_words(str(p)), 4) for p in paths}, [p.stem for p in paths]
+
+
+def test_word_split_workflow_writes_files(repo, run_wf, tmp_path, dagster_home):
+    out_dir = tmp_path / "out"
+    run = run_wf(repo / "workflows" / "word_split.json", custom_nodes=[repo / "custom_nodes" / "word_split"], params={"SplitWords.output_dir": str(out_dir)})
+    assert run.success, run.failure
+    expected, order = _expected_parts(repo)
+    assert len(order) == 6
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{name}.txt" for name in order)
+    for name, parts in expected.items():
+        assert (out_dir / f"{name}.txt").read_text().splitlines() == parts
+    files = run.notes["SplitWords"]["OutputFiles"]
+    meta = run.notes["SplitWords"]["Metadata"]
+    assert [n["name"] for n in files] == order and [n["name"] for n in meta] == order
+    assert all(n["output_path"] == str(out_dir / f"{n['name']}.txt") for n in files)
+    assert all(n["parts"] == expected[n["name"]] and n["num_parts"] == len(expected[n["name"]]) for n in meta)
+    instance = dg.DagsterInstance.from_config(dagster_home)
+    event = instance.get_latest_materialization_event(dg.AssetKey(["word_split", "SplitWords", "OutputFiles"]))
+    md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert md["batches"] == 2  # 6 files, batch_size 4
+    assert md["items"] == 6 and md["notes"] == 6 and md["dumps"] == 6
+
+
+def test_word_split_class_form_matches(repo, run_wf, tmp_path):
+    out_dir = tmp_path / "class_out"
+    csv_path = repo / "sample_data" / "word_split" / "files.csv"
+    path = write_workflow(
+        tmp_path,
+        "word_split_class",
+        [
+            step_node("0", "InputFiles", {"csv_path": str(csv_path)}, source=True),
+            step_node("1", "SplitWordsClass", {"batch_size": 5, "output_dir": str(out_dir)}, outputs=["OutputFiles", "Metadata"]),
+        ],
+        [edge("0", "out", "1")],
+    )
+    run = run_wf(path, custom_nodes=[repo / "custom_nodes" / "word_split"], params={"SplitWordsClass.runtime.worker_type": "thread"})
+    assert run.success, run.failure
+    expected, order = _expected_parts(repo)
+    assert [n["name"] for n in run.notes["SplitWordsClass"]["Metadata"]] == order
+    assert {n["name"]: n["parts"] for n in run.notes["SplitWordsClass"]["Metadata"]} == expected
+    for name, parts in expected.items():
+        assert (out_dir / f"{name}.txt").read_text().splitlines() == parts
+
+
+def test_word_split_missing_file_fails_naming_item(repo, run_wf, tmp_path, dagster_home):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "one.txt").write_text("alpha beta")
+    (data / "files.csv").write_text("path\none.txt\nmissing.txt\n")
+    run = run_wf(
+        repo / "workflows" / "word_split.json",
+        custom_nodes=[repo / "custom_nodes" / "word_split"],
+        params={"InputFiles.csv_path": str(data / "files.csv"), "SplitWords.output_dir": str(tmp_path / "o"), "SplitWords.runtime.num_workers": 0},
+    )
+    assert not run.success
+    instance = dg.DagsterInstance.from_config(dagster_home)
+    texts = []
+    for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        error = record.dagster_event.step_failure_data.error
+        while error is not None:
+            texts.append(error.message)
+            error = error.cause
+    text = "\n".join(texts)
+    assert "step 'SplitWords' (node 1)" in text
+    assert "load_fn failed on item" in text and "missing.txt" in text and "(note 1, item 0)" in text
+    assert "FileNotFoundError" in text
