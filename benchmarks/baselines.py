@@ -68,27 +68,29 @@ class ConvModel(torch.nn.Module):
         return float(y.sum())
 
 
-def calibrated_conv_model(paths: Sequence[str], samples: int = 6) -> tuple[ConvModel, float, float]:
-    """ConvModel whose per-batch time is about one batch's sequential load time; returns (model, load_s, compute_s)."""
-    loads, batches = [], []
-    for i in range(samples):
-        t0 = time.perf_counter()
-        batch = [load_item(p) for p in paths[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]]
-        loads.append(time.perf_counter() - t0)
-        batches.append(torch.stack(batch))
-    load_s = statistics.median(loads)
+def calibrated_conv_model(paths: Sequence[str], samples: int = 10) -> tuple[ConvModel, float, float]:
+    """ConvModel whose per-batch time is about one batch's sequential load time; returns (model, load_s, compute_s).
+
+    Loads and forwards alternate batch by batch and the reps come from the median ratio of pairs: this
+    machine's speed drifts (shared host), and a pair sees the same conditions.
+    """
     model = ConvModel(1)
-    model(batches[0])  # warm-up
-    one = statistics.median(_timed(lambda b=b: model(b)) for b in batches)
-    model.reps = max(1, round(load_s / one))
-    compute_s = statistics.median(_timed(lambda b=b: model(b)) for b in batches)
-    return model, load_s, compute_s
+    samples = max(1, min(samples, len(paths) // BATCH_SIZE))
 
+    def pairs() -> list[tuple[float, float]]:
+        out = []
+        for i in range(samples):
+            t0 = time.perf_counter()
+            batch = torch.stack([load_item(p) for p in paths[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]])
+            t1 = time.perf_counter()
+            model(batch)
+            out.append((t1 - t0, time.perf_counter() - t1))
+        return out
 
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    pairs()  # warm-up
+    model.reps = max(1, round(statistics.median(load / fwd for load, fwd in pairs())))
+    final = pairs()
+    return model, statistics.median(p[0] for p in final), statistics.median(p[1] for p in final)
 
 
 # ---- harness -------------------------------------------------------------------------------

@@ -16,9 +16,8 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -26,7 +25,7 @@ sys.path.insert(1, str(HERE.parent))  # the project, importable without installi
 
 from baselines import (  # noqa: E402
     BATCH_SIZE, NUM_WORKERS, Model, as_batch, calibrated_conv_model, configure, load_item,
-    measure, measure_round_robin, no_model, run_dataloader, run_sequential, run_threads, trivial_model,
+    measure_round_robin, no_model, run_dataloader, run_sequential, run_threads, trivial_model,
 )
 from imageset import make_image_set  # noqa: E402
 
@@ -105,16 +104,6 @@ def rate(n: int, times: Optional[list]) -> Optional[float]:
     return n / statistics.median(times) if times else None
 
 
-def timed_config(label: str, run: Callable[[], None], repeats: int, timeout: float) -> tuple[Optional[list], str]:
-    print(f"  running {label} ...", file=sys.stderr, flush=True)
-    try:
-        return measure(run, repeats, timeout), ""
-    except ProjectUnavailable as e:
-        return None, str(e)
-    except Exception as e:  # a failed/timed-out configuration is reported, the others still run
-        return None, f"{type(e).__name__}: {e}"
-
-
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
@@ -186,7 +175,7 @@ def compute_bound_mode(paths, args) -> None:
     n, R, T = len(paths), args.repeats, args.timeout
     model, load_s, compute_s = calibrated_conv_model(paths)
     print(f"\nCompute-bound: ConvModel x{model.reps} = {compute_s * 1e3:.1f} ms/batch vs sequential load "
-          f"{load_s * 1e3:.1f} ms/batch ({n} items, median of {R})")
+          f"{load_s * 1e3:.1f} ms/batch when calibrated ({n} items, median of {R} interleaved runs)")
     batches = [as_batch([load_item(p) for p in paths[i:i + BATCH_SIZE]]) for i in range(0, min(n, 800), BATCH_SIZE)]
     n_batches = -(-n // BATCH_SIZE)
 
@@ -194,23 +183,28 @@ def compute_bound_mode(paths, args) -> None:
         for i in range(n_batches):
             model(batches[i % len(batches)])
 
-    compute_rate = rate(n, timed_config("compute-only", compute_only, R, T)[0])
     configs = [
         ("sequential (no overlap)", lambda m: run_sequential(paths, m)),
         ("DataLoader w=2, default collate", lambda m: run_dataloader(paths, True, m, timeout=T)),
         ("dagster-graphbook batch op, process pool", lambda m: run_project(paths, "process", m)),
         ("dagster-graphbook batch op, thread pool", lambda m: run_project(paths, "thread", m)),
     ]
-    rows, notes = [], []
+    runs = {"compute-only": compute_only}
     for label, run in configs:
-        e2e, why = timed_config(f"{label} end-to-end", lambda: run(model), R, T)
-        load, why2 = timed_config(f"{label} load-only", lambda: run(no_model), R, T)
-        e2e_r, load_r = rate(n, e2e), rate(n, load)
+        runs[f"{label} | e2e"] = lambda run=run: run(model)
+        runs[f"{label} | load"] = lambda run=run: run(no_model)
+    print("  running compute-only, end-to-end and load-only runs (interleaved) ...", file=sys.stderr, flush=True)
+    measured = measure_round_robin(runs, R, T)
+    failed = {k: v for k, v in measured.items() if isinstance(v, BaseException)}
+    rates = {k: None if k in failed else rate(n, v) for k, v in measured.items()}
+    compute_rate = rates["compute-only"]
+    rows, notes = [], [f"{k}: n/a ({v!r})" for k, v in failed.items() if not isinstance(v, ProjectUnavailable)]
+    notes += sorted({f"{k.split(' | ')[0]}: n/a ({v})" for k, v in failed.items() if isinstance(v, ProjectUnavailable)})
+    for label, _ in configs:
+        e2e_r, load_r = rates[f"{label} | e2e"], rates[f"{label} | load"]
         bound = min(load_r, compute_rate) if load_r and compute_rate else None
         rows.append([label, f2(e2e_r, 1), f2(load_r, 1), f2(compute_rate, 1),
                      f2(bound / e2e_r if bound and e2e_r else None)])
-        if why or why2:
-            notes.append(f"{label}: n/a ({why or why2})")
     print_table(["configuration", "end-to-end it/s", "load-only it/s", "compute-only it/s",
                  "t_e2e / max(t_load, t_compute)"], rows)
     print("  * 1.00 = loading fully hidden behind compute; 2.00 = no overlap at all")
