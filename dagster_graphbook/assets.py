@@ -128,13 +128,9 @@ def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[st
     def build(init_context: dg.InitResourceContext) -> Any:
         from .authoring.log import LogTarget, log_target
         from .execution.errors import StepFailure
+        from .execution.step_op import config_kwargs
 
-        kwargs = {}
-        for key, value in (init_context.resource_config or {}).items():
-            if key in functions and value != functions[key] and key not in overridable:
-                raise StepFailure(label, f"run config replaces the code of function parameter {key!r}; only the workflow file may set it unless it marks the parameter overridable")
-            if value is not None:
-                kwargs[key] = value
+        kwargs = config_kwargs(init_context.resource_config or {}, functions, overridable, label)
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
         emit = lambda level, msg: getattr(init_context.log, level if level in ("info", "warning", "error") else "info")(msg)  # noqa: E731

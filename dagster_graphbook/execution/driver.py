@@ -90,6 +90,3 @@ def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str,
 def step_label(workflow: str, step_name: str, node_id: str) -> str:
     return f"workflow '{workflow}', step '{step_name}' (node {node_id})"
 
-
-def describe_error(error: Optional[ItemError]) -> str:
-    return error.headline() if error else ""

@@ -36,17 +36,23 @@ class StepPlan:
         return step_label(self.workflow, self.step_name, self.node_id)
 
 
-def _step_kwargs(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Dict[str, Any]:
+def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optional[str]], overridable: Tuple[str, ...], label: str, partition_key: Optional[str] = None) -> Dict[str, Any]:
+    """Constructor kwargs from op or resource config; refuses run config that replaces function code."""
     kwargs: Dict[str, Any] = {}
-    partition_key = context.partition_key if context.has_partition_key else None
     for key, value in config.items():
-        if key in plan.function_params and value != plan.function_params[key] and key not in plan.overridable:
-            raise StepFailure(plan.label, f"run config replaces the code of function parameter {key!r}; "
+        if key in function_params and value != function_params[key] and key not in overridable:
+            raise StepFailure(label, f"run config replaces the code of function parameter {key!r}; "
                               "function parameters run code, so only the workflow file may set them unless it marks the parameter overridable")
         if isinstance(value, str) and partition_key is not None:
             value = value.replace("{partition_key}", partition_key)
         if value is not None:
             kwargs[key] = value
+    return kwargs
+
+
+def _step_kwargs(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Dict[str, Any]:
+    partition_key = context.partition_key if context.has_partition_key else None
+    kwargs = config_kwargs(config, plan.function_params, plan.overridable, plan.label, partition_key)
     for key, resource_key in plan.resource_keys.items():
         kwargs[key] = getattr(context.resources, resource_key)
     return kwargs

@@ -6,7 +6,7 @@ import ctypes
 import multiprocessing
 import signal
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 _PR_SET_PDEATHSIG = 1
 
@@ -55,9 +55,3 @@ def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional
             return f"{what} cannot be sent to {start_method} workers: {type(exc).__name__}: {exc}; use start_method 'fork'"
     return None
 
-
-def call_quietly(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:
-        pass
