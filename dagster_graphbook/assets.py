@@ -23,6 +23,8 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
     """Run settings of a step op, next to its parameters (under ``runtime``)."""
     fields: Dict[str, dg.Field] = {
         "on_item_error": dg.Field(_ON_ERROR, default_value="raise", description="raise: fail the op on a bad note or item; skip: record it (metadata 'errors') and go on"),
+        "retries": dg.Field(int, default_value=0, description="run the step again this many times when it fails (Dagster retry: the step restarts from its stored inputs)"),
+        "retry_delay_s": dg.Field(float, default_value=0.0, description="seconds to wait before each retry"),
     }
     if kind == "batch":
         fields.update({
@@ -53,6 +55,11 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
 
 def _function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
     return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items() if s.get("type") == "function" and k not in node.resource_params}
+
+
+def _overridable(workflow: Workflow, node: WorkflowNode) -> tuple:
+    """Function parameters whose code run config may replace: marked in the workflow file, or by ``GraphbookWorkflow``."""
+    return tuple(sorted({*workflow.overridable_functions, *node.overridable}))
 
 
 @dataclass
@@ -94,7 +101,7 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
     plan = StepPlan(
         workflow=workflow.name, workflow_source=workflow.source, node_id=node.id, step_name=step_name, cls=node.cls, kind=kind,
         pins=tuple(node.outputs), output_names=output_names, input_names=tuple(ins), resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
-        function_params=_function_params(node), overridable=tuple(workflow.overridable_functions),
+        function_params=_function_params(node), overridable=_overridable(workflow, node),
     )
     config = {**param_fields(workflow, node), RUNTIME_KEY: dg.Field(runtime_fields(kind), is_required=False)}
 
@@ -123,7 +130,7 @@ def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[st
     bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
     functions = _function_params(node)
     label = f"workflow '{workflow.name}', resource '{node.label or node.name}' (node {node.id})"
-    overridable = tuple(workflow.overridable_functions)
+    overridable = _overridable(workflow, node)
 
     def build(init_context: dg.InitResourceContext) -> Any:
         from .authoring.log import LogTarget, log_target

@@ -49,6 +49,8 @@ def load(spec: GraphbookWorkflow) -> Workflow:
     else:
         is_json = not isinstance(spec.source, Graph) and Path(spec.source).suffix != ".py"
         registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
+        for error in registry.import_errors if registry else ():
+            logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(spec.source, registry, name=spec.name, search_path=spec.custom_nodes)
     workflow.overridable_functions = tuple(spec.overridable_functions)
     return workflow

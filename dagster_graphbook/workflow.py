@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import params as ptypes
 from .authoring.graph import Graph, GraphResourceWrapper, GraphStepWrapper
@@ -58,6 +58,7 @@ class WorkflowNode:
     resource_params: Dict[str, str] = field(default_factory=dict)  # parameter -> resource node id
     inputs: List[Tuple[str, str]] = field(default_factory=list)  # (source node id, pin), edge order
     raw: Dict[str, Any] = field(default_factory=dict)  # the node as the editor saved it
+    overridable: Set[str] = field(default_factory=set)  # function parameters run config may replace
 
     @property
     def parameters(self) -> Dict[str, dict]:
@@ -226,9 +227,21 @@ def _parse_node(raw: Any, index: int, registry: NodeRegistry, problems: List[str
             problems.append(f"{where}: parameter {key!r} is not a parameter of {cls_name} (its parameters: {', '.join(declared) or 'none'})")
             continue
         value = pdata.get("value") if isinstance(pdata, dict) else pdata
+        if isinstance(pdata, dict) and "overridable" in pdata:
+            _mark_overridable(node, key, pdata["overridable"], where, problems)
         if value is not None:
             node.values[key] = ptypes.dict_from_triples(value) if declared[key].get("type") == "dict" else value
     return node
+
+
+def _mark_overridable(node: WorkflowNode, key: str, flag: Any, where: str, problems: List[str]) -> None:
+    """``"overridable": true`` on a function parameter lets run config replace its code."""
+    if not isinstance(flag, bool):
+        problems.append(f"{where}: parameter {key!r}: 'overridable' must be true or false, got {flag!r}")
+    elif flag and node.parameters.get(key, {}).get("type") != "function":
+        problems.append(f"{where}: parameter {key!r} is marked overridable, but only 'function' parameters need that (others can always be set from run config)")
+    elif flag:
+        node.overridable.add(key)
 
 
 def _apply_edge(edge: Any, index: int, nodes: Dict[str, WorkflowNode], problems: List[str]) -> None:
@@ -280,6 +293,9 @@ def _from_graph(graph: Graph, name: str, *, path: Optional[Path] = None) -> Work
                 problems.append(f"{node.describe()}: parameter {key!r} is bound to a step; only resources can be bound to parameters")
             else:
                 node.values[key] = value
+        for key in getattr(wrapper, "overridable", ()):
+            if key in node.parameters:
+                _mark_overridable(node, key, True, node.describe(), problems)
         if isinstance(wrapper, GraphStepWrapper):
             node.inputs = [(src.id, pin) for pin, src in wrapper.deps]
         nodes[node.id] = node

@@ -70,7 +70,7 @@ def test_op_config_defaults_equal_workflow_values(sample_defs):
     assert gen["amount"].default_value == 200  # the workflow's value, not the decorator default 1000
     assert gen["seed"].default_value is None and not gen["seed"].is_required
     runtime = gen["runtime"].config_type.fields
-    assert set(runtime) == {"on_item_error"}
+    assert set(runtime) == {"on_item_error", "retries", "retry_delay_s"}
     assert runtime["on_item_error"].default_value == "raise"
     # a resource-bound parameter has no config field
     split_fields = _asset_for(sample_defs, K(["sample", "Split", "A"])).op.config_schema.config_type.fields

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 __all__ = ["Graph", "GraphNodeWrapper", "GraphStepWrapper", "GraphResourceWrapper"]
 
@@ -18,9 +18,15 @@ class GraphNodeWrapper:
         self.node = node
         self.id = id
         self.parameters: Dict[str, Any] = {}
+        self.overridable: Set[str] = set()
 
-    def param(self, key: str, arg: Any) -> "GraphNodeWrapper":
+    def param(self, key: str, arg: Any, *, overridable: bool = False) -> "GraphNodeWrapper":
+        """Set parameter ``key``; ``overridable=True`` lets run config replace a ``function`` parameter's code."""
         self.parameters[key] = arg
+        if overridable:
+            self.overridable.add(key)
+        else:
+            self.overridable.discard(key)
         return self
 
 
@@ -116,6 +122,8 @@ class Graph:
             for key, spec in getattr(node.node, "Parameters", {}).items():
                 value = node.parameters.get(key)
                 params[key] = {**spec, "value": {"node": value.id, "slot": "resource"} if isinstance(value, GraphResourceWrapper) else value}
+                if key in node.overridable:
+                    params[key]["overridable"] = True
             out[node.id] = {
                 "type": node.kind,
                 "name": node.node.__name__,

@@ -41,8 +41,9 @@ def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optio
     kwargs: Dict[str, Any] = {}
     for key, value in config.items():
         if key in function_params and value != function_params[key] and key not in overridable:
-            raise StepFailure(label, f"run config replaces the code of function parameter {key!r}; "
-                              "function parameters run code, so only the workflow file may set them unless it marks the parameter overridable")
+            raise StepFailure(label, f"run config replaces the code of function parameter {key!r}, which the workflow does not mark overridable; "
+                              "function parameters run code, so only the workflow may set them unless it marks the parameter "
+                              "('\"overridable\": true' in the parameter's entry, or node.param(key, value, overridable=True))")
         if isinstance(value, str) and partition_key is not None:
             value = value.replace("{partition_key}", partition_key)
         if value is not None:
@@ -82,6 +83,16 @@ def _stats_metadata(stats: Dict[str, Any], files: List[Tuple[str, int]]) -> Dict
     return meta
 
 
+def _retry_or_raise(context: dg.AssetExecutionContext, plan: StepPlan, runtime: Mapping[str, Any], exc: Exception) -> None:
+    """``runtime.retries`` from run config: ask Dagster to run the step again; once spent, the step fails with ``exc`` itself."""
+    retries = int(runtime.get("retries") or 0)
+    attempt = context.retry_number + 1
+    if attempt > retries:
+        return
+    context.log.warning(f"{plan.label}: attempt {attempt} of {retries + 1} failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying")
+    raise dg.RetryRequested(max_retries=retries, seconds_to_wait=float(runtime.get("retry_delay_s") or 0.0)) from exc
+
+
 def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapping[str, List[Any]]) -> Iterator[dg.Output]:
     """Run the step over the notes of all its inputs and yield its notes per pin."""
     config = dict(context.op_execution_context.op_config or {})
@@ -104,8 +115,12 @@ def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapp
         from .batch import BatchSettings
 
         batch_settings = BatchSettings.from_config(runtime)
-    result = run_step(step, plan.kind, notes, pins=plan.pins, label=plan.label, node=(plan.node_id, plan.step_name), emit=emit,
-                      on_item_error=runtime.get("on_item_error", "raise"), batch_settings=batch_settings)
+    try:
+        result = run_step(step, plan.kind, notes, pins=plan.pins, label=plan.label, node=(plan.node_id, plan.step_name), emit=emit,
+                          on_item_error=runtime.get("on_item_error", "raise"), batch_settings=batch_settings)
+    except Exception as exc:
+        _retry_or_raise(context, plan, runtime, exc)
+        raise
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
     meta = {**_stats_metadata(result.stats, result.files), **_error_metadata(result.errors), "notes_in": dg.MetadataValue.int(len(notes))}
