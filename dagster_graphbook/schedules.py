@@ -1,17 +1,34 @@
-"""Schedules and sensors for workflows (nightly runs of daily partitions)."""
+"""Schedules and sensors for workflows: nightly runs of daily partitions, runs for new dated folders."""
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Tuple, Union
 
 import dagster as dg
 
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def daily_partitions(start_date: str, *, end_offset: int = 0, timezone: Optional[str] = None) -> dg.DailyPartitionsDefinition:
+    """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a complete day."""
+    return dg.DailyPartitionsDefinition(start_date=start_date, end_offset=end_offset, timezone=timezone)
+
 
 def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
-    """The schedule (and sensor) a workflow declares."""
+    """The schedule (and sensor) a workflow declares.
+
+    Daily partitions without a cron: a nightly schedule at ``schedule_hour`` (UTC, default 0) that
+    runs the previous day. Partitions with a cron: each tick runs the latest complete partition.
+    A cron alone: an unpartitioned schedule.
+    """
     schedules: List[Any] = []
     sensors: List[Any] = []
-    name = defs.workflow.name
+    name = defs.job.name
     if spec.partitions_def is not None and spec.cron_schedule is None:
         if isinstance(spec.partitions_def, dg.TimeWindowPartitionsDefinition):
             schedules.append(dg.build_schedule_from_partitioned_job(defs.job, name=f"{name}_nightly", hour_of_day=spec.schedule_hour or 0))
@@ -21,5 +38,64 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
         else:
             schedules.append(dg.ScheduleDefinition(name=f"{name}_schedule", job=defs.job, cron_schedule=spec.cron_schedule))
     if spec.sensor is not None:
-        sensors.append(spec.sensor.build(defs))
+        sensors.append(spec.sensor.build(defs.job, spec.partitions_def))
     return schedules, sensors
+
+
+def new_day_folders(folder: Union[str, Path], cursor: Optional[str]) -> List[str]:
+    """Names of the ``YYYY-MM-DD`` folders in ``folder`` later than ``cursor``, oldest first.
+
+    Hidden folders (a day still being written under a temporary name) are not listed.
+    """
+    try:
+        names = [e.name for e in os.scandir(folder) if e.is_dir() and _DAY.match(e.name)]
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if cursor is None or n > cursor)
+
+
+@dataclass
+class FolderSensor:
+    """Starts a run of a workflow when a new dated folder (``YYYY-MM-DD``) appears in ``folder``.
+
+    The cursor is the latest day already requested, so each day starts one run (the run key is
+    the day too). With daily partitions the run processes that day's partition; a folder for a
+    day whose partition does not exist yet (today, before midnight) waits until it does.
+    Like Dagster's sensors, it is stopped until turned on in the UI (or ``default_status``).
+    """
+
+    folder: Union[str, Path]
+    name: Optional[str] = None
+    minimum_interval_seconds: int = 30
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+
+    def build(self, job: Any, partitions_def: Optional[dg.PartitionsDefinition] = None) -> dg.SensorDefinition:
+        folder = Path(self.folder)
+
+        def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+            requests: List[dg.RunRequest] = []
+            cursor = context.cursor
+            for day in new_day_folders(folder, context.cursor):
+                partition_key = None
+                if partitions_def is not None:
+                    if not partitions_def.has_partition_key(day):
+                        if day >= (partitions_def.get_first_partition_key() or ""):
+                            break  # its partition does not exist yet (today): ask again on a later tick
+                        context.log.info(f"skipping {folder / day}: before the first partition")
+                        cursor = day
+                        continue
+                    partition_key = day
+                requests.append(dg.RunRequest(run_key=day, partition_key=partition_key, tags={"dagster_graphbook/folder": str(folder / day)}))
+                cursor = day
+            skip = None if requests else f"no new dated folder in {folder}" + (f" after {context.cursor}" if context.cursor else "")
+            return dg.SensorResult(run_requests=requests or None, cursor=cursor, skip_reason=skip)
+
+        return dg.SensorDefinition(
+            name=self.name or f"{job.name}_new_folder",
+            evaluation_fn=evaluate,
+            job=job,
+            minimum_interval_seconds=self.minimum_interval_seconds,
+            default_status=self.default_status,
+            description=f"Runs {job.name} for each new dated folder (YYYY-MM-DD) in {folder}",
+        )
+

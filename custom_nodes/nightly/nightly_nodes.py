@@ -1,0 +1,233 @@
+"""Nightly shapes demo: list a day's incoming images, classify them with a small CNN, send
+low-confidence predictions to review, and write resized copies sorted by predicted label.
+
+Plain Graphbook node code (it imports ``graphbook`` only). torch is imported inside functions,
+so loading these nodes (as Dagster's code location does) stays fast.
+
+IncomingImages -> ClassifyShapes (model: ShapesModel) -> ReviewSplit -> confident -> SaveResized
+                                                                     -> review (a table to check by hand)
+"""
+
+import csv
+import os
+from pathlib import Path
+
+from graphbook.resources import Resource
+from graphbook.steps import BatchStep, SourceStep, Split
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# Standard torch layers the checkpoint may contain: loaded with weights_only=True, so a
+# checkpoint cannot run arbitrary code.
+_LAYERS = ("Sequential", "Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Flatten", "Linear", "Dropout")
+
+
+def resolve_path(path: str) -> Path:
+    """Relative paths are tried against the current directory, then against the project root
+    (the folder holding custom_nodes/), so the workflow runs from wherever Dagster starts."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p.resolve()
+    candidate = Path(__file__).resolve().parents[2] / p
+    return candidate if candidate.exists() else p.resolve()
+
+
+class ClassifierModel:
+    """A loaded checkpoint: the model on a device, its class names and input size."""
+
+    def __init__(self, model, classes, image_size, device, path):
+        self.model, self.classes, self.image_size, self.device, self.path = model, list(classes), int(image_size), device, path
+
+    def on(self, device):
+        """The model on ``device`` (moved once)."""
+        if str(device) != str(self.device):
+            self.model = self.model.to(device)
+            self.device = str(device)
+        return self.model
+
+
+class ShapesModel(Resource):
+    """The shapes CNN (made by examples/nightly/train_shapes_cnn.py), loaded onto the device."""
+
+    Category = "Nightly"
+    Parameters = {
+        "checkpoint": {"type": "string", "default": "models/shapes_cnn.pt", "description": "Checkpoint written by examples/nightly/train_shapes_cnn.py"},
+        "device": {"type": "string", "default": "auto", "description": "auto (CUDA when available), cpu or cuda[:N]"},
+    }
+
+    def __init__(self, checkpoint="models/shapes_cnn.pt", device="auto"):
+        super().__init__(checkpoint)
+        self.checkpoint = checkpoint
+        self.device = device
+
+    def value(self):
+        import torch
+
+        path = resolve_path(self.checkpoint)
+        if not path.is_file():
+            raise FileNotFoundError(f"no model checkpoint at {path}: train one with `python examples/nightly/train_shapes_cnn.py --out {self.checkpoint}`")
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+        with torch.serialization.safe_globals([getattr(torch.nn, name) for name in _LAYERS]):
+            ckpt = torch.load(path, map_location=device, weights_only=True)
+        model = ckpt["model"].to(device).eval()
+        self.log(f"loaded {path} ({', '.join(ckpt['classes'])}; validation accuracy {ckpt.get('val_accuracy', float('nan')):.3f}) on {device}")
+        return ClassifierModel(model, ckpt["classes"], ckpt["image_size"], device, str(path))
+
+
+class IncomingImages(SourceStep):
+    """Lists the images of one day's folder, with their true labels when ``labels.csv`` is there."""
+
+    RequiresInput = False
+    Category = "Nightly"
+    Outputs = ["out"]
+    Parameters = {
+        "folder": {"type": "string", "default": "data/incoming/{partition_key}", "description": "Folder of the day's images ({partition_key} is the day being processed)"},
+        "labels_file": {"type": "string", "default": "labels.csv", "description": "CSV (file,label) in the folder with the true labels; optional"},
+    }
+
+    def __init__(self, folder="data/incoming/{partition_key}", labels_file="labels.csv"):
+        super().__init__()
+        self.folder = folder
+        self.labels_file = labels_file
+
+    def load(self):
+        if "{partition_key}" in self.folder:
+            raise ValueError(f"folder {self.folder!r} needs a partition key: run a partition (a day), or set folder to a path")
+        folder = resolve_path(self.folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no incoming folder {folder}: make it with `python examples/nightly/shapes_data.py --date {folder.name}`")
+        labels = {}
+        labels_path = folder / self.labels_file
+        if self.labels_file and labels_path.is_file():
+            with open(labels_path, newline="") as f:
+                labels = {row["file"]: row["label"] for row in csv.DictReader(f)}
+        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        self.log(f"{len(files)} images in {folder}" + (f", {len(labels)} labels" if labels else ", no labels"))
+        return {"out": [{"image": str(p), "name": p.stem, "day": folder.name, "true_label": labels.get(p.name)} for p in files]}
+
+
+class ClassifyShapes(BatchStep):
+    """Classifies each note's image with the model; adds ``label``, ``confidence`` and, where the
+    true label is known, ``correct``. Images are opened and resized in the loader workers."""
+
+    RequiresInput = True
+    Category = "Nightly"
+    Outputs = ["out"]
+    Parameters = {
+        "batch_size": {"type": "number", "default": 64, "description": "Images per model call"},
+        "item_key": {"type": "string", "default": "image", "description": "Note key holding the image path"},
+        "model": {"type": "resource", "description": "A ShapesModel"},
+    }
+
+    def __init__(self, batch_size=64, item_key="image", model=None):
+        super().__init__(batch_size, item_key)
+        if model is None:
+            raise ValueError("ClassifyShapes needs its model parameter bound to a ShapesModel resource")
+        self.model = model
+        self.load_fn_params = {"size": model.image_size}
+        self.seen = 0
+        self.labelled = 0
+        self.right = 0
+
+    @staticmethod
+    def load_fn(item, size):
+        """Worker side: the image at ``item`` as an RGB ``size`` x ``size`` CHW float tensor in [0, 1]."""
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        with Image.open(item) as image:
+            image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+        return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1).contiguous()
+
+    def on_item_batch(self, outputs, items, notes):
+        import torch
+
+        x = outputs if isinstance(outputs, torch.Tensor) else torch.stack(list(outputs))
+        model = self.model.on(self.device)
+        with torch.inference_mode():
+            probs = torch.softmax(model(x.to(self.device)), dim=1).cpu()
+        confidence, index = probs.max(dim=1)
+        for note, conf, i in zip(notes, confidence.tolist(), index.tolist()):
+            note["label"] = self.model.classes[i]
+            note["confidence"] = round(conf, 4)
+            self.seen += 1
+            if note.get("true_label"):
+                note["correct"] = note["label"] == note["true_label"]
+                self.labelled += 1
+                self.right += int(note["correct"])
+        return None
+
+    def on_end(self):
+        # dagster-graphbook records numeric values of `dagster_metadata` on the step's assets
+        # (the UI plots them across runs); Graphbook itself ignores the attribute.
+        self.dagster_metadata = {"images_classified": self.seen}
+        if self.labelled:
+            accuracy = self.right / self.labelled
+            self.dagster_metadata.update({"accuracy": round(accuracy, 4), "images_labelled": self.labelled})
+            self.log(f"accuracy {accuracy:.3f} on {self.labelled} labelled images")
+
+
+class ReviewSplit(Split):
+    """Routes predictions with ``confidence`` below ``threshold`` to ``review``, the rest to ``confident``."""
+
+    RequiresInput = True
+    Category = "Nightly"
+    Outputs = ["confident", "review"]
+    Parameters = {"threshold": {"type": "number", "default": 0.9, "description": "Lowest confidence that needs no review"}}
+
+    def __init__(self, threshold=0.9):
+        super().__init__(split_fn=f"def split_fn(note):\n    return note['confidence'] >= {float(threshold)!r}\n")
+        self.threshold = float(threshold)
+
+    def route(self, data):
+        return "confident" if self.fn(data) else "review"
+
+
+def write_resized(src, dst, size):
+    """Dump worker side: a ``size`` x ``size`` copy of ``src`` at ``dst``, written under a
+    temporary name and renamed, so a retried run never leaves half a file; returns ``dst``."""
+    from PIL import Image
+
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    tmp = f"{dst}.tmp-{os.getpid()}.png"
+    try:
+        with Image.open(src) as image:
+            image.convert("RGB").resize((size, size), Image.BILINEAR).save(tmp)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dst
+
+
+class SaveResized(BatchStep):
+    """Writes a resized copy of each image to ``<output_dir>/<label>/<name>.png`` (in the dump
+    workers) and adds ``output_path`` to the note."""
+
+    RequiresInput = True
+    Category = "Nightly"
+    Outputs = ["out"]
+    Parameters = {
+        "batch_size": {"type": "number", "default": 64, "description": "Notes per batch"},
+        "item_key": {"type": "string", "default": "image", "description": "Note key holding the image path"},
+        "output_dir": {"type": "string", "default": "outputs/{partition_key}", "description": "Folder of the label folders ({partition_key} is the day)"},
+        "size": {"type": "number", "default": 48, "description": "Side of the resized copies, in pixels"},
+    }
+
+    def __init__(self, batch_size=64, item_key="image", output_dir="outputs/{partition_key}", size=48):
+        super().__init__(batch_size, item_key)
+        self.output_dir = output_dir
+        self.size = int(size)
+
+    @staticmethod
+    def dump_fn(src, dst, size):
+        return write_resized(src, dst, size)
+
+    def on_item_batch(self, outputs, items, notes):
+        out = os.path.abspath(self.output_dir)
+        dumps = []
+        for item, note in zip(items, notes):
+            dst = os.path.join(out, note["label"], f"{note['name']}.png")
+            note["output_path"] = dst
+            dumps.append((item, dst, self.size))
+        return dumps
