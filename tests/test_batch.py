@@ -557,3 +557,33 @@ def test_word_split_missing_file_fails_naming_item(repo, run_wf, tmp_path, dagst
     assert "step 'SplitWords' (node 1)" in text
     assert "load_fn failed on item" in text and "missing.txt" in text and "(note 1, item 0)" in text
     assert "FileNotFoundError" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Stacked tensors through the workers' shared-memory rings
+
+
+class KeepTensors(BatchStep):
+    """Keeps every output tensor in its note: reused ring slots must never show through."""
+
+    def __init__(self, batch_size=4, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        time.sleep(random.random() * 0.003)  # workers finish out of order
+        return torch.full((3, 5), float(item))
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("kept", []).append(out)
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_stacked_outputs_kept_by_the_step_stay_intact(prefetch):
+    notes = [{"items": list(range(i * 7, i * 7 + 7))} for i in range(30)]  # 210 items, 53 batches
+    result = run(KeepTensors(batch_size=4), notes, num_workers=2, prefetch=prefetch)
+    assert result.stats["items"] == 210
+    for note in notes:
+        assert [float(t[0, 0]) for t in note["kept"]] == [float(x) for x in note["items"]]
+        assert all(bool((t == t[0, 0]).all()) and t.shape == (3, 5) for t in note["kept"])
