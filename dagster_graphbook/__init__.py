@@ -2,7 +2,8 @@
 
 Authoring (Graphbook's API): ``step``, ``param``, ``source``, ``output``, ``batch``, ``resource``,
 ``event``, ``Note``, ``log``, ``Graph``, ``steps``, ``resources``, ``utils``.
-Dagster side: ``build_definitions``, ``GraphbookWorkflow``, ``GraphbookTranslator``,
+Dagster side: ``build_definitions``, ``GraphbookWorkflow``, ``GraphbookWorkflowComponent`` (YAML),
+``daily_partitions``, ``FolderSensor``, ``GraphbookTranslator``,
 ``run_workflow``, ``load_workflow``.
 """
 
@@ -12,6 +13,8 @@ from .authoring.steps import BatchStep, Copy, DumpJSONL, GeneratorSourceStep, Lo
 from .authoring.resources import DictResource, FunctionResource, ListResource, NumberResource, Resource
 from .authoring.files import atomic_path
 from .definitions import GraphbookWorkflow, build_definitions
+from .component import GraphbookWorkflowComponent
+from .schedules import FolderSensor, daily_partitions
 from .registry import NodeRegistry
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, load_workflow
@@ -21,7 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchStep", "Copy", "DictResource", "DumpJSONL", "FunctionResource", "GeneratorSourceStep", "Graph", "GraphbookTranslator",
-    "GraphbookWorkflow", "ListResource", "LoadJSONL", "Note", "NodeRegistry", "NumberResource", "Resource", "SourceStep", "Split",
-    "Step", "StepOutput", "Workflow", "WorkflowError", "atomic_path", "batch", "build_definitions", "event", "load_workflow", "log",
+    "GraphbookWorkflow", "GraphbookWorkflowComponent", "FolderSensor", "ListResource", "LoadJSONL", "Note", "NodeRegistry", "NumberResource", "Resource", "SourceStep", "Split",
+    "Step", "StepOutput", "Workflow", "WorkflowError", "atomic_path", "batch", "build_definitions", "daily_partitions", "event", "load_workflow", "log",
     "output", "param", "prompt", "prompts", "resource", "resources", "run_workflow", "source", "step", "steps", "utils",
 ]

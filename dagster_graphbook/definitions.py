@@ -19,6 +19,9 @@ from .workflow import Workflow, load_workflow
 logger = logging.getLogger("dagster_graphbook")
 
 WorkflowSource = Union[str, Path, Graph, Workflow]
+# One object for the default store: Dagster merges Definitions (Python modules and YAML components
+# of one code location) only when a resource key maps to the very same object.
+_DEFAULT_NOTES_IO = NotesIOManager()
 
 
 @dataclass
@@ -80,7 +83,7 @@ def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSourc
     translator = translator or GraphbookTranslator()
     assets: List[Any] = []
     jobs: List[Any] = []
-    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir), **(extra_resources or {})}
+    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir) if notes_dir else _DEFAULT_NOTES_IO, **(extra_resources or {})}
     schedules: List[Any] = []
     sensors: List[Any] = []
     external: List[dg.AssetSpec] = []
