@@ -174,6 +174,19 @@ LIVENESS_CHECK_S = 1.0
 _TIMED_OUT = "DataLoader timed out"
 
 
+def _drop_frame_locals(exc: BaseException) -> None:
+    """Clear the locals of the frames in ``exc``'s traceback chain (file and line stay for the report).
+
+    Dagster keeps a failed step's exception; through its traceback the frames would keep the
+    DataLoader iterator, and with it the pipes of its worker queues, alive after the op ended.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+
+
 class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
@@ -199,6 +212,7 @@ class ProcessLoader:
                 return
             except RuntimeError as exc:
                 if not str(exc).startswith(_TIMED_OUT):
+                    _drop_frame_locals(exc)
                     raise  # e.g. "DataLoader worker (pid(s) ...) exited unexpectedly"
                 continue  # a slow batch, not a dead worker: keep waiting (the iterator state is unchanged)
             yield self._receive(batch)

@@ -1,0 +1,339 @@
+"""Reliability under faults, through real Dagster runs with real worker processes: a loader or
+dump worker killed with SIGKILL mid-run, ``on_item_batch`` and ``dump_fn`` raising, a real
+disk-full ``OSError`` (``/dev/full``), and op retries that leave each output file exactly once.
+After every run: no worker process, file descriptor or ``/dev/shm`` entry is left behind."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import dagster as dg
+import psutil
+import pytest
+
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
+
+FAULT_NODES = """
+    import os
+    import time
+
+    from graphbook import batch, param, source, step
+
+
+    @step("Fault/Items")
+    @source()
+    @param("n", "number", default=40)
+    @param("per_note", "number", default=10)
+    def items(ctx):
+        n, k = int(ctx.n), int(ctx.per_note)
+        for start in range(0, n, k):
+            yield {"out": {"id": start // k, "items": list(range(start, min(n, start + k)))}}
+
+
+    def _mark(ctx, kind):
+        if ctx.pid_dir:
+            open(os.path.join(ctx.pid_dir, f"{kind}-{os.getpid()}"), "w").close()
+
+
+    def slow_load(ctx, item):
+        _mark(ctx, "load")
+        time.sleep(ctx.delay)
+        return item * 10
+
+
+    def write_dump(ctx, path, value):
+        _mark(ctx, "dump")
+        time.sleep(ctx.delay)
+        if value == ctx.bad_dump * 10:
+            raise ValueError(f"cannot write {value}")
+        with open(path, "w") as f:
+            f.write(f"{value}\\n")
+        return path
+
+
+    @step("Fault/Work")
+    @batch(4, "items", load_fn=slow_load, dump_fn=write_dump)
+    @param("out_dir", "string", default="")
+    @param("pid_dir", "string", default="")
+    @param("delay", "number", default=0.0)
+    @param("bad_dump", "number", default=-1)
+    @param("explode_at", "number", default=-1)
+    @param("full_item", "number", default=-1)
+    @param("fail_once_marker", "string", default="")
+    def work(ctx, outputs, items, notes):
+        if ctx.explode_at in items:
+            raise RuntimeError(f"model exploded on {int(ctx.explode_at)}")
+        if ctx.fail_once_marker and items[0] >= 20 and not os.path.exists(ctx.fail_once_marker):
+            open(ctx.fail_once_marker, "w").close()  # the next attempt goes through
+            raise RuntimeError("transient failure on the first attempt")
+        for out, note in zip(outputs, notes):
+            note.setdefault("loaded", []).append(out)
+        if not ctx.out_dir:
+            return None
+        return [("/dev/full" if item == ctx.full_item else os.path.join(ctx.out_dir, f"{item}.txt"), out) for item, out in zip(items, outputs)]
+    """
+
+WORKERS = {"Work.runtime.num_workers": 2, "Work.runtime.worker_type": "process", "Work.runtime.device": "cpu", "Work.runtime.dump_workers": 2}
+
+
+@pytest.fixture
+def fault_wf(tmp_path):
+    nodes = write_nodes(tmp_path / "fault_nodes", "fault_nodes.py", FAULT_NODES)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    wf = write_workflow(tmp_path, "faults", [step_node("1", "Items", source=True), step_node("2", "Work", {"out_dir": str(out_dir)})], [edge("1", "out", "2")])
+    return wf, nodes, out_dir
+
+
+def _shm() -> set:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _holders(name: str) -> set:
+    """Pids that map or hold open ``/dev/shm/<name>``."""
+    path = f"/dev/shm/{name}"
+    pids = set()
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                if path in f.read():
+                    pids.add(pid)
+                    continue
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")):
+                pids.add(pid)
+        except OSError:
+            continue
+    return pids
+
+
+def shm_leaks(before: set, mine: set, grace_s: float = 2.0) -> set:
+    """New ``/dev/shm`` entries that are orphaned or still held by this process tree.
+
+    /dev/shm is shared with every other process on the machine (other test runs too): an entry
+    held only by a process outside ``mine`` is theirs. Short-lived ones get ``grace_s`` to go.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        new = _shm() - before
+        leaked = {n for n in new if not _holders(n) or _holders(n) & mine}
+        if not leaked or time.monotonic() > deadline:
+            return leaked
+        time.sleep(0.1)
+
+
+class Leaks:
+    """What this process holds before a run, to compare after it (children, fds, /dev/shm)."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process()
+        self.children = {p.pid for p in self.me.children(recursive=True)}
+        self.fds = self.me.num_fds()
+        self.fdt = self.fd_targets()
+        self.shm = _shm()
+
+    def new_children(self, wait_s: float = 10.0) -> list:
+        deadline = time.monotonic() + wait_s
+        while True:
+            alive = [p for p in self.me.children(recursive=True) if p.pid not in self.children and p.status() != psutil.STATUS_ZOMBIE]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.05)
+
+    @staticmethod
+    def fd_targets() -> list:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        return sorted(out)
+
+    def check(self) -> None:
+        assert self.new_children() == [], "worker processes outlived the step"
+        mine = {self.me.pid} | {p.pid for p in self.me.children(recursive=True)}
+        assert shm_leaks(self.shm, mine) == set(), "shared memory left in /dev/shm"
+        assert self.me.num_fds() <= self.fds, f"file descriptors leaked: {self.fdt} before, {self.fd_targets()} after"
+
+
+@pytest.fixture
+def leaks(dagster_home):
+    import dagster_graphbook.execution.batch  # noqa: F401  (import torch etc. before the snapshot)
+
+    dg.DagsterInstance.from_config(dagster_home).dispose()  # let the instance open its files first
+    return Leaks()
+
+
+def _kill_first_worker(pid_dir: Path, kind: str, timeout_s: float = 60.0) -> dict:
+    """Wait (in a thread) for a worker of ``kind`` to start, SIGKILL it, and record when."""
+    seen: dict = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            marks = sorted(pid_dir.glob(f"{kind}-*"))
+            if marks:
+                time.sleep(0.3)  # mid-run: let it get going
+                pid = int(marks[0].name.split("-")[1])
+                os.kill(pid, signal.SIGKILL)
+                seen.update(pid=pid, at=time.monotonic())
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    seen["thread"] = thread
+    return seen
+
+
+@pytest.mark.parametrize("kind, message", [("load", "a loader worker process died"), ("dump", "a dump worker process died")])
+def test_worker_killed_with_sigkill_fails_the_op_within_seconds(fault_wf, run_wf, tmp_path, leaks, kind, message):
+    wf, nodes, _ = fault_wf
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    killed = _kill_first_worker(pid_dir, kind)
+    # 400 items at 20 ms each: about 4 s of work for 2 workers, so the kill lands mid-run
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Items.n": 400, "Work.pid_dir": str(pid_dir), "Work.delay": 0.02})
+    detected_s = time.monotonic() - killed["at"]
+    killed["thread"].join()
+    assert not run.success
+    assert "workflow 'faults', step 'Work' (node 2)" in run.failure and message in run.failure
+    print(f"\n{kind} worker {killed['pid']} SIGKILLed: run failed {detected_s:.2f} s later")
+    assert detected_s < 15, f"a dead {kind} worker took {detected_s:.1f} s to fail the op"
+    leaks.check()
+
+
+def test_on_item_batch_raising_fails_naming_the_item_and_cleans_up(fault_wf, run_wf, leaks, dagster_home):
+    wf, nodes, out_dir = fault_wf
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.explode_at": 13})
+    assert not run.success
+    assert "step 'Work' (node 2): on_item_batch failed on item 12 (note 1, item 2)" in run.failure  # first item of the batch 12..15
+    assert "RuntimeError: model exploded on 13" in run.failure
+    leaks.check()
+
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.explode_at": 13, "Work.runtime.on_item_error": "skip"})
+    assert run.success, run.failure
+    loaded = [v for n in run.notes["Work"]["out"] for v in n.get("loaded", [])]
+    assert loaded == [i * 10 for i in range(40) if not 12 <= i < 16]
+    assert sorted(int(p.stem) for p in out_dir.iterdir()) == [i for i in range(40) if not 12 <= i < 16]  # the failed batch dumps nothing
+    leaks.check()
+
+
+def test_dump_fn_raising_fails_naming_the_item_or_is_recorded(fault_wf, run_wf, leaks, dagster_home):
+    wf, nodes, out_dir = fault_wf
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.bad_dump": 21})
+    assert not run.success
+    assert "step 'Work' (node 2): dump_fn failed on item 21 (note 2, item 1)" in run.failure and "ValueError: cannot write 210" in run.failure
+    leaks.check()
+    for p in out_dir.iterdir():
+        p.unlink()
+
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.bad_dump": 21, "Work.runtime.on_item_error": "skip"})
+    assert run.success, run.failure
+    assert sorted(int(p.stem) for p in out_dir.iterdir()) == [i for i in range(40) if i != 21]
+    event = dg.DagsterInstance.from_config(dagster_home).get_latest_materialization_event(dg.AssetKey(["faults", "Work"]))
+    md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert md["errors_skipped"] == 1 and md["files_written"] == 39
+    (row,) = [r.data for r in md["errors"].records]
+    assert (row["stage"], row["note"], row["item"]) == ("dump_fn", 2, "1: 21")
+    leaks.check()
+
+
+def test_disk_full_on_write_fails_naming_the_item(fault_wf, run_wf, leaks):
+    """``/dev/full`` answers every write with a real ENOSPC from the kernel."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    wf, nodes, out_dir = fault_wf
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.full_item": 30})
+    assert not run.success
+    assert "step 'Work' (node 2): dump_fn failed on item 30 (note 3, item 0)" in run.failure
+    assert f"[Errno {errno.ENOSPC}] No space left on device" in run.failure
+    leaks.check()
+
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.full_item": 30, "Work.runtime.on_item_error": "skip"})
+    assert run.success, run.failure
+    assert sorted(int(p.stem) for p in out_dir.iterdir()) == [i for i in range(40) if i != 30]  # item 30 only ever went to /dev/full
+    leaks.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# Retries: the step runs again from its stored inputs; files and sink lines end up exactly once
+
+
+@pytest.fixture
+def retry_wf(tmp_path):
+    nodes = write_nodes(tmp_path / "fault_nodes", "fault_nodes.py", FAULT_NODES)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    jsonl = tmp_path / "sink" / "notes.jsonl"
+    marker = tmp_path / "first_attempt_failed"
+    wf = write_workflow(
+        tmp_path,
+        "retried",
+        [
+            step_node("1", "Items", source=True),
+            step_node("2", "Work", {"out_dir": str(out_dir), "fail_once_marker": str(marker)}),
+            step_node("3", "DumpJSONL"),
+            resource_node("4", "Text", {"val": str(jsonl)}, label="SinkPath"),
+        ],
+        [edge("1", "out", "2"), edge("2", "out", "3"), edge("4", "resource", "3", "jsonl_path")],
+    )
+    return wf, nodes, out_dir, jsonl, marker
+
+
+def _step_events(dagster_home: str, run_id: str, event_type: dg.DagsterEventType, step: str) -> list:
+    instance = dg.DagsterInstance.from_config(dagster_home)
+    return [r for r in instance.all_logs(run_id, of_type=event_type) if r.step_key == step]
+
+
+def _check_outputs_once(out_dir: Path, jsonl: Path) -> None:
+    assert sorted(int(p.stem) for p in out_dir.iterdir()) == list(range(40))
+    assert all((out_dir / f"{i}.txt").read_text() == f"{i * 10}\n" for i in range(40))
+    import json
+
+    lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [n["id"] for n in lines] == [0, 1, 2, 3]
+    assert [v for n in lines for v in n["loaded"]] == [i * 10 for i in range(40)]
+    assert sorted(p.name for p in jsonl.parent.iterdir()) == ["notes.jsonl"]  # no temporary file left
+
+
+def test_retry_from_run_config_produces_each_output_once(retry_wf, run_wf, leaks, dagster_home):
+    wf, nodes, out_dir, jsonl, marker = retry_wf
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.runtime.retries": 2})
+    assert run.success, run.failure
+    assert marker.exists()  # the first attempt did fail, after writing files of its first batches
+    assert len(_step_events(dagster_home, run.run_id, dg.DagsterEventType.STEP_UP_FOR_RETRY, "retried__Work")) == 1
+    assert len(_step_events(dagster_home, run.run_id, dg.DagsterEventType.STEP_SUCCESS, "retried__Work")) == 1
+    _check_outputs_once(out_dir, jsonl)
+    notes = run.notes["Work"]["out"]
+    assert [v for n in notes for v in n["loaded"]] == [i * 10 for i in range(40)]  # retried from clean inputs: no doubles
+    leaks.check()
+
+
+def test_retries_spent_fail_with_the_steps_own_error(retry_wf, run_wf, dagster_home, leaks):
+    wf, nodes, *_ = retry_wf
+    run = run_wf(wf, custom_nodes=[nodes], params={**WORKERS, "Work.runtime.retries": 1, "Work.explode_at": 5})
+    assert not run.success
+    assert len(_step_events(dagster_home, run.run_id, dg.DagsterEventType.STEP_UP_FOR_RETRY, "retried__Work")) == 1
+    assert "on_item_batch failed on item 4 (note 0, item 4)" in run.failure and "model exploded on 5" in run.failure
+    leaks.check()
+
+
+def test_retry_policy_from_the_code_location(retry_wf, dagster_home):
+    """``GraphbookWorkflow(retry_policy=...)``: Dagster's own RetryPolicy on every step op."""
+    wf, nodes, out_dir, jsonl, marker = retry_wf
+    defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes], retry_policy=dg.RetryPolicy(max_retries=1))])
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("retried").execute_in_process(instance=instance, raise_on_error=False)
+    assert result.success
+    assert marker.exists()
+    assert [e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY] == ["retried__Work"]
+    _check_outputs_once(out_dir, jsonl)
