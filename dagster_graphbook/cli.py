@@ -1,4 +1,4 @@
-"""``dagster-graphbook run | validate``: run a workflow through Dagster from the terminal."""
+"""``dagster-graphbook run | materialize | validate``: run a workflow (or a job of the code location) through Dagster from the terminal."""
 
 from __future__ import annotations
 
@@ -109,6 +109,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if run.success else 1
 
 
+_FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "table_path")
+
+
+def cmd_materialize(args: argparse.Namespace) -> int:
+    import uuid
+
+    from .runner import run_job
+
+    instance = get_instance(args.dagster_home)
+    token = uuid.uuid4().hex
+    display = LiveDisplay(instance, token) if not args.no_progress else None
+    if display:
+        display.__enter__()
+    try:
+        run = run_job(args.job, _parse_sets(args.set), module=args.module, partition_key=args.partition, instance=instance, tags={RUN_TOKEN_TAG: token})
+    finally:
+        if display:
+            display.__exit__(None, None, None)
+    print(_summary(run))
+    for key, meta in run.metadata.items():
+        figures = ", ".join(f"{k.split('/')[-1]} {meta[k]}" for k in _FIGURES if k in meta)
+        if figures:
+            print(f"  {key}: {figures}")
+    print(f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)")
+    return 0 if run.success else 1
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .definitions import GraphbookWorkflow, build_workflow
     from .workflow import WorkflowError
@@ -140,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dagster-home", default=None, help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)")
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.set_defaults(func=cmd_run)
+    mat = sub.add_parser("materialize", help="run a job of the code location (default module: definitions), e.g. one day of a partitioned job")
+    mat.add_argument("job", help="job name (a workflow's file stem)")
+    mat.add_argument("--partition", default=None, help="partition key, e.g. 2026-01-31 for daily partitions")
+    mat.add_argument("--module", default="definitions", help="code location module (autoloaded like workspace.yaml's autoload_defs_module)")
+    mat.add_argument("--set", action="append", default=[], metavar="STEP.PARAM=VALUE", help="override a parameter or runtime setting (YAML value)")
+    mat.add_argument("--dagster-home", default=None, help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)")
+    mat.add_argument("--no-progress", action="store_true", help="do not print events while running")
+    mat.set_defaults(func=cmd_materialize)
     validate.set_defaults(func=cmd_validate)
     return parser
 

@@ -52,6 +52,7 @@ class WorkflowRun:
     seconds: float
     notes: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)  # step name -> pin -> notes
     failure: Optional[str] = None
+    metadata: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # asset key -> its materialization's metadata values
 
     def __getitem__(self, step: str) -> Dict[str, List[Any]]:
         return self.notes[step]
@@ -136,6 +137,63 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     run = WorkflowRun(result.run_id, result.success, seconds, failure=None if result.success else _failure_message(instance, result.run_id))
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
+    return run
+
+
+def load_code_location(module: str = "definitions") -> dg.Definitions:
+    """The Definitions of a code location module: autoloaded (Python modules and ``defs.yaml``
+    components), or its ``defs`` attribute for a plain module."""
+    import importlib
+    import sys
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `dagster dev -w workspace.yaml` from the repository root
+    mod = importlib.import_module(module)
+    defs = getattr(mod, "defs", None)
+    if isinstance(defs, dg.Definitions):
+        return defs
+    import warnings
+
+    from dagster.components import load_defs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # load_defs: fine for a package, no dg project needed
+        return load_defs(mod)
+
+
+def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module: str = "definitions", partition_key: Optional[str] = None,
+            instance: Optional[dg.DagsterInstance] = None, dagster_home: Optional[str] = None, tags: Optional[Mapping[str, str]] = None, quiet: bool = True) -> WorkflowRun:
+    """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
+    partitioned job), as a run of the instance the UI shows; params are ``{"Step.param": value}``."""
+    instance = instance or get_instance(dagster_home)
+    defs = load_code_location(module)
+    job = defs.resolve_job_def(job_name)
+    ops = {node.name for node in job.graph.nodes}
+    config: Dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        step, _, path = key.partition(".")
+        op = f"{job_name}__{step}"
+        if op not in ops or not path:
+            raise WorkflowError(job_name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(o.split('__', 1)[-1] for o in ops))}"])
+        target = config.setdefault("ops", {}).setdefault(op, {}).setdefault("config", {})
+        *parents, leaf = path.split(".")
+        for p in parents:
+            target = target.setdefault(p, {})
+        target[leaf] = value
+    if quiet:
+        config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+    start = time.perf_counter()
+    result = job.execute_in_process(run_config=config, instance=instance, partition_key=partition_key, raise_on_error=False, tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})})
+    run = WorkflowRun(result.run_id, result.success, time.perf_counter() - start, failure=None if result.success else _failure_message(instance, result.run_id))
+    for record in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        m = record.asset_materialization
+        if m is None:
+            continue
+        run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
+        if "notes_path" in m.metadata:
+            path = m.asset_key.path
+            with UPath(str(m.metadata["notes_path"].value)).open("rb") as f:
+                run.notes.setdefault(path[1] if len(path) > 1 else path[0], {})[path[2] if len(path) > 2 else "out"] = pickle.load(f)
     return run
 
 
