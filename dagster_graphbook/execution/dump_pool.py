@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from .workers import init_worker
 
 _DUMP_FN: Optional[Callable[..., Any]] = None
+ABORT_GRACE_S = 5.0  # how long a failing step lets dump calls under way finish
 
 
 class DumpDone(NamedTuple):
@@ -91,11 +92,20 @@ class DumpPool:
     def in_flight(self) -> int:
         return len(self.pending)
 
-    def close(self, abort: bool = False) -> None:
-        """Shut down; on abort, kill workers still busy so nothing outlives the step."""
-        if abort and not self.threads:
-            for proc in list(getattr(self.executor, "_processes", {}).values()):
-                if proc.is_alive():
-                    proc.kill()
+    def close(self, abort: bool = False, grace_s: float = ABORT_GRACE_S) -> None:
+        """Shut down. On abort, calls not started are cancelled and calls under way get ``grace_s``
+        to finish (a killed ``dump_fn`` would strand its temporary file); workers still busy after
+        that are killed, so nothing outlives the step."""
+        if abort:
+            for future in self.pending:
+                future.cancel()
+            running = [f for f in self.pending if not f.done()]
+            if running:
+                wait(running, timeout=grace_s)
+            if not self.threads:
+                stuck = any(not f.done() for f in running)
+                for proc in list((getattr(self.executor, "_processes", None) or {}).values()):
+                    if stuck and proc.is_alive():
+                        proc.kill()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.pending.clear()
