@@ -215,3 +215,29 @@ def webserver(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs of the nightly shapes demo in a temporary folder (the repository's data/ and models/ stay untouched)
+
+
+NIGHTLY_DAY = "2025-06-01"  # a partition of the demo job (daily from 2025-01-01)
+
+
+@pytest.fixture(scope="session")
+def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
+    """One day of generated shapes (40 images) and a quickly trained checkpoint, made with the demo's own scripts.
+
+    The model is trained briefly (seconds): UI tests check the plumbing, not the accuracy.
+    """
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("nightly")
+    scripts = REPO / "examples" / "nightly"
+    subprocess.run([sys.executable, str(scripts / "shapes_data.py"), "--root", str(root / "incoming"), "--date", NIGHTLY_DAY, "--count", "40"],
+                   check=True, capture_output=True)
+    checkpoint = root / "shapes_cnn.pt"
+    subprocess.run([sys.executable, str(scripts / "train_shapes_cnn.py"), "--out", str(checkpoint), "--train-count", "600", "--epochs", "2"],
+                   check=True, capture_output=True)
+    return {"root": root, "day": NIGHTLY_DAY, "count": 40, "incoming": root / "incoming", "checkpoint": checkpoint}

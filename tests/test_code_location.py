@@ -32,7 +32,7 @@ def test_workspace_lists_every_workflow_as_a_job(webserver):
     assert entry["name"] == "graphbook"
     repo = entry["locationOrLoadError"]["repositories"][0]
     jobs = {j["name"] for j in repo["jobs"]}
-    assert {"sample", "sample_graph", "simple_functional", "simple_class", "word_split"} <= jobs
+    assert {"nightly_shapes", "sample", "sample_graph", "simple_functional", "simple_class", "word_split"} <= jobs
     keys = {"/".join(a["assetKey"]["path"]) for a in repo["assetNodes"]}
     assert {"sample/GenerateNumbers", "sample/Split/A", "sample/Split/B", "word_split/SplitWords/OutputFiles"} <= keys
 
@@ -48,28 +48,101 @@ def test_launch_from_graphql_with_edited_parameters_succeeds(webserver):
     assert counts["sample/Split/A"] == 12 and counts["sample/Split/B"] == 0
 
 
-def test_rematerialize_one_downstream_asset_from_stored_parents(webserver):
-    """The UI's "Materialize selected" on one step: only that op runs, reading its parents' stored notes."""
-    upstream = {"ops": {"sample__GenerateNumbers": {"config": {"amount": 7, "seed": 5}}, "sample__Transform": {"config": {"scale": 0.0, "shift": 20.0}}}}
-    first = webserver.launch("sample", upstream)
-    webserver.expect_success(first)
-    assert _materializations(webserver.home, first)["sample/Split/A"] == 7
+# ---------------------------------------------------------------------------------------------
+# The nightly shapes demo (daily partitioned) launched as the UI does
 
-    # Split alone, with the job's default config: had its parents been re-run with their defaults
-    # (amount 200, scale 2, shift 1: means spread over 1..21), Split would see 200 notes, some below 10.
-    split_keys = [{"path": ["sample", "Split", "A"]}, {"path": ["sample", "Split", "B"]}]
-    second = webserver.launch("sample", {}, assetSelection=split_keys)
-    webserver.expect_success(second)
 
-    run = webserver.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { stepKeysToExecute stepStats { stepKey status } } } }", {"id": second})["runOrError"]
-    assert run["stepKeysToExecute"] == ["sample__Split"]
-    assert [(s["stepKey"], s["status"]) for s in run["stepStats"]] == [("sample__Split", "SUCCESS")]
-    assert _materializations(webserver.home, second) == {"sample/Split/A": 7, "sample/Split/B": 0}
+DEMO = "nightly_shapes"
 
-    # the parents' latest materializations are still those of the first run
+
+def _demo_config(inputs: dict, output_dir: str, *, threshold: float, size: int) -> dict:
+    """Launchpad config for the demo with its paths moved to the test's folder and two parameters edited."""
+    return {
+        "ops": {
+            f"{DEMO}__IncomingImages": {"config": {"folder": f"{inputs['incoming']}/{{partition_key}}"}},
+            f"{DEMO}__ReviewSplit": {"config": {"threshold": threshold}},
+            f"{DEMO}__SaveResized": {"config": {"output_dir": output_dir, "size": size}},
+        },
+        "resources": {f"{DEMO}__ShapesModel": {"config": {"checkpoint": str(inputs["checkpoint"])}}},
+    }
+
+
+def _written(folder) -> dict:
+    """``{"label/name.png": (width, height)}`` of the images under ``folder``."""
+    from PIL import Image
+
+    out = {}
+    for path in sorted(folder.rglob("*.png")):
+        with Image.open(path) as image:
+            out[str(path.relative_to(folder))] = image.size
+    return out
+
+
+def test_demo_job_is_partitioned_with_schedule_sensor_and_lineage(webserver, nightly_inputs):
+    query = """query($s: PipelineSelector!) { pipelineOrError(params: $s) { ... on Pipeline {
+      isAssetJob partitionKeysOrError { ... on PartitionKeys { partitionKeys } } schedules { name cronSchedule } sensors { name } } } }"""
+    job = webserver.graphql(query, {"s": {"repositoryLocationName": "graphbook", "repositoryName": "__repository__", "pipelineName": DEMO}})["pipelineOrError"]
+    assert job["isAssetJob"]
+    keys = job["partitionKeysOrError"]["partitionKeys"]
+    assert keys[0] == "2025-01-01" and nightly_inputs["day"] in keys
+    assert [s["cronSchedule"] for s in job["schedules"]] == ["0 2 * * *"]
+    assert len(job["sensors"]) == 1
+    nodes = webserver.graphql("{ assetNodes(group: {groupName: \"nightly_shapes\", repositoryName: \"__repository__\", repositoryLocationName: \"graphbook\"}) { assetKey { path } dependencyKeys { path } isMaterializable } }")["assetNodes"]
+    deps = {"/".join(n["assetKey"]["path"]): sorted("/".join(d["path"]) for d in n["dependencyKeys"]) for n in nodes}
+    assert deps[f"{DEMO}/IncomingImages"] == [f"{DEMO}/incoming"]  # the incoming folder, an external asset
+    assert deps[f"{DEMO}/ClassifyShapes"] == [f"{DEMO}/IncomingImages"]
+    assert deps[f"{DEMO}/SaveResized"] == [f"{DEMO}/ReviewSplit/confident"]
+    assert not next(n for n in nodes if n["assetKey"]["path"] == [DEMO, "incoming"])["isMaterializable"]
+
+
+@pytest.fixture(scope="module")
+def demo_run(webserver, nightly_inputs):
+    """One partition of the demo launched over GraphQL with edited parameters: threshold 0 (nothing to
+    review) and 24-pixel copies (the default is 48, confidence threshold 0.9)."""
+    day = nightly_inputs["day"]
+    config = _demo_config(nightly_inputs, f"{nightly_inputs['root']}/outputs/{{partition_key}}", threshold=0.0, size=24)
+    run_id = webserver.launch(DEMO, config, tags={"dagster/partition": day})
+    webserver.expect_success(run_id)
+    return {"run_id": run_id, "day": day, "outputs": nightly_inputs["root"] / "outputs" / day}
+
+
+def test_demo_partition_launched_with_edited_parameters(webserver, demo_run, nightly_inputs):
+    counts = _materializations(webserver.home, demo_run["run_id"])
+    n = nightly_inputs["count"]
+    assert counts == {f"{DEMO}/IncomingImages": n, f"{DEMO}/ClassifyShapes": n, f"{DEMO}/ReviewSplit/confident": n,
+                      f"{DEMO}/ReviewSplit/review": 0, f"{DEMO}/SaveResized": n}
     instance = dg.DagsterInstance.from_config(str(webserver.home))
-    for key in (["sample", "CalcMean"], ["sample", "Transform"], ["sample", "GenerateNumbers"]):
-        assert instance.get_latest_materialization_event(dg.AssetKey(key)).run_id == first
+    records = instance.all_logs(demo_run["run_id"], of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    assert {r.asset_materialization.partition for r in records} == {demo_run["day"]}
+    # {partition_key} in output_dir became the day; every copy is 24 x 24, in a folder named for its label
+    written = _written(demo_run["outputs"])
+    assert len(written) == n and set(written.values()) == {(24, 24)}
+    assert {name.split("/")[0] for name in written} <= {"circle", "square", "triangle", "cross"}
+
+
+def test_rematerialize_one_downstream_asset_from_stored_parents(webserver, demo_run, nightly_inputs):
+    """The UI's "Materialize selected" on SaveResized for the same day: only that op runs, on the notes its
+    parents stored in the first run (same images, same predicted labels), with a new size and folder."""
+    day = demo_run["day"]
+    again = nightly_inputs["root"] / "again"
+    config = {"ops": {f"{DEMO}__SaveResized": {"config": {"output_dir": f"{again}/{{partition_key}}", "size": 16}}}}
+    run_id = webserver.launch(DEMO, config, tags={"dagster/partition": day}, assetSelection=[{"path": [DEMO, "SaveResized"]}])
+    webserver.expect_success(run_id)
+
+    run = webserver.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { stepKeysToExecute stepStats { stepKey status } } } }", {"id": run_id})["runOrError"]
+    assert run["stepKeysToExecute"] == [f"{DEMO}__SaveResized"]
+    assert [(s["stepKey"], s["status"]) for s in run["stepStats"]] == [(f"{DEMO}__SaveResized", "SUCCESS")]
+    assert _materializations(webserver.home, run_id) == {f"{DEMO}/SaveResized": nightly_inputs["count"]}
+
+    first = _written(demo_run["outputs"])
+    second = _written(again / day)
+    assert set(second) == set(first)  # the same files under the same predicted labels
+    assert set(second.values()) == {(16, 16)}
+
+    instance = dg.DagsterInstance.from_config(str(webserver.home))
+    for key in (["ReviewSplit", "confident"], ["ClassifyShapes"], ["IncomingImages"]):
+        event = instance.get_latest_materialization_event(dg.AssetKey([DEMO, *key]))
+        assert event.run_id == demo_run["run_id"], key
 
 
 def test_reload_code_location(webserver):
