@@ -20,7 +20,7 @@ the same definitions as ``build_definitions([GraphbookWorkflow(...)])`` in Pytho
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 import dagster as dg
 
@@ -51,6 +51,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     op_tags: Dict[str, Any] = {}
     job_tags: Dict[str, str] = {}
     overridable_functions: List[str] = []
+    executor: Optional[Literal["in_process", "multiprocess"]] = None
     notes_dir: Optional[str] = None
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
@@ -74,6 +75,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             overridable_functions=tuple(self.overridable_functions),
             external_deps={step: [dg.AssetKey.from_user_string(k) for k in keys] for step, keys in self.external_deps.items()},
             sensor=FolderSensor(path(self.sensor_folder)) if self.sensor_folder else None,
+            executor=self.executor,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -44,6 +44,7 @@ class GraphbookWorkflow:
     overridable_functions: Sequence[str] = ()
     external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
+    executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -72,7 +73,15 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
 
             raise WorkflowError(workflow.source, [f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"])
         deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
-    return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags, external_deps=deps)
+    wdefs = build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags, external_deps=deps)
+    if spec.executor is not None:
+        executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
+        if spec.executor not in executors:
+            from .workflow import WorkflowError
+
+            raise WorkflowError(workflow.source, [f"executor must be one of {', '.join(executors)}, got {spec.executor!r}"])
+        wdefs.job = wdefs.job._replace(executor_def=executors[spec.executor])  # the job is a NamedTuple
+    return wdefs
 
 
 def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,

@@ -34,12 +34,27 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
             schedules.append(dg.build_schedule_from_partitioned_job(defs.job, name=f"{name}_nightly", hour_of_day=spec.schedule_hour or 0))
     elif spec.cron_schedule is not None:
         if spec.partitions_def is not None:
-            schedules.append(dg.build_schedule_from_partitioned_job(defs.job, name=f"{name}_schedule", cron_schedule=spec.cron_schedule))
+            schedules.append(latest_partition_schedule(defs.job, spec.partitions_def, spec.cron_schedule, name=f"{name}_schedule"))
         else:
             schedules.append(dg.ScheduleDefinition(name=f"{name}_schedule", job=defs.job, cron_schedule=spec.cron_schedule))
     if spec.sensor is not None:
         sensors.append(spec.sensor.build(defs.job, spec.partitions_def))
     return schedules, sensors
+
+
+def latest_partition_schedule(job: Any, partitions_def: dg.PartitionsDefinition, cron_schedule: str, *, name: str, timezone: str = "UTC") -> dg.ScheduleDefinition:
+    """A cron schedule whose ticks run the latest partition that exists at tick time
+    (Dagster's ``build_schedule_from_partitioned_job`` takes no cron for time partitions)."""
+
+    def latest(context: dg.ScheduleEvaluationContext) -> Any:
+        with dg.partition_loading_context(effective_dt=context.scheduled_execution_time):
+            key = partitions_def.get_last_partition_key()
+        if key is None:
+            return dg.SkipReason("no partition exists yet")
+        return dg.RunRequest(run_key=key, partition_key=key)
+
+    return dg.ScheduleDefinition(name=name, job=job, cron_schedule=cron_schedule, execution_fn=latest, execution_timezone=timezone,
+                                 description=f"Runs the latest partition of {job.name} on '{cron_schedule}' ({timezone})")
 
 
 def new_day_folders(folder: Union[str, Path], cursor: Optional[str]) -> List[str]:

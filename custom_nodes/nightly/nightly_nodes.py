@@ -18,7 +18,7 @@ from graphbook.steps import BatchStep, SourceStep, Split
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # Standard torch layers the checkpoint may contain: loaded with weights_only=True, so a
 # checkpoint cannot run arbitrary code.
-_LAYERS = ("Sequential", "Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Flatten", "Linear", "Dropout")
+_LAYERS = ("Sequential", "InstanceNorm2d", "Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Flatten", "Linear", "Dropout")
 
 
 def resolve_path(path: str) -> Path:

@@ -35,10 +35,11 @@ def image_tensor(image, size: int = MODEL_INPUT):
 
 
 def build_model(num_classes: int):
-    """Three conv blocks and a small classifier head, standard layers only."""
+    """Per-image normalisation, three conv blocks and a small classifier head: standard layers only."""
     from torch import nn
 
     return nn.Sequential(
+        nn.InstanceNorm2d(3),  # per-image contrast: colours are random, shapes are what matters
         nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
