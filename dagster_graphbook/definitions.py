@@ -80,7 +80,9 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
             from .workflow import WorkflowError
 
             raise WorkflowError(workflow.source, [f"executor must be one of {', '.join(executors)}, got {spec.executor!r}"])
-        wdefs.job = wdefs.job._replace(executor_def=executors[spec.executor])  # the job is a NamedTuple
+        j = wdefs.job
+        wdefs.job = dg.define_asset_job(j.name, selection=j.selection, config=j.config, description=j.description, tags=j.tags, run_tags=j.run_tags, metadata=j.metadata,
+                                        partitions_def=j.partitions_def, executor_def=executors[spec.executor], hooks=j.hooks, op_retry_policy=j.op_retry_policy)
     return wdefs
 
 

@@ -1,0 +1,138 @@
+"""The YAML component (`type: dagster_graphbook.GraphbookWorkflowComponent`) loaded the way Dagster
+loads a defs folder, and this repository's own autoloaded code location."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster.components import load_defs
+
+from conftest import REPO
+
+# load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the same).
+pytestmark = pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
+
+
+def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.Definitions:
+    """A project in ``tmp_path`` (pyproject.toml + package ``package``) with one defs.yaml per folder."""
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "{package}"\nversion = "0"\n')
+    root = tmp_path / package
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    for folder, text in yaml_by_folder.items():
+        (root / folder).mkdir()
+        (root / folder / "defs.yaml").write_text(textwrap.dedent(text))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return load_defs(importlib.import_module(package), project_root=tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+            del sys.modules[name]
+
+
+NIGHTLY_YAML = f"""
+    type: dagster_graphbook.GraphbookWorkflowComponent
+    attributes:
+      workflow: {REPO}/workflows/nightly_shapes.json
+      custom_nodes: [{REPO}/custom_nodes/nightly]
+      partitions: {{start_date: "2026-01-01"}}
+      schedule_hour: 3
+      sensor_folder: incoming
+      external_deps: {{IncomingImages: [nightly_shapes/incoming]}}
+      op_tags: {{team: vision}}
+      job_tags: {{owner: ml}}
+"""
+
+SAMPLE_YAML = """
+    type: dagster_graphbook.GraphbookWorkflowComponent
+    attributes:
+      workflow: ../../workflows/sample.json
+      custom_nodes: [../../custom_nodes/sample]
+      name: sample_from_yaml
+      cron_schedule: "*/30 * * * *"
+      executor: in_process
+      notes_dir: {notes}
+"""
+
+
+def test_component_builds_partitioned_job_schedule_sensor_and_lineage(tmp_path):
+    defs = _load_defs_folder(tmp_path, "gb_component_defs", {"nightly": NIGHTLY_YAML})
+    job = defs.resolve_job_def("nightly_shapes")
+    assert job.partitions_def.get_first_partition_key() == "2026-01-01"
+    assert job.tags["owner"] == "ml"
+    schedule = defs.resolve_schedule_def("nightly_shapes_nightly")
+    assert schedule.cron_schedule == "0 3 * * *"
+    sensor = defs.resolve_sensor_def("nightly_shapes_new_folder")
+    assert str(tmp_path / "gb_component_defs" / "nightly" / "incoming") in sensor.description  # relative to the defs.yaml folder
+
+    graph = defs.resolve_asset_graph()
+    source = dg.AssetKey(["nightly_shapes", "IncomingImages"])
+    incoming = dg.AssetKey(["nightly_shapes", "incoming"])
+    assert incoming in graph.get(source).parent_keys
+    assert not graph.get(incoming).is_materializable  # external: made outside Dagster
+    classify = defs.resolve_assets_def(dg.AssetKey(["nightly_shapes", "ClassifyShapes"]))
+    assert classify.op.tags["team"] == "vision"
+    assert graph.get(dg.AssetKey(["nightly_shapes", "SaveResized"])).parent_keys == {dg.AssetKey(["nightly_shapes", "ReviewSplit", "confident"])}
+
+
+def test_component_paths_resolve_from_its_folder_and_the_job_runs(tmp_path):
+    """Relative paths in defs.yaml resolve from its folder; the job runs (in process) and stores notes where asked."""
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "sample.json").write_text((REPO / "workflows" / "sample.json").read_text())
+    (tmp_path / "custom_nodes").mkdir()
+    (tmp_path / "custom_nodes" / "sample").symlink_to(REPO / "custom_nodes" / "sample")
+    notes = tmp_path / "notes"
+    defs = _load_defs_folder(tmp_path, "gb_sample_defs", {"sample": SAMPLE_YAML.format(notes=notes)})
+    assert defs.resolve_schedule_def("sample_from_yaml_schedule").cron_schedule == "*/30 * * * *"
+    job = defs.resolve_job_def("sample_from_yaml")
+    assert job.executor_def.name == "in_process"
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, run_config={"ops": {"sample_from_yaml__GenerateNumbers": {"config": {"amount": 20, "seed": 1}}}})
+    assert result.success
+    stored = sorted(p.relative_to(notes).as_posix() for p in notes.rglob("*.pkl"))
+    assert "sample_from_yaml/GenerateNumbers.pkl" in stored and "sample_from_yaml/Split/A.pkl" in stored
+
+
+def test_component_with_a_missing_workflow_names_the_file(tmp_path):
+    bad = NIGHTLY_YAML.replace(f"{REPO}/workflows/nightly_shapes.json", "no_such_workflow.json")
+    with pytest.raises(Exception) as info:
+        _load_defs_folder(tmp_path, "gb_bad_defs", {"bad": bad})
+    text = "".join(str(e) for e in _chain(info.value))
+    assert "no_such_workflow.json" in text
+
+
+def _chain(exc: BaseException):
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def test_component_type_is_registered_for_dagster_tooling():
+    modules = {ep.value for ep in importlib.metadata.entry_points(group="dagster_dg_cli.registry_modules")}
+    assert "dagster_graphbook" in modules
+    import dagster_graphbook
+
+    assert issubclass(dagster_graphbook.GraphbookWorkflowComponent, dg.Component)
+
+
+def test_repository_code_location_has_every_workflow_without_importing_torch():
+    """What workspace.yaml loads (autoload of definitions/): the Python examples and the YAML nightly demo."""
+    code = (
+        "import importlib, sys, warnings; warnings.simplefilter('ignore');"
+        "from dagster.components import load_defs;"
+        "defs = load_defs(importlib.import_module('definitions'));"
+        "print(sorted(j.name for j in defs.jobs), [s.name for s in defs.schedules], [s.name for s in defs.sensors], 'torch' in sys.modules)"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("['nightly_shapes', 'sample', 'sample_graph', 'simple_class', 'simple_functional', 'word_split'] "
+                                  "['nightly_shapes_nightly'] ['nightly_shapes_new_folder'] False")
