@@ -1,0 +1,155 @@
+"""The Dagster UI in headless Chromium: find the demo job, launch a day from its launchpad, see it succeed.
+
+Chromium and chromedriver come from Debian (`apt-get install chromium chromium-driver`, which
+`scripts/test.sh` does when they are missing); Selenium is pointed at them (its Selenium
+Manager cannot download a browser here). `CHROMIUM` and `CHROMEDRIVER` override the paths.
+Set `UPDATE_UI_SCREENSHOTS=1` to also copy the screenshots into docs/ for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+pytestmark = [pytest.mark.ui, pytest.mark.browser]
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = "nightly_shapes"
+
+
+def _find(env: str, *names: str) -> str | None:
+    if os.environ.get(env):
+        return os.environ[env]
+    return next((p for p in map(shutil.which, names) if p), None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = _find("CHROMIUM", "chromium", "chromium-browser")
+    chromedriver = _find("CHROMEDRIVER", "chromedriver")
+    if not (chromium and chromedriver):
+        pytest.skip("no Chromium here: install Debian's chromium and chromium-driver (scripts/test.sh does when run as root with apt-get), "
+                    "or set CHROMIUM and CHROMEDRIVER")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    # --no-sandbox: CI runs as root; --disable-dev-shm-usage: small /dev/shm in containers
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1600,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _save(driver, tmp_path: Path, name: str) -> Path:
+    """A screenshot under the test's folder; copied to docs/ only when asked for (never in CI)."""
+    path = tmp_path / name
+    assert driver.save_screenshot(str(path)), f"could not save {path}"
+    if os.environ.get("UPDATE_UI_SCREENSHOTS") == "1":
+        (REPO / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(path, REPO / "docs" / name)
+    return path
+
+
+def _edit(yaml_text: str, key: str, value: str) -> str:
+    """Set ``key: value`` on the one line of the launchpad's YAML that holds ``key``."""
+    pattern = re.compile(rf"^(\s*{re.escape(key)}:).*$", re.M)
+    assert len(pattern.findall(yaml_text)) == 1, f"expected one '{key}:' in the launchpad config:\n{yaml_text}"
+    return pattern.sub(lambda m: f"{m.group(1)} {value}", yaml_text)
+
+
+def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    start = time.time()
+    driver = browser
+    wait = WebDriverWait(driver, 60)
+    day = nightly_inputs["day"]
+    outputs = nightly_inputs["root"] / "browser-outputs"
+
+    def click(xpath: str) -> None:
+        wait.until(EC.element_to_be_clickable((By.XPATH, xpath))).click()
+
+    driver.get(webserver.url)
+    # The first visit on localhost shows a "Join the Dagster community" dialog after a second: skip it.
+    try:
+        WebDriverWait(driver, 8).until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Skip']"))).click()
+        wait.until(EC.invisibility_of_element_located((By.XPATH, "//button[normalize-space()='Skip']")))
+    except Exception:  # not shown (already dismissed for this instance)
+        pass
+
+    # Jobs -> the demo job: its asset graph
+    click("//a[normalize-space()='Jobs']")
+    click(f"//a[normalize-space()='{DEMO}']")
+    wait.until(EC.url_contains(f"/jobs/{DEMO}"))
+    wait.until(EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='ClassifyShapes']")))
+    _save(driver, tmp_path, "ui-job.png")
+
+    # Materialize all -> the menu beside it -> Open launchpad
+    click("//button[.//div[@aria-label='arrow_drop_down']]")
+    click("//*[normalize-space()='Open launchpad']")
+    partition = wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "input[placeholder='Partition']")))
+    partition.click()
+    partition.send_keys(day)
+    click(f"//button[@role='menuitem'][normalize-space()='{day}']")
+    wait.until(EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='partition: {day}']")))
+
+    # Edit the step parameters in the config editor (CodeMirror): the test's folders, threshold 0, 20-pixel copies.
+    editor = "Array.from(document.querySelectorAll('.CodeMirror')).map(e => e.CodeMirror).find(cm => cm.getValue().startsWith('ops:'))"
+    wait.until(lambda d: d.execute_script(f"return !!({editor})"))
+    text = driver.execute_script(f"return ({editor}).getValue()")
+    assert f"{DEMO}__SaveResized" in text and "{partition_key}" in text, text
+    text = _edit(text, "folder", f"{nightly_inputs['incoming']}/{{partition_key}}")
+    text = _edit(text, "output_dir", f"{outputs}/{{partition_key}}")
+    text = _edit(text, "checkpoint", str(nightly_inputs["checkpoint"]))
+    text = _edit(text, "threshold", "0.0")
+    text = _edit(text, "size", "20")
+    driver.execute_script(f"({editor}).setValue(arguments[0])", text)
+    wait.until(EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='No errors']")))
+    materialize = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Materialize']")))
+    ActionChains(driver).move_to_element(materialize).perform()  # no tooltip of the partition field in the screenshot
+    _save(driver, tmp_path, "ui-launchpad.png")
+
+    materialize.click()
+    wait.until(EC.url_matches(r"/runs/[0-9a-f-]{36}"))
+    run_id = driver.current_url.rstrip("/").split("/")[-1]
+    # the run page's status tag turns to Success (the demo run takes tens of seconds on 2 CPU cores)
+    WebDriverWait(driver, 300).until(EC.visibility_of_element_located(
+        (By.XPATH, "//div[@role='img' and @aria-label='run_success']/following-sibling::div[normalize-space()='Success']")))
+    time.sleep(1)  # let the event list render its last rows for the screenshot
+    shot = _save(driver, tmp_path, "ui-run-success.png")
+    assert shot.stat().st_size > 10_000
+    print(f"browser test: {time.time() - start:.1f} s from opening the UI to the run page showing Success")
+
+    # the workflow's lineage: the incoming folder (external) -> the four steps, ReviewSplit's two pins
+    driver.get(f"{webserver.url}/locations/graphbook/asset-groups/{DEMO}/lineage")
+    for name in ("incoming", "IncomingImages", "ClassifyShapes", "confident", "review", "SaveResized"):
+        wait.until(EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='{name}']")))
+    wait.until(lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='Loading...']"))  # the nodes' partition counts
+    _save(driver, tmp_path, "ui-lineage.png")
+
+    # what the UI launched: that day's partition, with the parameters edited in the editor
+    assert webserver.wait(run_id, 10) == "SUCCESS"
+    instance = dg.DagsterInstance.from_config(str(webserver.home))
+    assert instance.get_run_by_id(run_id).tags["dagster/partition"] == day
+    from PIL import Image
+
+    written = sorted((outputs / day).rglob("*.png"))
+    assert len(written) == nightly_inputs["count"]  # threshold 0: nothing held back for review
+    for path in written:
+        with Image.open(path) as image:
+            assert image.size == (20, 20), path
