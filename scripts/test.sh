@@ -3,4 +3,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+
+# tests/test_ui_browser.py drives Debian's chromium through chromedriver (Selenium cannot download a
+# browser here). Install both when missing and we can (root with apt-get); otherwise that test skips
+# and says why. CHROMIUM / CHROMEDRIVER point it at other binaries.
+have_chromium() {
+    { [ -n "${CHROMIUM:-}" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } &&
+        { [ -n "${CHROMEDRIVER:-}" ] || command -v chromedriver >/dev/null; }
+}
+if ! have_chromium; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "[test] installing chromium and chromium-driver (apt-get) for the browser test"
+        log="$(mktemp)"
+        # fonts-liberation: readable text in the screenshots on a bare image (a Recommends we skip with the others)
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                chromium chromium-driver fonts-liberation; } >"$log" 2>&1; then
+            echo "[test] could not install chromium; the browser test will be skipped. apt-get said:"
+            tail -n 5 "$log"
+        fi
+        rm -f "$log"
+    else
+        echo "[test] no chromium + chromedriver, and no root apt-get to install them: the browser test will be skipped"
+    fi
+fi
+
 exec .venv/bin/python -m pytest -q "$@"

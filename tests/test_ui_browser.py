@@ -17,8 +17,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-pytestmark = [pytest.mark.ui, pytest.mark.browser]
-
 REPO = Path(__file__).resolve().parent.parent
 DEMO = "nightly_shapes"
 
@@ -29,22 +27,29 @@ def _find(env: str, *names: str) -> str | None:
     return next((p for p in map(shutil.which, names) if p), None)
 
 
+CHROMIUM = _find("CHROMIUM", "chromium", "chromium-browser")
+CHROMEDRIVER = _find("CHROMEDRIVER", "chromedriver")
+
+pytestmark = [
+    pytest.mark.ui,
+    pytest.mark.browser,
+    # decided before any fixture starts a webserver
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="no Chromium here: install Debian's chromium and chromium-driver "
+                       "(scripts/test.sh does when run as root with apt-get), or set CHROMIUM and CHROMEDRIVER"),
+]
+
+
 @pytest.fixture(scope="module")
 def browser():
-    chromium = _find("CHROMIUM", "chromium", "chromium-browser")
-    chromedriver = _find("CHROMEDRIVER", "chromedriver")
-    if not (chromium and chromedriver):
-        pytest.skip("no Chromium here: install Debian's chromium and chromium-driver (scripts/test.sh does when run as root with apt-get), "
-                    "or set CHROMIUM and CHROMEDRIVER")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = CHROMIUM
     # --no-sandbox: CI runs as root; --disable-dev-shm-usage: small /dev/shm in containers
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1600,1000"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.implicitly_wait(0)
     try:
         yield driver
