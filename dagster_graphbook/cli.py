@@ -115,7 +115,10 @@ _FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "ta
 def cmd_materialize(args: argparse.Namespace) -> int:
     import uuid
 
+    import dagster as dg
+
     from .runner import run_job
+    from .workflow import WorkflowError
 
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
@@ -124,6 +127,9 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         display.__enter__()
     try:
         run = run_job(args.job, _parse_sets(args.set), module=args.module, partition_key=args.partition, instance=instance, tags={RUN_TOKEN_TAG: token})
+    except (WorkflowError, dg.DagsterInvariantViolationError, dg.DagsterInvalidConfigError, dg.DagsterUnknownPartitionError) as exc:  # bad job, step, parameter or partition
+        print(f"dagster-graphbook materialize {args.job}: {exc}", file=sys.stderr)
+        return 1
     finally:
         if display:
             display.__exit__(None, None, None)

@@ -168,6 +168,8 @@ def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module
     instance = instance or get_instance(dagster_home)
     defs = load_code_location(module)
     job = defs.resolve_job_def(job_name)
+    if job.partitions_def is not None and partition_key is None:
+        raise WorkflowError(job_name, [f"the job is partitioned: give a partition key (the latest is {job.partitions_def.get_last_partition_key()})"])
     ops = {node.name for node in job.graph.nodes}
     config: Dict[str, Any] = {}
     for key, value in (params or {}).items():

@@ -182,3 +182,26 @@ def test_backfill_over_a_date_range(project, tmp_path):
             records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=KEY("ClassifyShapes"), asset_partitions=[day]), limit=1).records
             assert records and records[0].asset_materialization.metadata["accuracy"].value >= 0.9
             assert (root / "outputs" / day).is_dir()
+
+
+def test_materialize_command_runs_a_day_of_the_code_location(project, tmp_path):
+    """What scripts/demo.sh runs: `dagster-graphbook materialize JOB --partition DAY` on a code location module."""
+    root = project["root"]
+    (root / "nightly_cli_defs.py").write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(WORKFLOW)!r}, custom_nodes=[{str(NODES)!r}], partitions_def=daily_partitions('2026-01-01'))], "
+        f"notes_dir={str(tmp_path / 'notes')!r})\n"
+    )
+    cli = Path(sys.executable).parent / "dagster-graphbook"
+    out = subprocess.run([str(cli), "materialize", "nightly_shapes", "--module", "nightly_cli_defs", "--partition", DAYS[2], "--dagster-home", str(tmp_path / "home"),
+                          "--set", f"SaveResized.output_dir={tmp_path}/copies/{{partition_key}}", "--no-progress"],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"run \S+: SUCCESS", out.stdout)
+    accuracy = float(re.search(r"nightly_shapes/ClassifyShapes: accuracy ([0-9.]+)", out.stdout).group(1))
+    assert accuracy >= 0.9
+    saved = int(re.search(r"SaveResized\s+out: (\d+) notes", out.stdout).group(1))
+    assert len(list((tmp_path / "copies" / DAYS[2]).rglob("*.png"))) == saved > 0
+    bad = subprocess.run([str(cli), "materialize", "nightly_shapes", "--module", "nightly_cli_defs", "--partition", DAYS[2], "--dagster-home", str(tmp_path / "home"),
+                          "--set", "NoSuchStep.x=1"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "NoSuchStep.x" in bad.stderr and "ClassifyShapes" in bad.stderr

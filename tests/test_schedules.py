@@ -114,3 +114,33 @@ def test_bad_executor_is_a_clear_error(tmp_path):
 
     with pytest.raises(WorkflowError, match="executor must be one of in_process, multiprocess"):
         _defs(tmp_path, executor="threads")
+
+
+def test_partition_key_reaches_steps(tmp_path, wf_builders):
+    """``{partition_key}`` in string parameters (workflow value and run config) and ``self.partition_key``."""
+    b = wf_builders
+    nodes = b["write_nodes"](tmp_path / "nodes", "day_nodes.py", '''
+        from graphbook.steps import SourceStep
+
+        class DaySource(SourceStep):
+            RequiresInput = False
+            Outputs = ["out"]
+            Parameters = {"path": {"type": "string"}, "other": {"type": "string"}}
+
+            def __init__(self, path, other):
+                super().__init__()
+                self.path, self.other = path, other
+
+            def load(self):
+                return {"out": [{"path": self.path, "other": self.other, "key": self.partition_key}]}
+    ''')
+    wf = b["write_workflow"](tmp_path, "days", [b["step_node"]("0", "DaySource", {"path": "in/{partition_key}/x", "other": "none"}, source=True)], [])
+    defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01"))], notes_dir=str(tmp_path / "notes"))
+    config = {"ops": {"days__DaySource": {"config": {"other": "set-{partition_key}"}}}}
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("days").execute_in_process(instance=instance, partition_key="2026-02-03", run_config=config)
+    assert result.success
+    import pickle
+
+    notes = pickle.loads((tmp_path / "notes" / "days" / "DaySource" / "2026-02-03.pkl").read_bytes())
+    assert notes == [{"path": "in/2026-02-03/x", "other": "set-2026-02-03", "key": "2026-02-03"}]
