@@ -57,13 +57,17 @@ def browser():
         driver.quit()
 
 
-def _save(driver, tmp_path: Path, name: str) -> Path:
-    """A screenshot under the test's folder; copied to docs/ only when asked for (never in CI)."""
+def _save(driver, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
+    """A screenshot under the test's folder; with ``docs``, also a 256-colour copy in docs/ for the README,
+    only when asked for with UPDATE_UI_SCREENSHOTS=1 (never in CI)."""
     path = tmp_path / name
     assert driver.save_screenshot(str(path)), f"could not save {path}"
-    if os.environ.get("UPDATE_UI_SCREENSHOTS") == "1":
+    if docs and os.environ.get("UPDATE_UI_SCREENSHOTS") == "1":
+        from PIL import Image
+
         (REPO / "docs").mkdir(exist_ok=True)
-        shutil.copyfile(path, REPO / "docs" / name)
+        with Image.open(path) as image:
+            image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(REPO / "docs" / name, optimize=True)
     return path
 
 
@@ -127,7 +131,7 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     wait.until(EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='No errors']")))
     materialize = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Materialize']")))
     ActionChains(driver).move_to_element(materialize).perform()  # no tooltip of the partition field in the screenshot
-    _save(driver, tmp_path, "ui-launchpad.png")
+    _save(driver, tmp_path, "ui-launchpad.png", docs=True)
 
     materialize.click()
     wait.until(EC.url_matches(r"/runs/[0-9a-f-]{36}"))
@@ -136,7 +140,7 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     WebDriverWait(driver, 300).until(EC.visibility_of_element_located(
         (By.XPATH, "//div[@role='img' and @aria-label='run_success']/following-sibling::div[normalize-space()='Success']")))
     time.sleep(1)  # let the event list render its last rows for the screenshot
-    shot = _save(driver, tmp_path, "ui-run-success.png")
+    shot = _save(driver, tmp_path, "ui-run-success.png", docs=True)
     assert shot.stat().st_size > 10_000
     print(f"browser test: {time.time() - start:.1f} s from opening the UI to the run page showing Success")
 
@@ -145,7 +149,7 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     for name in ("incoming", "IncomingImages", "ClassifyShapes", "confident", "review", "SaveResized"):
         wait.until(EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='{name}']")))
     wait.until(lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='Loading...']"))  # the nodes' partition counts
-    _save(driver, tmp_path, "ui-lineage.png")
+    _save(driver, tmp_path, "ui-lineage.png", docs=True)
 
     # what the UI launched: that day's partition, with the parameters edited in the editor
     assert webserver.wait(run_id, 10) == "SUCCESS"
