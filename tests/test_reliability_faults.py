@@ -114,7 +114,7 @@ def _holders(name: str) -> set:
     return pids
 
 
-def shm_leaks(before: set, mine: set, grace_s: float = 2.0) -> set:
+def shm_leaks(before: set, mine: set, grace_s: float = 2.0, ignore: tuple = ()) -> set:
     """New ``/dev/shm`` entries that are orphaned or still held by this process tree.
 
     /dev/shm is shared with every other process on the machine (other test runs too): an entry
@@ -122,7 +122,7 @@ def shm_leaks(before: set, mine: set, grace_s: float = 2.0) -> set:
     """
     deadline = time.monotonic() + grace_s
     while True:
-        new = _shm() - before
+        new = {n for n in _shm() - before if not n.startswith(ignore)}
         leaked = {n for n in new if not _holders(n) or _holders(n) & mine}
         if not leaked or time.monotonic() > deadline:
             return leaked
@@ -337,3 +337,94 @@ def test_retry_policy_from_the_code_location(retry_wf, dagster_home):
     assert marker.exists()
     assert [e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY] == ["retried__Work"]
     _check_outputs_once(out_dir, jsonl)
+
+
+# ---------------------------------------------------------------------------------------------
+# Terminate from the UI: the webserver's terminateRun mutation against a run launched like the
+# Launchpad does (code server -> run worker -> multiprocess executor -> step process -> pools)
+
+LAUNCH_RUN = """
+mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on RunConfigValidationInvalid { errors { message } } } }
+"""
+TERMINATE_RUN = """
+mutation($runId: String!) { terminateRun(runId: $runId) {
+  __typename ... on TerminateRunFailure { message } ... on PythonError { message } } }
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(fault_wf, tmp_path, dagster_home):
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql, main_repo_location_name
+
+    wf, nodes, out_dir = fault_wf
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    location = tmp_path / "location.py"
+    location.write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])])\n"
+    )
+    config = {"n": 4000}, {"pid_dir": str(pid_dir), "delay": 0.02, "runtime": {"num_workers": 2, "dump_workers": 2, "device": "cpu"}}
+    run_config = {"ops": {"faults__Items": {"config": config[0]}, "faults__Work": {"config": config[1]}}}
+    # launch at once, as `dagster dev` does with its daemon (the default coordinator only queues)
+    Path(dagster_home, "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\ntelemetry:\n  enabled: false\n"
+    )
+    before_shm = _shm()
+    with dg.DagsterInstance.from_config(dagster_home) as instance, define_out_of_process_context(str(location), "defs", instance) as context:
+        service = {p.pid for p in psutil.Process().children(recursive=True)}  # the code server
+        selector = {"repositoryLocationName": main_repo_location_name(), "repositoryName": "__repository__", "jobName": "faults"}
+        launched = execute_dagster_graphql(context, LAUNCH_RUN, {"p": {"selector": selector, "runConfigData": run_config}}).data["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        run_id = launched["run"]["runId"]
+
+        def pools_busy() -> bool:  # about 40 s of work is queued: wait until both pools are at it
+            run = instance.get_run_by_id(run_id)
+            if run.is_finished or time.monotonic() - launched_at > 60:
+                events = "\n".join(str(r.message)[:300] for r in instance.all_logs(run_id)[-15:])
+                raise AssertionError(f"the run is {run.status.value} and its pools are not busy:\n{events}")
+            return len(list(pid_dir.glob("load-*"))) >= 2 and len(list(pid_dir.glob("dump-*"))) >= 1
+
+        launched_at = time.monotonic()
+        _wait_for(pools_busy, 90, "the loader and dump workers to start")
+        workers = [int(p.name.split("-")[1]) for p in pid_dir.iterdir()]
+        step_process = psutil.Process(workers[0]).parent()
+        tree = {step_process.pid, *workers}
+        assert all(_alive(pid) for pid in tree)
+
+        start = time.monotonic()
+        result = execute_dagster_graphql(context, TERMINATE_RUN, {"runId": run_id}).data["terminateRun"]
+        assert result["__typename"] == "TerminateRunSuccess", result
+        gone_s = _wait_for(lambda: not any(_alive(pid) for pid in tree), 30, "the step process and its workers to exit")
+        _wait_for(lambda: instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED, 30, "the run to be CANCELED")
+        canceled_s = time.monotonic() - start
+
+        def shm_clean() -> bool:
+            # Dagster's run worker makes spawn-context semaphores (sem.mp-*) that the code server's
+            # resource tracker removes when the code server stops (after a successful run too); the
+            # pools use fork, whose semaphores never show up in /dev/shm. Anything else is the run's.
+            run_tree = {p.pid for p in psutil.Process().children(recursive=True)} - service
+            return not shm_leaks(before_shm, mine=run_tree, grace_s=0, ignore=("sem.mp-",))
+
+        shm_s = _wait_for(shm_clean, 30, "the run's /dev/shm entries to go") + canceled_s
+    assert shm_leaks(before_shm, mine={psutil.Process().pid}, grace_s=10) == set(), "shared memory left in /dev/shm after the code server stopped"
+    print(f"\nterminate: step process and {len(workers)} pool workers gone {gone_s:.2f} s after terminateRun, "
+          f"run CANCELED after {canceled_s:.2f} s, its /dev/shm entries gone after {shm_s:.2f} s")
+    assert gone_s < 15, f"workers took {gone_s:.1f} s to go after terminate"
+    assert sorted(int(p.stem) for p in out_dir.iterdir()) != list(range(4000))  # it really was stopped mid-run
