@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shapes_data next to this file
 from shapes_data import CLASSES, samples  # noqa: E402
