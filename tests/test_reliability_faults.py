@@ -396,13 +396,13 @@ def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(fault_wf, tmp
 
         def pools_busy() -> bool:  # about 40 s of work is queued: wait until both pools are at it
             run = instance.get_run_by_id(run_id)
-            if run.is_finished or time.monotonic() - launched_at > 60:
+            if run.is_finished or time.monotonic() - launched_at > 120:
                 events = "\n".join(str(r.message)[:300] for r in instance.all_logs(run_id)[-15:])
                 raise AssertionError(f"the run is {run.status.value} and its pools are not busy:\n{events}")
             return len(list(pid_dir.glob("load-*"))) >= 2 and len(list(pid_dir.glob("dump-*"))) >= 1
 
         launched_at = time.monotonic()
-        _wait_for(pools_busy, 90, "the loader and dump workers to start")
+        _wait_for(pools_busy, 150, "the loader and dump workers to start")
         workers = [int(p.name.split("-")[1]) for p in pid_dir.iterdir()]
         step_process = psutil.Process(workers[0]).parent()
         tree = {step_process.pid, *workers}
