@@ -315,11 +315,11 @@ def test_one_bad_item_in_a_thousand_under_skip_999_arrive(thousand, run_wf, dags
     assert (row["stage"], row["note"], row["item"]) == ("load_fn", 12, "37: 637")
 
 
-def test_note_that_is_not_a_dict_is_named_or_skipped(tmp_path, run_wf, dagster_home):
-    """An item list given as a bare string, and a note without the item key."""
+def test_notes_without_items_or_not_dicts_are_named_or_skipped(tmp_path, run_wf, dagster_home):
+    """A note without the item key, and a note that is not a dict at all."""
     nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
     manifest = tmp_path / "notes_manifest.json"
-    manifest.write_text(json.dumps([{"id": 0, "items": [1, 2]}, {"id": 1, "itemz": [3]}, {"id": 2, "items": [4]}]))
+    manifest.write_text(json.dumps([{"id": 0, "items": [1, 2]}, {"id": 1, "itemz": [3]}, {"id": 2, "items": [4]}, "just text"]))
     wf = write_workflow(tmp_path, "wrong_notes", [step_node("1", "Manifest", {"manifest": str(manifest)}, source=True), step_node("2", "Numbers")], [edge("1", "out", "2")])
     run = run_wf(wf, custom_nodes=[nodes], params=_runtime("Numbers", **PROCESS_WORKERS))
     assert not run.success
@@ -327,8 +327,9 @@ def test_note_that_is_not_a_dict_is_named_or_skipped(tmp_path, run_wf, dagster_h
     run = run_wf(wf, custom_nodes=[nodes], params=_runtime("Numbers", on_item_error="skip", **PROCESS_WORKERS))
     assert run.success, run.failure
     assert [(n["id"], n.get("loaded")) for n in run.notes["Numbers"]["out"]] == [(0, [10, 20]), (2, [40])]
-    (row,) = _skipped_rows(_metadata(dagster_home, ["wrong_notes", "Numbers"]))
-    assert (row["stage"], row["note"]) == ("on_data", 1)
+    rows = _skipped_rows(_metadata(dagster_home, ["wrong_notes", "Numbers"]))
+    assert [(r["stage"], r["note"]) for r in rows] == [("on_data", 1), ("on_data", 3)]
+    assert "KeyError" in rows[0]["error"] and "batch steps take dict-like notes, got str" in rows[1]["error"]
 
 
 # ---------------------------------------------------------------------------------------------
