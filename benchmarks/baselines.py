@@ -6,12 +6,13 @@ and a model that runs in the consuming (main) process.
 """
 from __future__ import annotations
 
+import resource
 import signal
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torchvision.transforms.functional as TF
@@ -111,33 +112,43 @@ def bounded(seconds: float):
 
 def measure(run: Callable[[], None], repeats: int, timeout: float) -> list[float]:
     """One warm-up, then `repeats` timed runs (seconds each). Each run includes pool start and stop."""
-    times = [_bounded_run(run, timeout) for _ in range(repeats + 1)]
+    times = [_bounded_run(run, timeout)[0] for _ in range(repeats + 1)]
     return times[1:]
 
 
-def measure_round_robin(runs: dict[str, Callable[[], None]], repeats: int, timeout: float) -> dict[str, Any]:
+def measure_round_robin(runs: dict[str, Callable[[], None]], repeats: int, timeout: float, cpu: Optional[dict] = None) -> dict[str, Any]:
     """Like measure() for several configurations, interleaved run by run, so background load on a shared
-    machine hits all of them alike. Returns label -> list of seconds, or the exception that stopped it."""
+    machine hits all of them alike. Returns label -> list of seconds, or the exception that stopped it.
+    With `cpu`, also fills label -> list of CPU seconds of each timed run (this process and its children)."""
     out: dict[str, Any] = {label: [] for label in runs}
     for i in range(repeats + 1):
         for label, run in runs.items():
             if isinstance(out[label], BaseException):
                 continue
             try:
-                elapsed = _bounded_run(run, timeout)
+                elapsed, cpu_s = _bounded_run(run, timeout)
             except Exception as e:  # a failed or timed-out configuration is reported; the others go on
                 out[label] = e
                 continue
             if i:
                 out[label].append(elapsed)
+                if cpu is not None:
+                    cpu.setdefault(label, []).append(cpu_s)
     return out
 
 
-def _bounded_run(run: Callable[[], None], timeout: float) -> float:
+def _cpu_s() -> float:
+    """CPU seconds used so far by this process (all threads) and its waited-for children (pool workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _bounded_run(run: Callable[[], None], timeout: float) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run."""
     with bounded(timeout):
-        t0 = time.perf_counter()
+        c0, t0 = _cpu_s(), time.perf_counter()
         run()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, _cpu_s() - c0
 
 
 # ---- configurations a-d --------------------------------------------------------------------

@@ -36,6 +36,7 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
             "dump_workers": dg.Field(dg.Noneable(int), default_value=None, description="dump_fn workers (default: num_workers)"),
             "max_dumps_in_flight": dg.Field(int, default_value=64, description="dump calls pending before on_item_batch waits"),
             "progress_interval_s": dg.Field(float, default_value=5.0, description="seconds between progress lines in the event log"),
+            "worker_nice": dg.Field(int, default_value=0, description="added to the nice value of loader and dump workers, so a CPU-bound model in the step keeps its core"),
         })
     return fields
 

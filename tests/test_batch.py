@@ -587,3 +587,43 @@ def test_stacked_outputs_kept_by_the_step_stay_intact(prefetch):
     for note in notes:
         assert [float(t[0, 0]) for t in note["kept"]] == [float(x) for x in note["items"]]
         assert all(bool((t == t[0, 0]).all()) and t.shape == (3, 5) for t in note["kept"])
+
+
+class NiceProbe(BatchStep):
+    """Records the nice value each load_fn and dump_fn call ran at."""
+
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        return (os.getpid(), os.getpriority(os.PRIO_PROCESS, 0) if os.getpid() != MAIN_PID else _thread_nice())
+
+    @staticmethod
+    def dump_fn(path, _):
+        with open(path, "w") as f:
+            f.write(str(os.getpriority(os.PRIO_PROCESS, 0) if os.getpid() != MAIN_PID else _thread_nice()))
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("nice", []).append(out[1])
+        return [(note["dir"] + f"/{item}.txt", None) for item, note in zip(items, notes)]
+
+
+MAIN_PID = os.getpid()
+
+
+def _thread_nice():
+    import threading
+
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_worker_nice_lowers_loader_and_dump_worker_priority_only(tmp_path, worker_type):
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    notes = [{"items": [1, 2, 3], "dir": str(tmp_path)}]
+    run(NiceProbe(), notes, num_workers=2, worker_type=worker_type, worker_nice=5)
+    assert notes[0]["nice"] == [min(19, base + 5)] * 3
+    assert [(tmp_path / f"{i}.txt").read_text() for i in (1, 2, 3)] == [str(min(19, base + 5))] * 3
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base and _thread_nice() == base  # the step itself keeps its priority

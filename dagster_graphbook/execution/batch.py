@@ -40,6 +40,7 @@ class BatchSettings:
     dump_workers: Optional[int] = None  # default: num_workers
     max_dumps_in_flight: int = 64
     progress_interval_s: float = 5.0
+    worker_nice: int = 0  # added to the nice value of loader and dump workers (see workers.lower_priority)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "BatchSettings":
@@ -215,11 +216,11 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
     else:
         dataset = ItemDataset(run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {}))
         if processes:
-            loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node)
+            loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node, settings.worker_nice)
         else:
-            loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch)
+            loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.worker_nice)
     dump_workers = settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
-    dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node) if has_dump else None
+    dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node, nice=settings.worker_nice) if has_dump else None
 
     progress = Progress(label, len(run.items), len(notes), device, lambda m: emit("info", m), settings.progress_interval_s)
     failed = True

@@ -13,7 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .workers import init_worker
+from .workers import init_worker, lower_priority
 
 _DUMP_FN: Optional[Callable[..., Any]] = None
 ABORT_GRACE_S = 5.0  # how long a failing step lets dump calls under way finish
@@ -25,9 +25,9 @@ class DumpDone(NamedTuple):
     files: List[Tuple[str, int]]  # (path, bytes) of files dump_fn says it wrote
 
 
-def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str) -> None:
+def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str, nice: int = 0) -> None:
     global _DUMP_FN
-    init_worker(node_id, node_name)
+    init_worker(node_id, node_name, nice)
     _DUMP_FN = dump_fn
 
 
@@ -51,15 +51,15 @@ def _call(args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None) -> Tup
 class DumpPool:
     """Runs dump calls; ``submit`` blocks while ``max_in_flight`` calls are pending."""
 
-    def __init__(self, dump_fn: Callable[..., Any], *, worker_type: str, num_workers: int, start_method: str, max_in_flight: int, node: Tuple[str, str]):
+    def __init__(self, dump_fn: Callable[..., Any], *, worker_type: str, num_workers: int, start_method: str, max_in_flight: int, node: Tuple[str, str], nice: int = 0):
         self.dump_fn = dump_fn
         self.max_in_flight = max(1, max_in_flight)
         self.pending: Dict[Future, Any] = {}
         if worker_type == "thread":
-            self.executor: Any = ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="graphbook-dump")
+            self.executor: Any = ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="graphbook-dump", initializer=lower_priority, initargs=(nice, True))
             self.threads = True
         else:
-            self.executor = ProcessPoolExecutor(max(1, num_workers), mp_context=multiprocessing.get_context(start_method), initializer=_init, initargs=(dump_fn, *node))
+            self.executor = ProcessPoolExecutor(max(1, num_workers), mp_context=multiprocessing.get_context(start_method), initializer=_init, initargs=(dump_fn, *node, nice))
             self.threads = False
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
-from .workers import init_worker
+from .workers import init_worker, lower_priority
 
 
 class LoadedBatch(NamedTuple):
@@ -190,11 +190,11 @@ def _drop_frame_locals(exc: BaseException) -> None:
 class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str]):
+    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str], nice: int = 0):
         kwargs: Dict[str, Any] = {}
         prefetch = max(1, prefetch)
         if num_workers > 0:
-            kwargs = dict(prefetch_factor=prefetch, multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node), persistent_workers=False, timeout=LIVENESS_CHECK_S)
+            kwargs = dict(prefetch_factor=prefetch, multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node, nice), persistent_workers=False, timeout=LIVENESS_CHECK_S)
         # slots per worker: more than the tasks DataLoader can have ahead of the consumed batch
         collate_fn = _WorkerCollate(prefetch * max(1, num_workers) + 2)
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
@@ -246,13 +246,14 @@ class ProcessLoader:
 class _WorkerInit:
     """Picklable DataLoader ``worker_init_fn``."""
 
-    def __init__(self, node_id: str, node_name: str):
+    def __init__(self, node_id: str, node_name: str, nice: int = 0):
         self.node = (node_id, node_name)
+        self.nice = nice
 
     def __call__(self, worker_id: int) -> None:
         global _RING
         _RING = None  # never a ring inherited through fork
-        init_worker(*self.node)
+        init_worker(*self.node, nice=self.nice)
 
 
 def _load_range(dataset: ItemDataset, indices: range) -> LoadedBatch:
@@ -262,8 +263,9 @@ def _load_range(dataset: ItemDataset, indices: range) -> LoadedBatch:
 class ThreadLoader:
     """Batches loaded by a thread pool, at most ``num_workers * prefetch`` batches ahead."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int):
+    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, nice: int = 0):
         self.dataset = dataset
+        self.nice = nice
         self.ranges = _batch_ranges(len(dataset), batch_size)
         self.num_workers = max(1, num_workers)
         self.depth = self.num_workers * max(1, prefetch)
@@ -271,7 +273,7 @@ class ThreadLoader:
         self.pending: deque = deque()
 
     def __iter__(self) -> Iterator[LoadedBatch]:
-        self.pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="graphbook-load")
+        self.pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="graphbook-load", initializer=lower_priority, initargs=(self.nice, True))
         ranges = iter(self.ranges)
         for r in ranges:
             self.pending.append(self.pool.submit(_load_range, self.dataset, r))
