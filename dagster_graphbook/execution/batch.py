@@ -272,9 +272,7 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
 
 def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress) -> None:
     step = run.step
-    outputs = batch.outputs() if has_load else None
-    if outputs is not None and device != "cpu":
-        outputs = move(outputs, device, non_blocking=True)
+    outputs = batch.outputs(device) if has_load else None
     items = [run.items[i] for i in indices]
     notes = [run.notes[run.owner[i]] for i in indices]
     progress.add("loaded", len(indices))

@@ -30,10 +30,16 @@ class LoadedBatch(NamedTuple):
     stacked: Optional[torch.Tensor]  # [len(indices), ...] when every value was a same-shape tensor
     errors: List[Tuple[int, str]]  # (item index, traceback) for items whose load_fn raised
 
-    def outputs(self) -> List[Any]:
+    def outputs(self, device: str = "cpu") -> List[Any]:
+        """The loaded values as a list, on ``device`` (a stacked block crosses to the GPU in one copy)."""
         if self.stacked is not None:
-            return list(self.stacked.unbind(0))
-        return list(self.values or [])
+            block = self.stacked if device == "cpu" else self.stacked.to(device, non_blocking=True)
+            return list(block.unbind(0))
+        if device == "cpu":
+            return list(self.values or [])
+        from .device import move
+
+        return move(list(self.values or []), device, non_blocking=True)
 
 
 class ItemDataset(Dataset):
