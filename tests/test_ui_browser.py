@@ -80,7 +80,9 @@ def _edit(yaml_text: str, key: str, value: str) -> str:
 
 def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.common.exceptions import ElementClickInterceptedException, NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -90,8 +92,19 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     day = nightly_inputs["day"]
     outputs = nightly_inputs["root"] / "browser-outputs"
 
+    def act(action) -> None:
+        """Run ``action(driver)``, again while the page re-renders under it (stale or covered elements)."""
+        WebDriverWait(driver, 60, ignored_exceptions=(StaleElementReferenceException, ElementClickInterceptedException, NoSuchElementException)).until(
+            lambda d: action(d) or True)
+
     def click(xpath: str) -> None:
-        wait.until(EC.element_to_be_clickable((By.XPATH, xpath))).click()
+        act(lambda d: wait.until(EC.element_to_be_clickable((By.XPATH, xpath))).click())
+
+    def type_partition(d) -> None:
+        field = d.find_element(By.CSS_SELECTOR, "input[placeholder='Partition']")
+        field.click()
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(day)
 
     driver.get(webserver.url)
     # The first visit on localhost shows a "Join the Dagster community" dialog after a second: skip it.
@@ -111,14 +124,15 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     # Materialize all -> the menu beside it -> Open launchpad
     click("//button[.//div[@aria-label='arrow_drop_down']]")
     click("//*[normalize-space()='Open launchpad']")
-    partition = wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "input[placeholder='Partition']")))
-    partition.click()
-    partition.send_keys(day)
+    # the config editor (CodeMirror) fills in once the launchpad has generated the default config
+    editor = "Array.from(document.querySelectorAll('.CodeMirror')).map(e => e.CodeMirror).find(cm => cm.getValue().startsWith('ops:'))"
+    wait.until(lambda d: d.execute_script(f"return !!({editor})"))
+    act(type_partition)
     click(f"//button[@role='menuitem'][normalize-space()='{day}']")
     wait.until(EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='partition: {day}']")))
 
-    # Edit the step parameters in the config editor (CodeMirror): the test's folders, threshold 0, 20-pixel copies.
-    editor = "Array.from(document.querySelectorAll('.CodeMirror')).map(e => e.CodeMirror).find(cm => cm.getValue().startsWith('ops:'))"
+    # Edit the step parameters in the editor: the test's folders, threshold 0, 20-pixel copies.
+    # (Picking the partition regenerated the config: wait for it again.)
     wait.until(lambda d: d.execute_script(f"return !!({editor})"))
     text = driver.execute_script(f"return ({editor}).getValue()")
     assert f"{DEMO}__SaveResized" in text and "{partition_key}" in text, text
@@ -128,6 +142,8 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     text = _edit(text, "threshold", "0.0")
     text = _edit(text, "size", "20")
     driver.execute_script(f"({editor}).setValue(arguments[0])", text)
+    time.sleep(1)  # nothing re-renders the editor over the edit
+    assert driver.execute_script(f"return ({editor}).getValue()") == text
     wait.until(EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='No errors']")))
     materialize = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Materialize']")))
     ActionChains(driver).move_to_element(materialize).perform()  # no tooltip of the partition field in the screenshot
