@@ -432,6 +432,20 @@ def test_driver_on_start_failure_and_on_end_failure():
     assert "ValueError: bad note" in str(info.value)  # the first error wins; on_end's is logged
 
 
+def test_dump_jsonl_keeps_previous_file_when_the_run_fails(tmp_path):
+    from dagster_graphbook import DumpJSONL
+    from dagster_graphbook.execution.errors import StepFailure
+
+    path = tmp_path / "out.jsonl"
+    _drive(DumpJSONL(str(path)), "step", [{"i": 0}, {"i": 1}])
+    complete = path.read_text()
+    assert complete.splitlines() == ['{"i": 0}', '{"i": 1}']
+    with pytest.raises(StepFailure, match="failed on note 1"):
+        _drive(DumpJSONL(str(path)), "step", [{"i": 5}, {"i": object()}, {"i": 7}])  # note 1 is not JSON
+    assert path.read_text() == complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file left
+
+
 def test_source_yield_forms():
     from dagster_graphbook import output, source, step
 

@@ -245,7 +245,8 @@ class DumpJSONL(Step):
     """Writes each note as a JSON line.
 
     Unlike Graphbook (which appends forever), a run writes a temporary file and renames it over
-    ``jsonl_path`` in ``on_end``: a retried or re-run step never duplicates lines.
+    ``jsonl_path`` in ``on_end``: a retried or re-run step never duplicates lines, and a failed
+    run (``run_failed``, set by the driver) leaves the previous file as it was.
     """
 
     RequiresInput = True
@@ -271,5 +272,8 @@ class DumpJSONL(Step):
         if self._file is None:
             return
         self._file.close()
-        os.replace(self._tmp, self.jsonl_path)
         self._file = None
+        if getattr(self, "run_failed", False):
+            os.unlink(self._tmp)
+        else:
+            os.replace(self._tmp, self.jsonl_path)

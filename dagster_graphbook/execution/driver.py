@@ -1,7 +1,9 @@
 """The step driver: Graphbook's lifecycle over the input notes of one op.
 
 ``on_start`` -> per note ``on_data`` -> ``on_item`` -> ``on_after_item`` -> ``route`` (what
-``Step.__call__`` does) -> ``on_end``, which runs also when the step failed.
+``Step.__call__`` does) -> ``on_end``, which runs also when the step failed. Before ``on_end``
+the driver sets ``step.run_failed`` so a step that commits output at the end (``DumpJSONL``)
+can keep the previous output instead of replacing it with a partial one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def run_step(step: Any, kind: str, notes: Sequence[Any], *, pins: Sequence[str],
                 result = _run_notes(step, notes, pins, label, on_item_error)
             failed = False
         finally:
+            step.run_failed = failed
             try:
                 _call_hook(step, "on_end", label)
             except StepFailure as exc:
