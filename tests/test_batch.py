@@ -219,14 +219,19 @@ def run(step_obj, notes, **kw):
     return run_batch_step(step_obj, notes, settings(**kw), label="workflow 'w', step 'S' (node 9)")
 
 
+# the same batching through each kind of loader: in the step, 2 worker processes, 2 threads
+POOLS = pytest.mark.parametrize("pool", [dict(num_workers=0), dict(num_workers=2, worker_type="process"), dict(num_workers=2, worker_type="thread")], ids=["in-step", "processes", "threads"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Batching and release order
 
 
-def test_batches_cross_note_boundaries():
+@POOLS
+def test_batches_cross_note_boundaries(pool):
     s = Recorder(batch_size=3)
     notes = [{"id": 0, "items": [1, 2, 3, 4]}, {"id": 1, "items": [5, 6, 7, 8, 9]}]
-    result = run(s, notes)
+    result = run(s, notes, **pool)
     assert s.batches == [
         ([10, 20, 30], [1, 2, 3], [0, 0, 0]),
         ([40, 50, 60], [4, 5, 6], [0, 1, 1]),
@@ -237,16 +242,18 @@ def test_batches_cross_note_boundaries():
     assert result.stats["batches"] == 3 and result.stats["items"] == 9 and result.stats["notes"] == 2
 
 
-def test_last_partial_batch_and_batch_size_one():
+@POOLS
+def test_last_partial_batch_and_batch_size_one(pool):
     s = Recorder(batch_size=4)
-    run(s, [{"id": 0, "items": list(range(6))}])
+    run(s, [{"id": 0, "items": list(range(6))}], **pool)
     assert [len(b[0]) for b in s.batches] == [4, 2]
     s1 = Recorder(batch_size=1)
-    run(s1, [{"id": 0, "items": [1, 2]}, {"id": 1, "items": [3]}])
+    run(s1, [{"id": 0, "items": [1, 2]}, {"id": 1, "items": [3]}], **pool)
     assert [b[1] for b in s1.batches] == [[1], [2], [3]]
 
 
-def test_notes_with_zero_one_many_items_released_in_order():
+@POOLS
+def test_notes_with_zero_one_many_items_released_in_order(pool):
     s = Recorder(batch_size=2)
     notes = [
         {"id": "a", "items": []},
@@ -255,7 +262,7 @@ def test_notes_with_zero_one_many_items_released_in_order():
         {"id": "d", "items": [2, 3, 4]},
         {"id": "e", "items": []},
     ]
-    result = run(s, notes)
+    result = run(s, notes, **pool)
     assert [n["id"] for n in result.outputs["out"]] == ["a", "b", "c", "d", "e"]
     assert s.routed == ["a", "b", "c", "d", "e"]
     assert "loaded" not in notes[0] and "loaded" not in notes[2]
@@ -275,15 +282,16 @@ def test_no_notes():
     assert result.outputs == {"out": []}
 
 
-def test_scalar_and_dict_items():
+@POOLS
+def test_scalar_and_dict_items(pool):
     s = Recorder(batch_size=8)
     notes = [{"id": 0, "items": 5}, {"id": 1, "items": [6]}]
-    run(s, notes)
+    run(s, notes, **pool)
     assert s.batches == [([50, 60], [5, 6], [0, 1])]
 
     d = SyncStep(batch_size=8)
     item = {"type": "image", "value": "/x.png"}
-    run(d, [{"id": 0, "items": item}, {"id": 1, "items": [item, item]}])
+    run(d, [{"id": 0, "items": item}, {"id": 1, "items": [item, item]}], **pool)
     assert d.batches == [(None, [item, item, item], [0, 1, 1])]  # raw elements, a dict is one item
 
 
@@ -627,3 +635,17 @@ def test_worker_nice_lowers_loader_and_dump_worker_priority_only(tmp_path, worke
     assert notes[0]["nice"] == [min(19, base + 5)] * 3
     assert [(tmp_path / f"{i}.txt").read_text() for i in (1, 2, 3)] == [str(min(19, base + 5))] * 3
     assert os.getpriority(os.PRIO_PROCESS, 0) == base and _thread_nice() == base  # the step itself keeps its priority
+
+
+def test_ring_slot_rewritten_too_early_fails_loudly():
+    """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the rewrite."""
+    from dagster_graphbook.execution.loader_pool import ItemDataset, ProcessLoader
+
+    dataset = ItemDataset(list(range(64)), KeepTensors.load_fn, {})
+    loader = ProcessLoader(dataset, 4, 2, 2, "fork", False, ("9", "S"), ring_slots=1)
+    try:
+        with pytest.raises(RuntimeError, match="rewrote ring slot 0 before batch"):
+            for _ in loader:
+                time.sleep(0.05)  # a slow step: the workers run ahead into the only slot
+    finally:
+        loader.close()

@@ -87,12 +87,13 @@ class SlabRef(NamedTuple):
 
     worker: int
     slot: int
+    seq: int  # the worker's batch number, stamped into the block's header before the data
     block: Optional[torch.Tensor]  # the shared block itself, sent only when the slot gets a new one
     shape: Tuple[int, ...]
     dtype: torch.dtype
 
-    def nbytes(self) -> int:
-        return _nbytes(self.shape, self.dtype)
+
+_HEADER = 64  # bytes before the data: the int64 batch number, then padding that keeps the data aligned
 
 
 def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
@@ -103,7 +104,11 @@ def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
 
 
 def _view(block: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return block[: _nbytes(shape, dtype)].view(dtype).view(shape)
+    return block[_HEADER: _HEADER + _nbytes(shape, dtype)].view(dtype).view(shape)
+
+
+def _stamp(block: torch.Tensor) -> torch.Tensor:
+    return block[:8].view(torch.int64)
 
 
 class _SlabRing:
@@ -116,24 +121,29 @@ class _SlabRing:
     send its slot number, copy it out once in the step process): as much as loading 5 of the 8
     images. A block is sent once, when its slot first needs it (or needs a bigger one).
 
-    Reuse is safe because DataLoader dispatches a new task only when it hands a batch to the
-    step, so at most ``prefetch * num_workers`` tasks are ever ahead of the batch being consumed;
-    with more slots than that per worker, a slot is rewritten only after the step copied it out.
+    Reuse is safe because DataLoader (map-style dataset, in order) hands tasks to its workers in
+    turn and sends a new one only when it gives a batch to the step: a worker is at most
+    ``prefetch`` tasks ahead of the batch being consumed, so with ``prefetch + 1`` slots or more a
+    slot is rewritten only after the step copied it out. Each batch stamps its number into the
+    block before its data, and the step checks the stamp after its copy, so a slot rewritten too
+    early (a DataLoader that dispatched differently) fails loudly instead of mixing batches.
     """
 
     def __init__(self, slots: int):
         self.slots = slots
         self.blocks: List[Optional[torch.Tensor]] = [None] * slots
-        self.next = 0
+        self.seq = 0
 
     def put(self, worker: int, values: List[torch.Tensor]) -> SlabRef:
-        slot, self.next = self.next, (self.next + 1) % self.slots
+        slot, self.seq = self.seq % self.slots, self.seq + 1
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
+        size = _HEADER + _nbytes(shape, dtype)
         block, new = self.blocks[slot], None
-        if block is None or block.numel() < _nbytes(shape, dtype):
-            block = new = self.blocks[slot] = torch.empty(_nbytes(shape, dtype), dtype=torch.uint8).share_memory_()
+        if block is None or block.numel() < size:
+            block = new = self.blocks[slot] = torch.empty(size, dtype=torch.uint8).share_memory_()
+        _stamp(block)[0] = self.seq
         torch.stack(values, out=_view(block, shape, dtype))
-        return SlabRef(worker, slot, new, shape, dtype)
+        return SlabRef(worker, slot, self.seq, new, shape, dtype)
 
 
 _RING: Optional[_SlabRing] = None  # this worker process's ring (made on first use)
@@ -196,13 +206,14 @@ def _drop_frame_locals(exc: BaseException) -> None:
 class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str], nice: int = 0):
+    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str], nice: int = 0,
+                 ring_slots: Optional[int] = None):
         kwargs: Dict[str, Any] = {}
         prefetch = max(1, prefetch)
         if num_workers > 0:
             kwargs = dict(prefetch_factor=prefetch, multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node, nice), persistent_workers=False, timeout=LIVENESS_CHECK_S)
-        # slots per worker: more than the tasks DataLoader can have ahead of the consumed batch
-        collate_fn = _WorkerCollate(prefetch * max(1, num_workers) + 2)
+        # slots per worker: more than the tasks a worker can be ahead of the consumed batch
+        collate_fn = _WorkerCollate(ring_slots or prefetch + 2)
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
         self.loader = DataLoader(dataset, batch_sampler=_BatchSampler(len(dataset), batch_size), num_workers=num_workers, collate_fn=collate_fn, pin_memory=False, **kwargs)
         self.pin = pin_memory
@@ -229,8 +240,12 @@ class ProcessLoader:
         if isinstance(ref, SlabRef):
             if ref.block is not None:
                 self.blocks[(ref.worker, ref.slot)] = ref.block
+            block = self.blocks[(ref.worker, ref.slot)]
             out = torch.empty(ref.shape, dtype=ref.dtype, pin_memory=self.pin)
-            out.copy_(_view(self.blocks[(ref.worker, ref.slot)], ref.shape, ref.dtype))
+            out.copy_(_view(block, ref.shape, ref.dtype))
+            if int(_stamp(block)[0]) != ref.seq:
+                raise RuntimeError(f"internal error: loader worker {ref.worker} rewrote ring slot {ref.slot} before batch {ref.seq} "
+                                   f"was copied out (it holds batch {int(_stamp(block)[0])}); please report this with your torch version")
             return batch._replace(stacked=out)
         if self.pin:
             return batch._replace(values=_pin(batch.values), stacked=None if batch.stacked is None else batch.stacked.pin_memory())
