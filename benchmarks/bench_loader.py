@@ -5,7 +5,8 @@
 Not a test. One run measures every mode and prints a table per mode (medians and ratios against
 the anchors of the same run), then the issue's targets with PASS or MISS:
   throughput  800 JPEGs 256x256 through every configuration (a-f);
-  big         the 1024x1024 set (--big-items, default 100), same configurations but Graphbook;
+  big         the 1024x1024 set (--big-items, default 200), same configurations but Graphbook
+              (for reference: the issue sets its targets on the 256x256 set);
   compute     a conv model calibrated to cost about one batch's sequential load: end-to-end vs
               load-only and compute-only (overlap);
   memory      peak memory of the project's pools at 800 vs 8000 items.
@@ -193,14 +194,15 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
           " unlike items/s it hardly depends on what else the machine runs")
     for line in notes:
         print("  * " + line)
+    if not with_graphbook:
+        return  # the issue's targets are set on the 256x256 set; the 1024x1024 table is for reference
     proc, thr = rates.get(configs[4][1]), rates.get(configs[5][1])
     tag = f"{size}px"
     target(f"{tag}: process pool >= 1.0x DataLoader stacked", proc / dl_stack if proc and dl_stack else None, proc >= dl_stack if proc and dl_stack else None)
     target(f"{tag}: process pool >= 1.5x DataLoader list collate", proc / dl_list if proc and dl_list else None, proc >= 1.5 * dl_list if proc and dl_list else None)
     target(f"{tag}: thread pool >= 0.85 of ideal (2x sequential)", thr / (2 * seq) if thr and seq else None, thr >= 0.85 * 2 * seq if thr and seq else None, "{:.2f}")
-    if with_graphbook:
-        for label, r in (("process", proc), ("thread", thr)):
-            target(f"{tag}: {label} pool >= 10x Graphbook 0.13.3 pool", r / gbr if r and gbr else None, r >= 10 * gbr if r and gbr else None)
+    for label, r in (("process", proc), ("thread", thr)):
+        target(f"{tag}: {label} pool >= 10x Graphbook 0.13.3 pool", r / gbr if r and gbr else None, r >= 10 * gbr if r and gbr else None)
 
 
 def compute_bound_mode(paths, args) -> None:
@@ -358,7 +360,7 @@ MODES = ("throughput", "big", "compute", "memory")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=800, help="images of the 256x256 set for throughput and compute")
-    ap.add_argument("--big-items", type=int, default=100, help="images of the 1024x1024 set")
+    ap.add_argument("--big-items", type=int, default=200, help="images of the 1024x1024 set")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per configuration, after one warm-up")
     ap.add_argument("--gb-repeats", type=int, default=1, help="timed runs of Graphbook's pool (slow: about 30 s per 800 items)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run before it is abandoned")
