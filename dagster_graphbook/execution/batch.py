@@ -218,7 +218,7 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         if processes:
             loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node, settings.worker_nice)
         else:
-            loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.worker_nice)
+            loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.worker_nice, stack=device != "cpu")
     dump_workers = settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
     dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node, nice=settings.worker_nice) if has_dump else None
 

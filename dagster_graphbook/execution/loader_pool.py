@@ -277,16 +277,23 @@ class _WorkerInit:
         init_worker(*self.node, nice=self.nice)
 
 
-def _load_range(dataset: ItemDataset, indices: range) -> LoadedBatch:
-    return collate([dataset[i] for i in indices])
+def _load_range(dataset: ItemDataset, indices: range, stack: bool) -> LoadedBatch:
+    """One batch in a loader thread. Stacking only pays off for the one copy to a GPU: on the CPU
+    the values stay as loaded (no extra copy of the batch)."""
+    samples = [dataset[i] for i in indices]
+    if stack:
+        return collate(samples)
+    indices_ok, values, errors = _split(samples)
+    return LoadedBatch(indices_ok, values, None, errors)
 
 
 class ThreadLoader:
     """Batches loaded by a thread pool, at most ``num_workers * prefetch`` batches ahead."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, nice: int = 0):
+    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, nice: int = 0, stack: bool = False):
         self.dataset = dataset
         self.nice = nice
+        self.stack = stack
         self.ranges = _batch_ranges(len(dataset), batch_size)
         self.num_workers = max(1, num_workers)
         self.depth = self.num_workers * max(1, prefetch)
@@ -297,14 +304,14 @@ class ThreadLoader:
         self.pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="graphbook-load", initializer=lower_priority, initargs=(self.nice, True))
         ranges = iter(self.ranges)
         for r in ranges:
-            self.pending.append(self.pool.submit(_load_range, self.dataset, r))
+            self.pending.append(self.pool.submit(_load_range, self.dataset, r, self.stack))
             if len(self.pending) >= self.depth:
                 break
         while self.pending:
             batch = self.pending.popleft().result()
             nxt = next(ranges, None)
             if nxt is not None:
-                self.pending.append(self.pool.submit(_load_range, self.dataset, nxt))
+                self.pending.append(self.pool.submit(_load_range, self.dataset, nxt, self.stack))
             yield batch
 
     def in_flight(self) -> int:
