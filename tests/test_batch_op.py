@@ -136,6 +136,7 @@ def test_retry_after_failing_mid_dump_writes_each_file_once_and_whole(op_wf, run
     notes = run.notes["Work"]["out"]
     assert [n["id"] for n in notes] == [0, 1, 2, 3, 4]
     assert [m for n in notes for m in n["means"]] == [float(i) for i in range(24)]  # the retry started from clean inputs
+    assert {n["device"] for n in notes} == {"cpu"}
     event = instance.get_latest_materialization_event(dg.AssetKey(["batchop", "Work"]))
     md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
     assert md["items"] == 24 and md["dumps"] == 24 and md["files_written"] == 24
