@@ -246,6 +246,14 @@ def compute_bound_mode(paths, args) -> None:
         bound = min(load_r, compute_rate) if load_r and compute_rate else None
         overlap[label] = bound / e2e_r if bound and e2e_r else None
         rows.append([label, f2(e2e_r, 1), f2(load_r, 1), f2(compute_rate, 1), f2(overlap[label])])
+    seq_load = rates[f"{configs[0][0]} | load"]
+    if seq_load and compute_rate:
+        # CPU-seconds per item (one-core load + one-core model) spread over every core: no schedule does better
+        best = (os.cpu_count() or 1) / (1 / seq_load + 1 / compute_rate)
+        floor = {label: max(1.0, min(rates[f"{anchor.get(label, label)} | load"] or 0, compute_rate) / best) for label, _ in configs[2:]}
+        print(f"  CPU floor: load ({1e3 / seq_load:.2f} ms/item on one core) + model ({1e3 / compute_rate:.2f} ms/item) on "
+              f"{os.cpu_count()} cores allow at most {best:.0f} it/s end-to-end: the ratio cannot go below "
+              + ", ".join(f"{v:.2f} ({k.replace('dagster-graphbook ', '').replace('batch op, ', '')})" for k, v in floor.items()))
     print(f"  {load_avg()} at end")
     print_table(["configuration", "end-to-end it/s", "load-only it/s", "compute-only it/s",
                  "t_e2e / max(t_load, t_compute)"], rows)
