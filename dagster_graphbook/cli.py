@@ -95,18 +95,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
-    display = LiveDisplay(instance, token) if not args.no_progress else None
-    if display:
-        display.__enter__()
-    try:
+    with _progress(args, instance, token):
         run = run_workflow(args.workflow, args.custom_nodes, _parse_sets(args.set), instance=instance, executor=args.executor,
                            partition_key=args.partition, tags={RUN_TOKEN_TAG: token})
-    finally:
-        if display:
-            display.__exit__(None, None, None)
     print(_summary(run))
     print(f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)")
     return 0 if run.success else 1
+
+
+def _progress(args: argparse.Namespace, instance: Any, token: str) -> Any:
+    """The live event display of the run tagged ``token``, unless ``--no-progress``."""
+    import contextlib
+
+    return contextlib.nullcontext() if args.no_progress else LiveDisplay(instance, token)
 
 
 _FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "table_path")
@@ -122,17 +123,12 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
-    display = LiveDisplay(instance, token) if not args.no_progress else None
-    if display:
-        display.__enter__()
     try:
-        run = run_job(args.job, _parse_sets(args.set), module=args.module, partition_key=args.partition, instance=instance, tags={RUN_TOKEN_TAG: token})
+        with _progress(args, instance, token):
+            run = run_job(args.job, _parse_sets(args.set), module=args.module, partition_key=args.partition, instance=instance, tags={RUN_TOKEN_TAG: token})
     except (WorkflowError, dg.DagsterInvariantViolationError, dg.DagsterInvalidConfigError, dg.DagsterUnknownPartitionError) as exc:  # bad job, step, parameter or partition
         print(f"dagster-graphbook materialize {args.job}: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if display:
-            display.__exit__(None, None, None)
     print(_summary(run))
     for key, meta in run.metadata.items():
         figures = ", ".join(f"{k.split('/')[-1]} {meta[k]}" for k in _FIGURES if k in meta)
