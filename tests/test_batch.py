@@ -326,6 +326,30 @@ def test_process_and_thread_pools_give_identical_outputs():
     assert outs["process"][0] == outs["in-step"][0]
 
 
+def _batch_in_daemon(queue):
+    logs = []
+    result = run_batch_step(Recorder(batch_size=3), [{"id": i, "items": list(range(i))} for i in range(4)], settings(num_workers=2, worker_type="process"),
+                            label="workflow 'w', step 'S' (node 9)", emit=lambda level, msg: logs.append((level, msg)))
+    queue.put((result.outputs, result.stats["worker_type"], logs))
+
+
+def test_daemonic_step_process_falls_back_to_threads():
+    """Dask and Celery prefork workers are daemonic: a process pool there would fail to start."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_batch_in_daemon, args=(queue,), daemon=True)
+    proc.start()
+    outputs, worker_type, logs = queue.get(timeout=60)
+    proc.join(10)
+    assert proc.exitcode == 0
+    assert worker_type == "thread"
+    assert [n["loaded"] for n in outputs["out"] if n["items"]] == [[0], [0, 10], [0, 10, 20]]
+    assert [n["id"] for n in outputs["out"]] == [0, 1, 2, 3]
+    assert any(level == "warning" and "daemonic" in msg and "step 'S'" in msg for level, msg in logs)
+
+
 def test_tensors_are_passed_as_a_list():
     s = TensorLoad(batch_size=3)
     notes = [{"id": 0, "items": [1, 2, 3, 4]}]

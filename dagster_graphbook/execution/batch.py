@@ -8,11 +8,12 @@ and the last partial batch is always processed (Graphbook hung on it without ``l
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 import traceback
 import warnings
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
@@ -190,6 +191,10 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         raise StepFailure(label, f"worker_type must be 'process' or 'thread', got {settings.worker_type!r}")
     if settings.on_item_error not in ("raise", "skip"):
         raise StepFailure(label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}")
+    if settings.worker_type == "process" and settings.num_workers > 0 and multiprocessing.current_process().daemon:
+        # Dask workers and Celery's prefork children are daemonic and may not have children
+        emit("warning", f"{label}: this step runs in a daemonic process ({multiprocessing.current_process().name}), which cannot start worker processes; using worker_type 'thread'")
+        settings = replace(settings, worker_type="thread")
     device = resolve_device(settings.device)
     if not hasattr(step, "device"):
         step.device = device  # ctx.device in on_item_batch
