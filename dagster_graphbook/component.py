@@ -9,6 +9,7 @@ attributes:
   partitions: {start_date: "2025-01-01"}             # daily partitions
   schedule_hour: 2                                   # nightly at 02:00 UTC: the previous day
   sensor_folder: ../../data/incoming                 # a run per new dated folder
+  sensor_asset: nightly_shapes/incoming              # ...recorded as a materialization of this external asset
   external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
 ```
@@ -47,6 +48,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     cron_schedule: Optional[str] = None
     schedule_hour: Optional[int] = None
     sensor_folder: Optional[str] = None
+    sensor_asset: Optional[str] = None  # asset key ("a/b") that each new folder materializes
     external_deps: Dict[str, List[str]] = {}  # step name or node id -> upstream asset keys ("a/b")
     op_tags: Dict[str, Any] = {}
     job_tags: Dict[str, str] = {}
@@ -74,7 +76,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             job_tags=dict(self.job_tags),
             overridable_functions=tuple(self.overridable_functions),
             external_deps={step: [dg.AssetKey.from_user_string(k) for k in keys] for step, keys in self.external_deps.items()},
-            sensor=FolderSensor(path(self.sensor_folder)) if self.sensor_folder else None,
+            sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset) if self.sensor_folder else None,
             executor=self.executor,
         )
 

@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
@@ -76,18 +76,23 @@ class FolderSensor:
     the day too). With daily partitions the run processes that day's partition; a folder for a
     day whose partition does not exist yet (today, before midnight) waits until it does.
     Like Dagster's sensors, it is stopped until turned on in the UI (or ``default_status``).
+    With ``asset_key`` (the workflow's external input, e.g. ``nightly_shapes/incoming``) each new
+    day is also recorded as a materialization of that asset, so the UI shows when data arrived.
     """
 
     folder: Union[str, Path]
+    asset_key: Optional[Union[str, Sequence[str], dg.AssetKey]] = None
     name: Optional[str] = None
     minimum_interval_seconds: int = 30
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
 
     def build(self, job: Any, partitions_def: Optional[dg.PartitionsDefinition] = None) -> dg.SensorDefinition:
         folder = Path(self.folder)
+        asset_key = None if self.asset_key is None else (dg.AssetKey.from_user_string(self.asset_key) if isinstance(self.asset_key, str) else dg.AssetKey.from_coercible(self.asset_key))
 
         def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             requests: List[dg.RunRequest] = []
+            arrived: List[dg.AssetMaterialization] = []
             cursor = context.cursor
             for day in new_day_folders(folder, context.cursor):
                 partition_key = None
@@ -100,9 +105,13 @@ class FolderSensor:
                         continue
                     partition_key = day
                 requests.append(dg.RunRequest(run_key=day, partition_key=partition_key, tags={"dagster_graphbook/folder": str(folder / day)}))
+                if asset_key is not None:
+                    files = [e for e in os.scandir(folder / day) if e.is_file()]
+                    arrived.append(dg.AssetMaterialization(asset_key, description=f"new folder {folder / day}", metadata={
+                        "day": day, "path": dg.MetadataValue.path(str(folder / day)), "files": len(files), "bytes": sum(e.stat().st_size for e in files)}))
                 cursor = day
             skip = None if requests else f"no new dated folder in {folder}" + (f" after {context.cursor}" if context.cursor else "")
-            return dg.SensorResult(run_requests=requests or None, cursor=cursor, skip_reason=skip)
+            return dg.SensorResult(run_requests=requests or None, cursor=cursor, skip_reason=skip, asset_events=arrived or None)
 
         return dg.SensorDefinition(
             name=self.name or f"{job.name}_new_folder",

@@ -45,6 +45,7 @@ NIGHTLY_YAML = f"""
       partitions: {{start_date: "2026-01-01"}}
       schedule_hour: 3
       sensor_folder: incoming
+      sensor_asset: nightly_shapes/incoming
       external_deps: {{IncomingImages: [nightly_shapes/incoming]}}
       op_tags: {{team: vision}}
       job_tags: {{owner: ml}}
@@ -71,6 +72,11 @@ def test_component_builds_partitioned_job_schedule_sensor_and_lineage(tmp_path):
     assert schedule.cron_schedule == "0 3 * * *"
     sensor = defs.resolve_sensor_def("nightly_shapes_new_folder")
     assert str(tmp_path / "gb_component_defs" / "nightly" / "incoming") in sensor.description  # relative to the defs.yaml folder
+    (tmp_path / "gb_component_defs" / "nightly" / "incoming" / "2026-02-01").mkdir(parents=True)
+    with dg.instance_for_test() as instance:
+        tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert [r.partition_key for r in tick.run_requests] == ["2026-02-01"]
+    assert [e.asset_key for e in tick.asset_events] == [dg.AssetKey(["nightly_shapes", "incoming"])]  # sensor_asset
 
     graph = defs.resolve_asset_graph()
     source = dg.AssetKey(["nightly_shapes", "IncomingImages"])

@@ -97,6 +97,23 @@ def test_folder_sensor_waits_for_todays_partition_and_skips_days_before_the_firs
         assert later.run_requests == [] and later.cursor == yesterday
 
 
+def test_folder_sensor_records_each_new_day_as_the_external_asset(tmp_path):
+    incoming = tmp_path / "incoming"
+    (incoming / "2026-02-01").mkdir(parents=True)
+    for name, size in (("a.png", 10), ("b.png", 32)):
+        (incoming / "2026-02-01" / name).write_bytes(b"x" * size)
+    defs = _defs(tmp_path, partitions_def=daily_partitions("2026-01-01"), external_deps={"GenerateNumbers": [["sample", "incoming"]]},
+                 sensor=FolderSensor(incoming, asset_key="sample/incoming"))
+    sensor = defs.resolve_sensor_def("sample_new_folder")
+    with dg.instance_for_test() as instance:
+        tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert [r.partition_key for r in tick.run_requests] == ["2026-02-01"]
+    [event] = tick.asset_events
+    assert event.asset_key == dg.AssetKey(["sample", "incoming"])
+    assert event.metadata["day"].value == "2026-02-01" and event.metadata["files"].value == 2 and event.metadata["bytes"].value == 42
+    assert event.metadata["path"].value == str(incoming / "2026-02-01")
+
+
 def test_folder_sensor_without_partitions_and_missing_folder(tmp_path):
     incoming = tmp_path / "not_there_yet"
     defs = _defs(tmp_path, sensor=FolderSensor(incoming, name="sample_folders", minimum_interval_seconds=5))
