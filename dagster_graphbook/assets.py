@@ -76,7 +76,7 @@ class WorkflowDefs:
 
 def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTranslator] = None, *, partitions_def: Optional[dg.PartitionsDefinition] = None,
                         retry_policy: Optional[dg.RetryPolicy] = None, op_tags: Optional[Dict[str, Any]] = None, job_tags: Optional[Dict[str, str]] = None,
-                        external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None) -> WorkflowDefs:
+                        external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None, executor_def: Optional[dg.ExecutorDefinition] = None) -> WorkflowDefs:
     """Translate one validated workflow."""
     translator = translator or GraphbookTranslator()
     resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
@@ -87,7 +87,8 @@ def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTransl
         asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []))
         assets.append(asset)
         keys += list(asset.keys)
-    job = dg.define_asset_job(translator.get_job_name(workflow), selection=dg.AssetSelection.assets(*keys), description=translator.get_job_description(workflow), tags=job_tags)
+    job = dg.define_asset_job(translator.get_job_name(workflow), selection=dg.AssetSelection.assets(*keys), description=translator.get_job_description(workflow), tags=job_tags,
+                              executor_def=executor_def)
     return WorkflowDefs(workflow, assets, resources, job, keys)
 
 

@@ -14,7 +14,7 @@ from .authoring.graph import Graph
 from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
 from .registry import NodeRegistry
 from .translator import GraphbookTranslator
-from .workflow import Workflow, load_workflow
+from .workflow import Workflow, WorkflowError, load_workflow
 
 logger = logging.getLogger("dagster_graphbook")
 
@@ -69,21 +69,16 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
     for ref, keys in spec.external_deps.items():
         node_id = next((nid for nid, n in names.items() if ref in (nid, n)), None)
         if node_id is None:
-            from .workflow import WorkflowError
-
             raise WorkflowError(workflow.source, [f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"])
         deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
-    wdefs = build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags, external_deps=deps)
+    executor_def = None
     if spec.executor is not None:
         executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
         if spec.executor not in executors:
-            from .workflow import WorkflowError
-
             raise WorkflowError(workflow.source, [f"executor must be one of {', '.join(executors)}, got {spec.executor!r}"])
-        j = wdefs.job
-        wdefs.job = dg.define_asset_job(j.name, selection=j.selection, config=j.config, description=j.description, tags=j.tags, run_tags=j.run_tags, metadata=j.metadata,
-                                        partitions_def=j.partitions_def, executor_def=executors[spec.executor], hooks=j.hooks, op_retry_policy=j.op_retry_policy)
-    return wdefs
+        executor_def = executors[spec.executor]
+    return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
+                               external_deps=deps, executor_def=executor_def)
 
 
 def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,
