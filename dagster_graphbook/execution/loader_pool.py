@@ -166,6 +166,8 @@ class _WorkerCollate:
         if _RING is None:
             _RING = _SlabRing(self.slots)
         return LoadedBatch(indices, None, _RING.put(info.id, values), errors)  # type: ignore[arg-type]
+
+
 def _batch_ranges(n: int, batch_size: int) -> List[range]:
     return [range(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
 
