@@ -2,8 +2,10 @@
 
 Graphbook registers every Step/Resource subclass found in the files of ``custom_nodes/`` under
 its bare class name (the ``module`` saved in workflow files is unreliable, so it is never used).
-Unlike Graphbook, two different classes with one name are an error, and a file that fails to
-import is recorded with its line instead of hiding the nodes of the other files.
+Two different classes with one name make that name ambiguous: the folder still loads (as in
+Graphbook, where the later file silently wins), and only a workflow that uses the name fails,
+naming both files. A file that fails to import is recorded with its line instead of hiding the
+nodes of the other files.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class NodeRegistry:
     resources: Dict[str, type] = field(default_factory=lambda: dict(BUILTIN_RESOURCES))
     origins: Dict[str, str] = field(default_factory=dict)
     import_errors: List[NodeImportError] = field(default_factory=list)
+    ambiguous: Dict[str, List[str]] = field(default_factory=dict)  # class name -> files defining it
 
     @classmethod
     def load(cls, paths: Sequence[PathLike] = ()) -> "NodeRegistry":
@@ -165,8 +168,10 @@ class NodeRegistry:
         name = node.__name__
         existing = table.get(name)
         if existing is not None and existing is not node:
-            first = self.origins.get(name, "built-in nodes")
-            raise ValueError(f"two custom nodes are named {name!r}: one in {first}, one in {path}; Graphbook looks nodes up by class name, rename one")
+            files = self.ambiguous.setdefault(name, [self.origins.get(name, "built-in nodes")])
+            if path not in files:
+                files.append(path)
+            return
         table[name] = node
         self.origins.setdefault(name, path)
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import graphlib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import params as ptypes
+from .flatten import flatten, needs_flattening
 from .authoring.graph import Graph, GraphResourceWrapper, GraphStepWrapper
 from .registry import NodeRegistry
 
 SUPPORTED_NODE_TYPES = ("step", "resource")
+logger = logging.getLogger("dagster_graphbook")
 
 
 class WorkflowError(ValueError):
@@ -85,6 +88,7 @@ class Workflow:
     doc: str = ""
     path: Optional[Path] = None
     overridable_functions: Tuple[str, ...] = ()
+    notices: List[str] = field(default_factory=list)  # what was left out at load, as Graphbook does
 
     @property
     def source(self) -> str:
@@ -173,6 +177,13 @@ def _read_json(path: Path) -> Dict[str, Any]:
 def _from_json(path: Path, registry: NodeRegistry, *, name: Optional[str]) -> Workflow:
     data = _read_json(path)
     problems: List[str] = []
+    notices: List[str] = []
+    if needs_flattening(data):
+        try:
+            flat = flatten(data, path.parent, str(path))
+        except ValueError as exc:
+            raise WorkflowError(str(path), [str(exc)]) from exc
+        data, notices = {"nodes": flat.nodes, "edges": flat.edges}, flat.notices
     nodes: Dict[str, WorkflowNode] = {}
     for index, raw in enumerate(data["nodes"]):
         node = _parse_node(raw, index, registry, problems)
@@ -185,7 +196,8 @@ def _from_json(path: Path, registry: NodeRegistry, *, name: Optional[str]) -> Wo
     for index, edge in enumerate(data.get("edges", [])):
         _apply_edge(edge, index, nodes, problems)
     doc = _markdown_for(path)
-    return _validated(Workflow(name or workflow_name(path.stem), nodes, doc=doc, path=path), problems)
+    workflow = Workflow(name or workflow_name(path.stem), nodes, doc=doc, path=path, notices=notices)
+    return _validated(workflow, problems)
 
 
 def _markdown_for(path: Path) -> str:
@@ -204,16 +216,19 @@ def _parse_node(raw: Any, index: int, registry: NodeRegistry, problems: List[str
     label = data.get("label") or data.get("name")
     where = f"node {node_id} ({label or '?'})"
     if ntype not in SUPPORTED_NODE_TYPES:
-        if ntype in ("group", "subflow", "export"):
-            problems.append(f"{where}: '{ntype}' nodes (groups, subflows, exports) are not supported yet; flatten the workflow in Graphbook's editor")
-        else:
-            problems.append(f"{where}: unknown node type {ntype!r} (expected 'step' or 'resource')")
+        expected = "'step', 'resource', 'group', 'subflow' or 'export'"
+        problems.append(f"{where}: unknown node type {ntype!r} (expected {expected})")
         return None
     cls_name = data.get("name")
     if not isinstance(cls_name, str) or not cls_name:
         problems.append(f"{where}: missing data.name (the step or resource class name)")
         return None
     table = registry.steps if ntype == "step" else registry.resources
+    if cls_name in registry.ambiguous:
+        files = " and ".join(registry.ambiguous[cls_name])
+        problems.append(f"{where}: {cls_name!r} is ambiguous: two different classes of that name, in {files}; "
+                        "Graphbook looks nodes up by class name, so rename one")
+        return None
     cls = table.get(cls_name)
     if cls is None:
         other = registry.resources if ntype == "step" else registry.steps
@@ -306,16 +321,35 @@ def _from_graph(graph: Graph, name: str, *, path: Optional[Path] = None) -> Work
 # Validation
 
 
+def _leave_out_idle(workflow: Workflow) -> None:
+    """Drop steps no note can reach (no input edge, not a source), and steps fed only by them.
+
+    Graphbook runs the connected part of such a workflow and never calls the idle step; so do
+    we, with a notice naming each step left out.
+    """
+    nodes = workflow.nodes
+    while True:
+        idle = [n for n in nodes.values() if n.kind == "step" and n.step_kind in ("step", "batch") and not n.inputs]
+        if not idle:
+            return
+        for node in idle:
+            workflow.notices.append(f"{node.describe()}: {node.name} has no input edge and is not a source step; "
+                                    "Graphbook does not run it, so it is left out")
+            del nodes[node.id]
+        gone = {n.id for n in idle}
+        for node in nodes.values():
+            node.inputs = [(src, pin) for src, pin in node.inputs if src not in gone]
+
+
 def _validated(workflow: Workflow, problems: List[str]) -> Workflow:
     nodes = workflow.nodes
+    _leave_out_idle(workflow)
     for node in nodes.values():
         kind = node.step_kind
         if kind == "prompt":
             problems.append(f"{node.describe()}: human-in-the-loop (prompt) steps are not supported under Dagster")
         if kind == "source" and node.inputs:
             problems.append(f"{node.describe()}: {node.name} is a source step and takes no input, but edges enter it")
-        if kind in ("step", "batch") and not node.inputs:
-            problems.append(f"{node.describe()}: {node.name} needs an input (it is not a source step) but no edge enters it")
         for key, spec in node.parameters.items():
             ptype = str(spec.get("type", ""))
             if key in node.resource_params:
@@ -341,4 +375,6 @@ def _validated(workflow: Workflow, problems: List[str]) -> Workflow:
         problems.append("the workflow has no steps")
     if problems:
         raise WorkflowError(workflow.source, problems)
+    for notice in workflow.notices:
+        logger.warning("%s: %s", workflow.source, notice)
     return workflow

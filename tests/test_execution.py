@@ -388,18 +388,21 @@ def test_driver_hook_order_and_once_per_run():
     assert result.stats["notes_in"] == 2 and result.stats["notes_out"] == 2
 
 
-def test_driver_route_to_undeclared_pin_is_an_error():
+def test_driver_route_to_undeclared_pin_drops_with_warning_and_count():
+    """Graphbook completes the run and drops notes sent to an undeclared pin; we say so (issue #10.6)."""
     from dagster_graphbook import Step
-    from dagster_graphbook.execution.errors import StepFailure
 
     class Wrong(Step):
         Outputs = ["A", "B"]
 
         def route(self, data):
-            return "C"
+            return "C" if data["i"] % 2 else "A"
 
-    with pytest.raises(StepFailure, match=r"pin 'C', which the step does not have \(its pins: A, B\)"):
-        _drive(Wrong(), "step", [{"i": 0}], pins=("A", "B"))
+    result, logs = _drive(Wrong(), "step", [{"i": 0}, {"i": 1}, {"i": 3}], pins=("A", "B"))
+    assert result.outputs == {"A": [{"i": 0}], "B": []}
+    assert result.stats["notes_dropped_C"] == 2
+    warnings = [m for level, m in logs if level == "warning" and "pin 'C'" in m]
+    assert len(warnings) == 1 and "does not declare (its pins: A, B)" in warnings[0]
 
 
 def test_driver_on_start_failure_and_on_end_failure():

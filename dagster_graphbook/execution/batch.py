@@ -103,7 +103,7 @@ class _BatchRun:
     def __init__(self, step: Any, notes: Sequence[Any], settings: BatchSettings, pins: Sequence[str], label: str, node: Tuple[str, str], emit: Emit):
         self.step, self.notes, self.settings, self.label, self.node, self.emit = step, notes, settings, label, node, emit
         self.skip = settings.on_item_error == "skip"
-        self.out = Pins(pins, label)
+        self.out = Pins(pins, label, lambda msg: emit("warning", msg))
         self.errors: List[ItemError] = []
         self.files: List[Tuple[str, int]] = []
         self.items: List[Any] = []
@@ -272,7 +272,7 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
             dumps.close(abort=failed)
     emit("info", progress.line(0, 0))
     stats: Dict[str, Any] = {**progress.stats(), "device": device, "worker_type": settings.worker_type, "num_workers": settings.num_workers, "items_skipped": len(run.errors)}
-    return StepResult(run.out.notes, stats, run.errors, run.files)
+    return StepResult(run.out.notes, {**stats, **run.out.dropped_stats()}, run.errors, run.files)
 
 
 def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress) -> None:

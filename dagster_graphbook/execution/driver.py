@@ -33,7 +33,7 @@ def run_step(step: Any, kind: str, notes: Sequence[Any], *, pins: Sequence[str],
                 settings = batch_settings or BatchSettings(on_item_error=on_item_error)
                 result = run_batch_step(step, notes, settings, pins=pins, label=label, node=node, emit=emit)
             else:
-                result = _run_notes(step, notes, pins, label, on_item_error)
+                result = _run_notes(step, notes, pins, label, on_item_error, emit)
             failed = False
         finally:
             step.run_failed = failed
@@ -55,9 +55,9 @@ def _call_hook(step: Any, hook: str, label: str) -> None:
 
 def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepResult:
     start = time.perf_counter()
-    out = Pins(pins, label)
     warned = [False]
     warn = lambda msg: emit("warning", f"{label}: {msg}")  # noqa: E731
+    out = Pins(pins, label, lambda msg: emit("warning", msg))
     try:
         if "GeneratorSourceStep" in {c.__name__ for c in type(step).__mro__}:
             for value in step.generator:
@@ -69,12 +69,13 @@ def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepR
     except Exception as exc:
         produced = sum(out.counts().values())
         raise StepFailure(label, f"load failed after {produced} notes: {type(exc).__name__}: {exc}", ItemError("load", produced, None, "", "", traceback.format_exc())) from exc
-    return StepResult(out.notes, {"notes_out": sum(out.counts().values()), "seconds": round(time.perf_counter() - start, 4)})
+    stats = {"notes_out": sum(out.counts().values()), "seconds": round(time.perf_counter() - start, 4)}
+    return StepResult(out.notes, {**stats, **out.dropped_stats()})
 
 
-def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str, on_item_error: str) -> StepResult:
+def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str, on_item_error: str, emit: Emit) -> StepResult:
     start = time.perf_counter()
-    out = Pins(pins, label)
+    out = Pins(pins, label, lambda msg: emit("warning", msg))
     errors: List[ItemError] = []
     for index, note in enumerate(notes):
         try:
@@ -87,7 +88,7 @@ def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str,
             continue
         out.add(routed, f"note {index}")
     stats = {"notes_in": len(notes), "notes_out": sum(out.counts().values()), "notes_failed": len(errors), "seconds": round(time.perf_counter() - start, 4)}
-    return StepResult(out.notes, stats, errors)
+    return StepResult(out.notes, {**stats, **out.dropped_stats()}, errors)
 
 
 def step_label(workflow: str, step_name: str, node_id: str) -> str:

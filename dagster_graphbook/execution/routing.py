@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring.steps import route_to_output
-from .errors import ItemError, StepFailure
+from .errors import ItemError
 
 
 @dataclass
@@ -20,24 +20,42 @@ class StepResult:
 
 
 class Pins:
-    """Collects notes per output pin; a pin the step does not declare is an error, not a lost note."""
+    """Collects notes per output pin.
 
-    def __init__(self, pins: Sequence[str], label: str):
+    Notes routed to a pin the step does not declare are dropped, as Graphbook drops them (nobody
+    listens to that pin), but never silently: one warning per pin and a count per pin.
+    """
+
+    def __init__(self, pins: Sequence[str], label: str, warn: Optional[Callable[[str], None]] = None):
         self.pins = list(pins)
         self.label = label
+        self.warn = warn
         self.notes: Dict[str, List[Any]] = {p: [] for p in self.pins}
+        self.dropped: Dict[str, int] = {}
 
     def add(self, step_output: Dict[str, List[Any]], where: str) -> None:
         for pin, notes in step_output.items():
             if pin not in self.notes:
-                raise StepFailure(self.label, f"{where} sent notes to pin {pin!r}, which the step does not have (its pins: {', '.join(self.pins)})")
+                self._drop(pin, notes, where)
+                continue
             self.notes[pin].extend(notes)
+
+    def _drop(self, pin: Any, notes: List[Any], where: str) -> None:
+        if pin not in self.dropped and self.warn is not None:
+            self.warn(f"{self.label}: {where} sent notes to pin {pin!r}, which the step does not "
+                      f"declare (its pins: {', '.join(self.pins)}); they are dropped, as in Graphbook "
+                      f"(count in metadata 'notes_dropped_{pin}')")
+        self.dropped[pin] = self.dropped.get(pin, 0) + len(notes)
 
     def add_routed(self, routed: Any, note: Any, where: str) -> None:
         self.add(route_to_output(routed, note), where)
 
     def counts(self) -> Dict[str, int]:
         return {pin: len(v) for pin, v in self.notes.items()}
+
+    def dropped_stats(self) -> Dict[str, int]:
+        """``notes_dropped_<pin>`` per undeclared pin, for the asset metadata."""
+        return {f"notes_dropped_{pin}": n for pin, n in self.dropped.items()}
 
 
 def normalize_yield(value: Any, pins: Sequence[str], warn: Callable[[str], None], warned: List[bool]) -> Dict[str, List[Any]]:

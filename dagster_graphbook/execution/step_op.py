@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -93,12 +94,27 @@ def _retry_or_raise(context: dg.AssetExecutionContext, plan: StepPlan, runtime: 
     raise dg.RetryRequested(max_retries=retries, seconds_to_wait=float(runtime.get("retry_delay_s") or 0.0)) from exc
 
 
+def interleave(streams: List[List[Any]]) -> List[Any]:
+    """Notes of several input edges in Graphbook's order: one from each edge in turn (0,0,1,1,...).
+
+    Graphbook pushes each parent's output on to its children as it comes (and its UI takes
+    one input from each parent per pass), so a step fed twice by ``Copy`` sees note 0 twice
+    before note 1; concatenating the edges would give 0,1,...,0,1,...
+    """
+    if len(streams) == 1:
+        return list(streams[0])
+    return [n for group in itertools.zip_longest(*streams, fillvalue=_GAP) for n in group if n is not _GAP]
+
+
+_GAP = object()
+
+
 def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapping[str, List[Any]]) -> Iterator[dg.Output]:
     """Run the step over the notes of all its inputs and yield its notes per pin."""
     config = dict(context.op_execution_context.op_config or {})
     runtime = dict(config.pop(RUNTIME_KEY, None) or {})
     kwargs = _step_kwargs(context, plan, config)
-    notes = [note for name in plan.input_names for note in (inputs[name] or [])]
+    notes = interleave([inputs[name] or [] for name in plan.input_names])
     try:
         step = plan.cls(**kwargs)
     except Exception as exc:
