@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 import dagster as dg
+from dagster._config.config_type import ConfigScalar, ConfigScalarKind
 
 # Types that bind a resource (or anything else) through an edge: no launchpad widget.
 EDGE_TYPES = {"resource"}
@@ -17,7 +18,25 @@ _SCALAR_CHECKS = {
     "function": lambda v: isinstance(v, str),
     "dict": lambda v: isinstance(v, dict),
 }
-_CONFIG_TYPES = {"string": dg.String, "number": dg.Float, "int": dg.Int, "boolean": dg.Bool, "bool": dg.Bool, "function": dg.String}
+
+
+class GraphbookNumber(ConfigScalar):
+    """Config type of ``number`` parameters: an int or a float, kept as it is.
+
+    ``dg.Float`` accepts ints but turns them into floats (its ``post_process`` is ``float()``),
+    so a workflow's ``10`` reached the step as ``10.0`` and ``range(ctx.amount)`` failed. This
+    scalar has Float's kind, so the launchpad validates it as a number, and no post-processing:
+    Graphbook passes the value with the type it has, and so do we (an int edited in the
+    launchpad stays an int). Dagster has no public number type that keeps ints.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(key="GraphbookNumber", given_name="GraphbookNumber", scalar_kind=ConfigScalarKind.FLOAT,
+                         description="a number: an int stays an int, a float a float")
+
+
+NUMBER = GraphbookNumber()
+_CONFIG_TYPES = {"string": dg.String, "number": NUMBER, "int": dg.Int, "boolean": dg.Bool, "bool": dg.Bool, "function": dg.String}
 
 
 def element_type(ptype: str) -> Optional[str]:

@@ -136,8 +136,18 @@ class Graph:
             }
         return {"doc": self.doc, "G": out}
 
-    def run(self, **kwargs: Any) -> Any:
-        """Run through Dagster (in-process, persistent instance); returns notes per step and pin."""
+    def run(self, executor: Any = None, step_id: Optional[str] = None, start_web_server: bool = True,
+            host: str = "localhost", port: int = 8005, **kwargs: Any) -> Any:
+        """Run through Dagster (in-process, persistent instance); returns notes per step and pin.
+
+        Graphbook's arguments are accepted so ``g.run()`` scripts run unchanged: ``step_id`` runs
+        that step and its ancestors; the executor and the web-server arguments are not used (the
+        Dagster UI shows the run). A failed run raises, naming the step.
+        """
         from ..runner import run_workflow
 
-        return run_workflow(self, **kwargs)
+        graph = self.get_subgraph(step_id) if step_id is not None else self
+        run = run_workflow(graph, **kwargs)
+        if not run.success:
+            raise RuntimeError(f"workflow {self.name or 'graph'} failed (Dagster run {run.run_id}): {run.failure}")
+        return run

@@ -1,0 +1,33 @@
+"""``Executor`` / ``DefaultExecutor`` (``graphbook.core``): accepted by ``Graph.run`` for compatibility.
+
+A Graphbook python workflow may pass ``executor=DefaultExecutor(num_workers=2)``; here every run
+goes through Dagster (batch steps take ``num_workers`` from their run config), so the executor's
+arguments are kept but not used.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Optional
+
+__all__ = ["Executor", "DefaultExecutor"]
+
+
+class Executor(abc.ABC):
+    """Base of Graphbook's execution engines; ``Graph.run`` runs through Dagster whatever is given."""
+
+    @abc.abstractmethod
+    def run(self, graph: Any, name: str, step_id: Optional[str] = None) -> Any:
+        ...
+
+
+class DefaultExecutor(Executor):
+    """Graphbook's default engine, kept so that code constructing it runs unchanged."""
+
+    def __init__(self, copy_outputs: bool = True, num_workers: int = 1, log_dir: str = "logs"):
+        self.copy_outputs = copy_outputs
+        self.num_workers = num_workers
+        self.log_dir = log_dir
+
+    def run(self, graph: Any, name: str, step_id: Optional[str] = None) -> Any:
+        return graph.run(executor=self)

@@ -1,0 +1,11 @@
+"""Node file using a plugin package that sits in the workflow folder (on sys.path in Graphbook)."""
+from graphbook import step, source, param
+from plugin_pkg import ImageTagger, Greeting  # noqa: F401  (registered by class name)
+
+
+@step("Numbers")
+@source()
+@param("count", type="number", default=3)
+def numbers(ctx):
+    for i in range(ctx.count):
+        yield {"out": {"i": i}}
