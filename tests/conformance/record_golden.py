@@ -113,6 +113,17 @@ def run_json(case_dir: Path, workflow: Path, recorder: Recorder) -> str:
         custom_nodes_path=case_dir / "custom_nodes", spawn=False, num_workers=1)
     recorder.wrap(processor)
     web_processor.log = recorder.log
+    web_processor.ExecutionContext.update(dataloader=processor.dataloader)  # as its start_loop does
+    update_state = processor.graph_state.update_state
+
+    def recorded_update_state(graph, resources):
+        try:
+            return update_state(graph, resources)
+        except Exception as exc:  # Graphbook logs it and runs nothing; the golden keeps the reason
+            recorder.errors.append(f"{type(exc).__name__}: {exc}")
+            raise
+
+    processor.graph_state.update_state = recorded_update_state
     try:
         processor._exec({"cmd": "run_all", "filename": workflow.name, "graph": steps, "resources": resources})
     finally:

@@ -1,22 +1,23 @@
-"""Offline stand-ins for the web_scraper example's nodes (same decorators and pins)."""
-from graphbook import step, source, param, resource
+"""Offline stand-ins for the web_scraper example's nodes (same decorators, pins and note shapes)."""
+from graphbook import step, source, param, output, resource
 
 
-@step("UrlSource")
-@source(is_generator=False)
-@param("url", type="string", default="https://example.org")
+@step("Custom/UrlSource")
+@source()
+@param("url", type="string", default="https://www.graphbook.ai/")
+@output("url")
 def url_source(ctx):
-    return {"url": [{"url": ctx.url}]}
+    yield {"url": ctx.url}
 
 
-@resource("PersonalInfo")
-@param("api_key", type="string", default="")
+@resource("Custom/PersonalInfo")
+@param("api_key", type="string", default="<API_KEY_HERE>")
 def personal_info(ctx):
-    return {"api_key": ctx.api_key}
+    return ctx.api_key
 
 
-@step("ScrapeMission")
+@step("Custom/ScrapeMission")
 @param("api_key", type="resource")
-def scrape_mission(ctx, data):
-    data["mission"] = "page " + data["url"].rsplit("/", 1)[-1]
-    data["key_len"] = len(ctx.api_key["api_key"])
+def scrape_mission(ctx, url):
+    """The example calls the Firecrawl API with the key; offline, the page name stands in."""
+    return {"out": {"url": url, "mission": "page " + url.rsplit("/", 1)[-1], "key_len": len(ctx.api_key)}}
