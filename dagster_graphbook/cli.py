@@ -152,6 +152,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, {len(defs.asset_keys)} assets) in {time.perf_counter() - start:.2f} s")
     for key in defs.asset_keys:
         print(f"  asset {key.to_user_string()}")
+    for notice in wf.notices:  # what Graphbook would ignore too (idle steps, top-level exports)
+        print(f"  ignored: {notice}")
     return 0
 
 

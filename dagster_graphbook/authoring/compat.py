@@ -46,7 +46,10 @@ def _alias_modules() -> Dict[str, types.ModuleType]:
                    steps=steps, resources=resources, utils=utils, decorators=decorators, note=note,
                    prompts=prompts, serialization=graph, plugins=plugins)
     processing = _module("graphbook.core.processing", "Graphbook's processors (only the executors)")
-    graph_processor = _module("graphbook.core.processing.graph_processor", "Graphbook executors", **execs)
+    graph_processor = _module("graphbook.core.processing.graph_processor", "Graphbook executors", **execs,
+                              **{k: getattr(steps, k) for k in ("Step", "SourceStep", "GeneratorSourceStep",
+                                                                 "AsyncStep", "BatchStep", "log")},
+                              transform_json_log=log_module.transform_json_log)
     serialization = _module("graphbook.core.serialization", "Graphbook's Graph API", **execs,
                             steps=steps, resources=resources,
                             **{k: getattr(graph, k) for k in graph.__all__})

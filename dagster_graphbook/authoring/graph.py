@@ -142,7 +142,8 @@ class Graph:
 
         Graphbook's arguments are accepted so ``g.run()`` scripts run unchanged: ``step_id`` runs
         that step and its ancestors; the executor and the web-server arguments are not used (the
-        Dagster UI shows the run). A failed run raises, naming the step.
+        Dagster UI shows the run). Prints one summary line, as a script's user expects output; a
+        failed run raises, naming the step.
         """
         from ..runner import run_workflow
 
@@ -150,4 +151,7 @@ class Graph:
         run = run_workflow(graph, **kwargs)
         if not run.success:
             raise RuntimeError(f"workflow {self.name or 'graph'} failed (Dagster run {run.run_id}): {run.failure}")
+        counts = "; ".join(f"{s} {pins}" for s, pins in run.counts().items())
+        print(f"workflow {self.name or 'graph'}: Dagster run {run.run_id} succeeded in {run.seconds:.1f} s "
+              f"(notes per step and pin: {counts})")
         return run

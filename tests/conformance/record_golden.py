@@ -175,7 +175,41 @@ def record(case_dir: Path) -> Dict[str, Any]:
             "outputs": recorder.outputs, "files": files}
 
 
+# Modules that node files, plugins and Python workflows import (the rest of the package is
+# Graphbook's server: cli, clients, dataloading, viewer, web, ...).
+SURFACE = [
+    "graphbook", "graphbook.core", "graphbook.core.steps", "graphbook.core.steps.base", "graphbook.core.steps.io",
+    "graphbook.core.resources", "graphbook.core.resources.base", "graphbook.core.decorators", "graphbook.core.utils",
+    "graphbook.core.note", "graphbook.core.prompts", "graphbook.core.serialization", "graphbook.core.plugins",
+    "graphbook.core.processing", "graphbook.core.processing.graph_processor",
+]
+
+
+def import_surface() -> Dict[str, List[str]]:
+    """Public names of each surface module: Graphbook's own classes, functions and submodules."""
+    import inspect
+    import types
+
+    out = {}
+    for name in SURFACE:
+        module = importlib.import_module(name)
+        names = []
+        for key, value in vars(module).items():
+            if key.startswith("_"):
+                continue
+            if isinstance(value, types.ModuleType):
+                if value.__name__.startswith("graphbook"):
+                    names.append(key)
+            elif (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__.startswith("graphbook"):
+                names.append(key)
+        out[name] = sorted(names)
+    return out
+
+
 def main(argv: List[str]) -> None:
+    if not argv:
+        surface = {"graphbook": importlib.metadata.version("graphbook"), "modules": import_surface()}
+        (HERE / "golden" / "import_surface.json").write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
     cases = sorted(p for p in (HERE / "cases").iterdir() if (p / "case.json").exists())
     if argv:
         cases = [c for c in cases if c.name in argv]
