@@ -257,12 +257,15 @@ def test_cycle(tmp_path, sample_registry):
     assert "node 1" not in cycle
 
 
-def test_step_without_input_that_is_not_a_source(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "orphan", [step_node("1", "GenerateNumbers", source=True), step_node("2", "CalcMean")], [])
-    err = _load_error(path, sample_registry)
-    assert "node 2 (CalcMean)" in str(err)
-    assert "needs an input" in str(err)
-    assert "node 1" not in str(err)
+def test_step_without_input_that_is_not_a_source_is_left_out(tmp_path, sample_registry):
+    """Graphbook runs the connected part and never calls an idle step (issue #10.5)."""
+    path = write_workflow(tmp_path, "orphan", [step_node("1", "GenerateNumbers", source=True), step_node("2", "CalcMean"),
+                                               step_node("3", "Transform")], [edge("2", "out", "3")])
+    wf = load_workflow(path, sample_registry)
+    assert sorted(wf.nodes) == ["1"]
+    assert len(wf.notices) == 2
+    assert "node 2 (CalcMean): CalcMean has no input edge and is not a source step" in wf.notices[0]
+    assert "node 3 (Transform)" in wf.notices[1]
 
 
 def test_source_with_input(tmp_path, sample_registry):
@@ -312,29 +315,43 @@ def test_missing_required_parameter(tmp_path, extra_registry):
     assert load_workflow(path2, extra_registry).nodes["2"].values == {"must": "x"}
 
 
-@pytest.mark.parametrize("ntype", ["group", "subflow", "export"])
-def test_group_subflow_export_not_supported(tmp_path, sample_registry, ntype):
-    extra = {"id": "g1", "type": ntype, "position": {"x": 0, "y": 0}, "data": {"label": f"My {ntype}", "filename": "other.json", "exportType": "input"}}
-    path = write_workflow(tmp_path, ntype, [step_node("1", "GenerateNumbers", source=True), extra], [])
-    err = _load_error(path, sample_registry)
-    msg = str(err)
-    assert f"node g1 (My {ntype})" in msg
-    assert "not supported yet" in msg
-    assert f"'{ntype}'" in msg
+def test_unknown_node_type(tmp_path, sample_registry):
+    extra = {"id": "g1", "type": "comment", "position": {"x": 0, "y": 0}, "data": {"label": "My note"}}
+    path = write_workflow(tmp_path, "comment", [step_node("1", "GenerateNumbers", source=True), extra], [])
+    msg = str(_load_error(path, sample_registry))
+    assert "node g1 (My note): unknown node type 'comment'" in msg
+
+
+def test_group_and_subflow_flattened_like_the_editor(tmp_path, sample_registry):
+    """Group handles (``x`` outside, ``x_inner`` inside) and a subflow file's exports are followed."""
+    group = {"id": "g", "type": "group", "data": {"label": "G"}}
+    sub_nodes = [{"id": "1", "type": "export", "data": {"exportType": "input"}}, step_node("2", "CalcMean"),
+                 {"id": "3", "type": "export", "data": {"exportType": "output"}}]
+    write_workflow(tmp_path, "Sub", sub_nodes, [edge("1", "0", "2"), edge("2", "out", "3", "0")])
+    nodes = [step_node("1", "GenerateNumbers", source=True), group, step_node("2", "Transform", parentId="g"),
+             {"id": "s", "type": "subflow", "data": {"filename": "Sub.json"}}, step_node("4", "CalcRunningMean")]
+    edges = [edge("1", "out", "g", "x"), edge("g", "x_inner", "2"), edge("2", "out", "g", "y_inner"),
+             edge("g", "y", "s", "0"), edge("s", "0", "4")]
+    wf = load_workflow(write_workflow(tmp_path, "main", nodes, edges), sample_registry)
+    assert sorted(wf.nodes) == ["1", "2", "4", "s/2"]
+    assert wf.nodes["2"].inputs == [("1", "out")]
+    assert wf.nodes["s/2"].inputs == [("2", "out")]
+    assert wf.nodes["4"].inputs == [("s/2", "out")]
 
 
 def test_all_problems_reported_at_once(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "many",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Nope"), step_node("3", "CalcMean")],
-        [edge("1", "bad", "3")],
+        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Nope"), step_node("3", "CalcMean"),
+         step_node("4", "Transform", {"scale": "abc"})],
+        [edge("1", "bad", "3"), edge("1", "out", "4")],
     )
     err = _load_error(path, sample_registry)
     assert len(err.problems) >= 3
     assert any("'Nope'" in p for p in err.problems)
-    assert any("'bad'" in p for p in err.problems)
-    assert any("node 3 (CalcMean)" in p and "needs an input" in p for p in err.problems)
+    assert any("'bad'" in p and "node 1" in p for p in err.problems)
+    assert any("node 4 (Transform): parameter 'scale'" in p for p in err.problems)
 
 
 def test_python_graph_validation_errors(repo, sample_registry):
@@ -343,13 +360,13 @@ def test_python_graph_validation_errors(repo, sample_registry):
     g = Graph()
     src = g.step(sample_registry.steps["GenerateNumbers"])
     src.param("amuont", 3)
-    g.step(sample_registry.steps["CalcMean"])  # no input
+    g.step(sample_registry.steps["CalcMean"])  # no input: left out, as Graphbook does
     with pytest.raises(WorkflowError) as info:
         load_workflow(g, name="graph_errors")
     msg = str(info.value)
     assert "'graph_errors' (Python Graph)" in msg
     assert "node 0 (GenerateNumbers)" in msg and "'amuont'" in msg
-    assert "node 1 (CalcMean)" in msg and "needs an input" in msg
+    assert "node 1" not in msg
 
 
 def test_python_workflow_file(repo):
