@@ -46,8 +46,10 @@ class Flat:
 
 
 def needs_flattening(data: Dict[str, Any]) -> bool:
-    return any(isinstance(n, dict) and n.get("type") in ("group", "subflow", "export")
-               for n in data.get("nodes", []))
+    return any(
+        isinstance(n, dict) and n.get("type") in ("group", "subflow", "export")
+        for n in data.get("nodes", [])
+    )
 
 
 def flatten(data: Dict[str, Any], folder: Path, source: str) -> Flat:
@@ -57,8 +59,10 @@ def flatten(data: Dict[str, Any], folder: Path, source: str) -> Flat:
     top_exports = _serialize(data, "", entries, folder, notices, source, depth=0)
     for handle, refs in top_exports.items():
         for ref in refs:
-            notices.append(f"export node output {handle} (from node {ref.node} pin {ref.slot!r}) is "
-                           "ignored: top-level exports only matter when this workflow is a subflow")
+            notices.append(
+                f"export node output {handle} (from node {ref.node} pin {ref.slot!r}) is "
+                "ignored: top-level exports only matter when this workflow is a subflow"
+            )
     nodes: List[Dict[str, Any]] = []
     edges: List[Dict[str, Any]] = []
     for nid, entry in entries.items():
@@ -77,12 +81,24 @@ def flatten(data: Dict[str, Any], folder: Path, source: str) -> Flat:
 
 
 def _edge(src: str, pin: str, dst: str, handle: str) -> Dict[str, Any]:
-    return {"id": f"{src}:{pin}->{dst}:{handle}", "source": src, "sourceHandle": pin,
-            "target": dst, "targetHandle": handle}
+    return {
+        "id": f"{src}:{pin}->{dst}:{handle}",
+        "source": src,
+        "sourceHandle": pin,
+        "target": dst,
+        "targetHandle": handle,
+    }
 
 
-def _serialize(data: Dict[str, Any], prefix: str, entries: Dict[str, _Entry], folder: Path,
-               notices: List[str], source: str, depth: int) -> Dict[str, List[_Ref]]:
+def _serialize(
+    data: Dict[str, Any],
+    prefix: str,
+    entries: Dict[str, _Entry],
+    folder: Path,
+    notices: List[str],
+    source: str,
+    depth: int,
+) -> Dict[str, List[_Ref]]:
     outputs: Dict[str, List[_Ref]] = {}
     counts = {"input": 0, "output": 0}
     for raw in data.get("nodes", []):
@@ -129,17 +145,22 @@ def _serialize(data: Dict[str, Any], prefix: str, entries: Dict[str, _Entry], fo
     return outputs
 
 
-def _subflow(filename: Any, folder: Path, nid: str, notices: List[str], source: str,
-             depth: int) -> Optional[Dict[str, Any]]:
+def _subflow(
+    filename: Any, folder: Path, nid: str, notices: List[str], source: str, depth: int
+) -> Optional[Dict[str, Any]]:
     if depth > 16:
-        raise ValueError(f"{source}: subflow node {nid}: subflows nested more than 16 deep "
-                         "(does a subflow include itself?)")
+        raise ValueError(
+            f"{source}: subflow node {nid}: subflows nested more than 16 deep "
+            "(does a subflow include itself?)"
+        )
     path = folder / str(filename or "")
     try:
         sub = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        notices.append(f"subflow node {nid}: cannot read {path} ({exc}); Graphbook's editor skips "
-                       "such a subflow, so it is left out")
+        notices.append(
+            f"subflow node {nid}: cannot read {path} ({exc}); Graphbook's editor skips "
+            "such a subflow, so it is left out"
+        )
         return None
     return sub if isinstance(sub, dict) else None
 
@@ -172,7 +193,9 @@ def _resolve_inputs(refs: List[_Ref], entries: Dict[str, _Entry]) -> List[Tuple[
     return out
 
 
-def _resolve_params(params: Dict[str, _Ref], entries: Dict[str, _Entry]) -> Dict[str, Tuple[str, str]]:
+def _resolve_params(
+    params: Dict[str, _Ref], entries: Dict[str, _Entry]
+) -> Dict[str, Tuple[str, str]]:
     out: Dict[str, Tuple[str, str]] = {}
     for key, ref in params.items():
         hops = 0

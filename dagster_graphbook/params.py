@@ -31,12 +31,14 @@ class GraphbookNumber(ConfigScalar):
     """
 
     def __init__(self) -> None:
-        super().__init__(key="GraphbookNumber", given_name="GraphbookNumber", scalar_kind=ConfigScalarKind.FLOAT,
+        super().__init__(key="GraphbookNumber", given_name="GraphbookNumber",
+                         scalar_kind=ConfigScalarKind.FLOAT,
                          description="a number: an int stays an int, a float a float")
 
 
 NUMBER = GraphbookNumber()
-_CONFIG_TYPES = {"string": dg.String, "number": NUMBER, "int": dg.Int, "boolean": dg.Bool, "bool": dg.Bool, "function": dg.String}
+_CONFIG_TYPES = {"string": dg.String, "number": NUMBER, "int": dg.Int, "boolean": dg.Bool,
+                 "bool": dg.Bool, "function": dg.String}
 
 
 def element_type(ptype: str) -> Optional[str]:

@@ -196,7 +196,8 @@ def _from_json(path: Path, registry: NodeRegistry, *, name: Optional[str]) -> Wo
     for index, edge in enumerate(data.get("edges", [])):
         _apply_edge(edge, index, nodes, problems)
     doc = _markdown_for(path)
-    workflow = Workflow(name or workflow_name(path.stem), nodes, doc=doc, path=path, notices=notices)
+    workflow = Workflow(name or workflow_name(path.stem), nodes, doc=doc, path=path,
+                        notices=notices)
     return _validated(workflow, problems)
 
 
@@ -226,8 +227,8 @@ def _parse_node(raw: Any, index: int, registry: NodeRegistry, problems: List[str
     table = registry.steps if ntype == "step" else registry.resources
     if cls_name in registry.ambiguous:
         files = " and ".join(registry.ambiguous[cls_name])
-        problems.append(f"{where}: {cls_name!r} is ambiguous: two different classes of that name, in {files}; "
-                        "Graphbook looks nodes up by class name, so rename one")
+        problems.append(f"{where}: {cls_name!r} is ambiguous: two different classes of that "
+                        f"name, in {files}; Graphbook looks nodes up by class name, so rename one")
         return None
     cls = table.get(cls_name)
     if cls is None:
@@ -329,12 +330,13 @@ def _leave_out_idle(workflow: Workflow) -> None:
     """
     nodes = workflow.nodes
     while True:
-        idle = [n for n in nodes.values() if n.kind == "step" and n.step_kind in ("step", "batch") and not n.inputs]
+        idle = [n for n in nodes.values()
+                if n.kind == "step" and n.step_kind in ("step", "batch") and not n.inputs]
         if not idle:
             return
         for node in idle:
-            workflow.notices.append(f"{node.describe()}: {node.name} has no input edge and is not a source step; "
-                                    "Graphbook does not run it, so it is left out")
+            workflow.notices.append(f"{node.describe()}: {node.name} has no input edge and is not "
+                                    "a source step; Graphbook does not run it, so it is left out")
             del nodes[node.id]
         gone = {n.id for n in idle}
         for node in nodes.values():

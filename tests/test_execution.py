@@ -389,7 +389,7 @@ def test_driver_hook_order_and_once_per_run():
 
 
 def test_driver_route_to_undeclared_pin_drops_with_warning_and_count():
-    """Graphbook completes the run and drops notes sent to an undeclared pin; we say so (issue #10.6)."""
+    """Graphbook completes the run, dropping notes sent to an undeclared pin; we say so (#10.6)."""
     from dagster_graphbook import Step
 
     class Wrong(Step):

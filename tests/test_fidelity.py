@@ -1,4 +1,4 @@
-"""Graphbook 0.13.3 programs behave as under real Graphbook (issue #10), beyond the conformance cases.
+"""Graphbook 0.13.3 programs behave as under real Graphbook (issue #10), beyond conformance runs.
 
 The conformance suite (``tests/conformance``) compares whole runs with real Graphbook's outputs;
 these tests cover what a run does not show: the launchpad's config types, the import surface
@@ -29,26 +29,62 @@ CASES = CONFORMANCE / "cases"
 # Names of graphbook 0.13.3's surface modules that are Graphbook's server, not its authoring API,
 # or broken there; README "Differences from Graphbook" lists them as not supported.
 NOT_PROVIDED = {
-    "graphbook.core": {"clients", "config", "dataloading", "doc2md", "logs", "nodes", "shm", "viewer"},
+    "graphbook.core": {
+        "clients",
+        "config",
+        "dataloading",
+        "doc2md",
+        "logs",
+        "nodes",
+        "shm",
+        "viewer",
+    },
     "graphbook.core.decorators": {"DecoratorFunction", "create_type", "switch_parent"},
     "graphbook.core.plugins": {"config"},
     "graphbook.core.processing": {"event_handler", "graph_state", "state", "web_processor"},
     "graphbook.core.processing.graph_processor": {
-        "ClientPool", "Dataloader", "ExecutionContext", "FileEventHandler", "GraphProcessor", "GraphState",
-        "ImageStorageInterface", "MemoryEventHandler", "MultiThreadedMemoryManager", "SimpleClientPool", "StepState"},
+        "ClientPool",
+        "Dataloader",
+        "ExecutionContext",
+        "FileEventHandler",
+        "GraphProcessor",
+        "GraphState",
+        "ImageStorageInterface",
+        "MemoryEventHandler",
+        "MultiThreadedMemoryManager",
+        "SimpleClientPool",
+        "StepState",
+    },
     "graphbook.core.resources.base": {"ExecutionContext"},
-    "graphbook.core.serialization": {"NoGraphFound", "convert_json_workflows_to_py", "deserialize_json_to_graph",
-                                     "get_py_as_graph", "get_py_as_workflow", "serialize_workflow_as_py"},
+    "graphbook.core.serialization": {
+        "NoGraphFound",
+        "convert_json_workflows_to_py",
+        "deserialize_json_to_graph",
+        "get_py_as_graph",
+        "get_py_as_workflow",
+        "serialize_workflow_as_py",
+    },
     "graphbook.core.steps": {"SplitByItems", "SplitItemField"},
-    "graphbook.core.steps.base": {"AnyItemHolders", "EventHandler", "ExecutionContext", "LogWriter",
-                                  "SplitByItems", "SplitItemField"},
+    "graphbook.core.steps.base": {
+        "AnyItemHolders",
+        "EventHandler",
+        "ExecutionContext",
+        "LogWriter",
+        "SplitByItems",
+        "SplitItemField",
+    },
     "graphbook.core.utils": {"ExecutionContext", "QueueTaskLoop", "TaskLoop", "get_gpu_util"},
 }
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 def test_import_surface_matches_real_graphbook() -> None:
@@ -59,7 +95,9 @@ def test_import_surface_matches_real_graphbook() -> None:
     """
     golden = json.loads((CONFORMANCE / "golden" / "import_surface.json").read_text())
     assert golden["graphbook"] == "0.13.3"
-    wanted = {m: sorted(set(names) - NOT_PROVIDED.get(m, set())) for m, names in golden["modules"].items()}
+    wanted = {
+        m: sorted(set(names) - NOT_PROVIDED.get(m, set())) for m, names in golden["modules"].items()
+    }
     code = textwrap.dedent(f"""
         import importlib, json
         wanted = {wanted!r}
@@ -76,10 +114,12 @@ def test_import_surface_matches_real_graphbook() -> None:
 
 
 def test_plugin_import_lines_work_in_a_fresh_interpreter() -> None:
-    done = _python("from graphbook.core.plugins import export, web\n"
-                   "import graphbook.core.steps as steps\nfrom graphbook.core.utils import image\n"
-                   "class S(steps.Step):\n    pass\nexport('S', S); web('dist/bundle.js')\n"
-                   "import graphbook.core.plugins as p; print(sorted(p.exported_steps['__main__']))")
+    done = _python(
+        "from graphbook.core.plugins import export, web\n"
+        "import graphbook.core.steps as steps\nfrom graphbook.core.utils import image\n"
+        "class S(steps.Step):\n    pass\nexport('S', S); web('dist/bundle.js')\n"
+        "import graphbook.core.plugins as p; print(sorted(p.exported_steps['__main__']))"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['S']"
 
@@ -90,23 +130,32 @@ def test_real_graphbook_wins_when_installed(tmp_path: Path) -> None:
     (fake / "__init__.py").write_text("REAL = True\n")
     (fake / "core" / "__init__.py").write_text("")
     (fake / "core" / "plugins.py").write_text("REAL_PLUGINS = True\n")
-    done = _python("import graphbook, graphbook.core.plugins as p\n"
-                   "from dagster_graphbook.authoring import compat\n"
-                   "print(graphbook.REAL, p.REAL_PLUGINS, compat.real_graphbook_installed(), compat.install_graphbook_alias())",
-                   PYTHONPATH=str(tmp_path / "site"))
+    done = _python(
+        "import graphbook, graphbook.core.plugins as p\n"
+        "from dagster_graphbook.authoring import compat\n"
+        "print(graphbook.REAL, p.REAL_PLUGINS, compat.real_graphbook_installed(),"
+        " compat.install_graphbook_alias())",
+        PYTHONPATH=str(tmp_path / "site"),
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "True", "False"]
 
 
 def test_python_workflow_runs_as_a_script(tmp_path: Path) -> None:
-    """``python SampleWorkflow.py`` (ending in ``g.run()`` under ``__main__``) runs through Dagster."""
+    """``python SampleWorkflow.py`` (ending in ``g.run()`` under ``__main__``) runs via Dagster."""
     folder = tmp_path / "wf"
     shutil.copytree(CASES / "python_sample", folder)
     shutil.copy(folder / "custom_nodes" / "sample_steps.py", folder / "sample_steps.py")
     home = tmp_path / "home"
     home.mkdir()
-    done = subprocess.run([sys.executable, "SampleWorkflow.py"], cwd=folder, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "DAGSTER_HOME": str(home)})
+    done = subprocess.run(
+        [sys.executable, "SampleWorkflow.py"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DAGSTER_HOME": str(home)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "succeeded" in done.stdout and "SplitMean" in done.stdout
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -123,10 +172,16 @@ def test_number_parameters_keep_int_and_float_from_run_config(tmp_path: Path) ->
     from dagster_graphbook.assets import param_fields
 
     field = param_fields(wf, wf.nodes["8"])["amount"]
-    assert field.config_type.snapshot.scalar_kind == dg._config.ConfigScalarKind.FLOAT  # noqa: SLF001
+    assert (
+        field.config_type.snapshot.scalar_kind == dg._config.ConfigScalarKind.FLOAT
+    )  # noqa: SLF001
     assert field.default_value == 6 and isinstance(field.default_value, int)
-    run = run_workflow(case / "SampleWorkflow.json", custom_nodes=nodes, dagster_home=str(tmp_path),
-                       params={"GenerateNumbers.amount": 3, "Transform.scale": 2.5, "Transform.shift": 1})
+    run = run_workflow(
+        case / "SampleWorkflow.json",
+        custom_nodes=nodes,
+        dagster_home=str(tmp_path),
+        params={"GenerateNumbers.amount": 3, "Transform.scale": 2.5, "Transform.shift": 1},
+    )
     assert run.success, run.failure
     notes = run.notes["Transform"]["out"]
     assert len(notes) == 3 and notes[0]["amount_type"] == "int"
@@ -136,13 +191,27 @@ def test_number_parameters_keep_int_and_float_from_run_config(tmp_path: Path) ->
 def test_validate_lists_ignored_export_nodes_and_idle_steps(tmp_path: Path) -> None:
     case = CASES / "export_node"
     data = json.loads((case / "PageScraper.json").read_text())
-    data["nodes"].append({"id": "9", "type": "step", "data": {"name": "ScrapeMission", "label": "Idle"}})
+    data["nodes"].append(
+        {"id": "9", "type": "step", "data": {"name": "ScrapeMission", "label": "Idle"}}
+    )
     path = tmp_path / "PageScraper.json"
     path.write_text(json.dumps(data))
     from dagster_graphbook.cli import main
 
-    done = subprocess.run([sys.executable, "-m", "dagster_graphbook.cli", "validate", str(path),
-                           "--custom-nodes", str(case / "custom_nodes")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster_graphbook.cli",
+            "validate",
+            str(path),
+            "--custom-nodes",
+            str(case / "custom_nodes"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert main is not None
     assert done.returncode == 0, done.stderr
     assert "export node output 0 (from node 4 pin 'out') is ignored" in done.stdout

@@ -259,8 +259,9 @@ def test_cycle(tmp_path, sample_registry):
 
 def test_step_without_input_that_is_not_a_source_is_left_out(tmp_path, sample_registry):
     """Graphbook runs the connected part and never calls an idle step (issue #10.5)."""
-    path = write_workflow(tmp_path, "orphan", [step_node("1", "GenerateNumbers", source=True), step_node("2", "CalcMean"),
-                                               step_node("3", "Transform")], [edge("2", "out", "3")])
+    nodes = [step_node("1", "GenerateNumbers", source=True), step_node("2", "CalcMean"),
+             step_node("3", "Transform")]
+    path = write_workflow(tmp_path, "orphan", nodes, [edge("2", "out", "3")])
     wf = load_workflow(path, sample_registry)
     assert sorted(wf.nodes) == ["1"]
     assert len(wf.notices) == 2
@@ -316,22 +317,26 @@ def test_missing_required_parameter(tmp_path, extra_registry):
 
 
 def test_unknown_node_type(tmp_path, sample_registry):
-    extra = {"id": "g1", "type": "comment", "position": {"x": 0, "y": 0}, "data": {"label": "My note"}}
-    path = write_workflow(tmp_path, "comment", [step_node("1", "GenerateNumbers", source=True), extra], [])
+    extra = {"id": "g1", "type": "comment", "data": {"label": "My note"}}
+    nodes = [step_node("1", "GenerateNumbers", source=True), extra]
+    path = write_workflow(tmp_path, "comment", nodes, [])
     msg = str(_load_error(path, sample_registry))
     assert "node g1 (My note): unknown node type 'comment'" in msg
 
 
 def test_group_and_subflow_flattened_like_the_editor(tmp_path, sample_registry):
-    """Group handles (``x`` outside, ``x_inner`` inside) and a subflow file's exports are followed."""
+    """Group handles (``x`` outside, ``x_inner`` inside) and a subflow's exports are followed."""
     group = {"id": "g", "type": "group", "data": {"label": "G"}}
-    sub_nodes = [{"id": "1", "type": "export", "data": {"exportType": "input"}}, step_node("2", "CalcMean"),
+    sub_nodes = [{"id": "1", "type": "export", "data": {"exportType": "input"}},
+                 step_node("2", "CalcMean"),
                  {"id": "3", "type": "export", "data": {"exportType": "output"}}]
     write_workflow(tmp_path, "Sub", sub_nodes, [edge("1", "0", "2"), edge("2", "out", "3", "0")])
-    nodes = [step_node("1", "GenerateNumbers", source=True), group, step_node("2", "Transform", parentId="g"),
-             {"id": "s", "type": "subflow", "data": {"filename": "Sub.json"}}, step_node("4", "CalcRunningMean")]
-    edges = [edge("1", "out", "g", "x"), edge("g", "x_inner", "2"), edge("2", "out", "g", "y_inner"),
-             edge("g", "y", "s", "0"), edge("s", "0", "4")]
+    nodes = [step_node("1", "GenerateNumbers", source=True), group,
+             step_node("2", "Transform", parentId="g"),
+             {"id": "s", "type": "subflow", "data": {"filename": "Sub.json"}},
+             step_node("4", "CalcRunningMean")]
+    edges = [edge("1", "out", "g", "x"), edge("g", "x_inner", "2"),
+             edge("2", "out", "g", "y_inner"), edge("g", "y", "s", "0"), edge("s", "0", "4")]
     wf = load_workflow(write_workflow(tmp_path, "main", nodes, edges), sample_registry)
     assert sorted(wf.nodes) == ["1", "2", "4", "s/2"]
     assert wf.nodes["2"].inputs == [("1", "out")]
@@ -343,8 +348,8 @@ def test_all_problems_reported_at_once(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "many",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Nope"), step_node("3", "CalcMean"),
-         step_node("4", "Transform", {"scale": "abc"})],
+        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Nope"),
+         step_node("3", "CalcMean"), step_node("4", "Transform", {"scale": "abc"})],
         [edge("1", "bad", "3"), edge("1", "out", "4")],
     )
     err = _load_error(path, sample_registry)

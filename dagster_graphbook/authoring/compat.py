@@ -1,7 +1,9 @@
 """Make ``import graphbook`` (and its submodules) resolve to this API when Graphbook is absent.
 
-Graphbook's own docs import ``graphbook.steps``/``graphbook.utils``/... which 0.13.3 does not
-ship; all of them are registered here so such code runs unchanged.
+Covers graphbook 0.13.3's authoring surface (``graphbook.core.*``, ``graphbook.core.plugins``, the
+executors; checked against the real package by ``tests/test_fidelity.py``) and the paths
+Graphbook's docs import but 0.13.3 does not ship (``graphbook.steps``, ``graphbook.utils``, ...).
+``graphbook_finder`` makes these importable in a fresh interpreter too.
 """
 
 from __future__ import annotations
@@ -31,41 +33,107 @@ def _module(name: str, doc: str, **attrs: object) -> types.ModuleType:
 
 
 def _alias_modules() -> Dict[str, types.ModuleType]:
-    """Module name -> module for every ``graphbook`` path node files, plugins and workflows import."""
+    """Module name -> module for each ``graphbook`` path node files, plugins, workflows use."""
     from .. import authoring
     from . import decorators, executors, graph, note, plugins, prompts, resources, steps, utils
 
-    log_module = importlib.import_module(__package__ + ".log")  # the attribute ``log`` is the function
+    # ``authoring.log`` is the function; the module is needed here
+    log_module = importlib.import_module(__package__ + ".log")
 
     execs = {"Executor": executors.Executor, "DefaultExecutor": executors.DefaultExecutor}
-    public = {k: getattr(authoring, k) for k in ("Graph", "Note", "batch", "event", "log", "output", "param",
-                                                   "prompt", "resource", "source", "step")}
-    helpers = {k: getattr(utils, k) for k in ("transform_function_string", "is_batchable",
-                                               "convert_dict_values_to_list")}
-    core = _module("graphbook.core", "graphbook.core (dagster-graphbook alias)", **public, **execs,
-                   steps=steps, resources=resources, utils=utils, decorators=decorators, note=note,
-                   prompts=prompts, serialization=graph, plugins=plugins)
+    public = {
+        k: getattr(authoring, k)
+        for k in (
+            "Graph",
+            "Note",
+            "batch",
+            "event",
+            "log",
+            "output",
+            "param",
+            "prompt",
+            "resource",
+            "source",
+            "step",
+        )
+    }
+    helpers = {
+        k: getattr(utils, k)
+        for k in ("transform_function_string", "is_batchable", "convert_dict_values_to_list")
+    }
+    core = _module(
+        "graphbook.core",
+        "graphbook.core (dagster-graphbook alias)",
+        **public,
+        **execs,
+        steps=steps,
+        resources=resources,
+        utils=utils,
+        decorators=decorators,
+        note=note,
+        prompts=prompts,
+        serialization=graph,
+        plugins=plugins,
+    )
     processing = _module("graphbook.core.processing", "Graphbook's processors (only the executors)")
-    graph_processor = _module("graphbook.core.processing.graph_processor", "Graphbook executors", **execs,
-                              **{k: getattr(steps, k) for k in ("Step", "SourceStep", "GeneratorSourceStep",
-                                                                 "AsyncStep", "BatchStep", "log")},
-                              transform_json_log=log_module.transform_json_log)
-    serialization = _module("graphbook.core.serialization", "Graphbook's Graph API", **execs,
-                            steps=steps, resources=resources,
-                            **{k: getattr(graph, k) for k in graph.__all__})
-    steps_base = _module("graphbook.core.steps.base", "Graphbook's step classes", **vars_of(steps),
-                         **helpers, transform_json_log=log_module.transform_json_log, prompts=prompts,
-                         prompt=decorators.prompt)
-    steps_io = _module("graphbook.core.steps.io", "LoadJSONL, DumpJSONL", LoadJSONL=steps.LoadJSONL,
-                       DumpJSONL=steps.DumpJSONL, SourceStep=steps.SourceStep, Step=steps.Step)
-    resources_base = _module("graphbook.core.resources.base", "Graphbook's resource classes",
-                             **vars_of(resources), log=log_module.log)
-    for target, extra in ((steps, {"base": steps_base, "io": steps_io}), (resources, {"base": resources_base}),
-                          (utils, {"Note": note.Note, "transform_json_log": log_module.transform_json_log}),
-                          (prompts, {"prompt": decorators.prompt,
-                                     "transform_json_log": log_module.transform_json_log}),
-                          (decorators, {"steps": steps, "resources": resources,
-                                        "transform_function_string": utils.transform_function_string})):
+    graph_processor = _module(
+        "graphbook.core.processing.graph_processor",
+        "Graphbook executors",
+        **execs,
+        **{
+            k: getattr(steps, k)
+            for k in ("Step", "SourceStep", "GeneratorSourceStep", "AsyncStep", "BatchStep", "log")
+        },
+        transform_json_log=log_module.transform_json_log,
+    )
+    serialization = _module(
+        "graphbook.core.serialization",
+        "Graphbook's Graph API",
+        **execs,
+        steps=steps,
+        resources=resources,
+        **{k: getattr(graph, k) for k in graph.__all__},
+    )
+    steps_base = _module(
+        "graphbook.core.steps.base",
+        "Graphbook's step classes",
+        **vars_of(steps),
+        **helpers,
+        transform_json_log=log_module.transform_json_log,
+        prompts=prompts,
+        prompt=decorators.prompt,
+    )
+    steps_io = _module(
+        "graphbook.core.steps.io",
+        "LoadJSONL, DumpJSONL",
+        LoadJSONL=steps.LoadJSONL,
+        DumpJSONL=steps.DumpJSONL,
+        SourceStep=steps.SourceStep,
+        Step=steps.Step,
+    )
+    resources_base = _module(
+        "graphbook.core.resources.base",
+        "Graphbook's resource classes",
+        **vars_of(resources),
+        log=log_module.log,
+    )
+    for target, extra in (
+        (steps, {"base": steps_base, "io": steps_io}),
+        (resources, {"base": resources_base}),
+        (utils, {"Note": note.Note, "transform_json_log": log_module.transform_json_log}),
+        (
+            prompts,
+            {"prompt": decorators.prompt, "transform_json_log": log_module.transform_json_log},
+        ),
+        (
+            decorators,
+            {
+                "steps": steps,
+                "resources": resources,
+                "transform_function_string": utils.transform_function_string,
+            },
+        ),
+    ):
         for key, value in extra.items():
             if not hasattr(target, key):
                 setattr(target, key, value)
@@ -101,18 +169,37 @@ def vars_of(module: types.ModuleType) -> Dict[str, object]:
     return {k: getattr(module, k) for k in getattr(module, "__all__", ()) if hasattr(module, k)}
 
 
-ALIAS_NAMES = frozenset({
-    "graphbook", "graphbook.core", "graphbook.steps", "graphbook.core.steps", "graphbook.core.steps.base",
-    "graphbook.core.steps.io", "graphbook.resources", "graphbook.core.resources",
-    "graphbook.core.resources.base", "graphbook.utils", "graphbook.core.utils", "graphbook.decorators",
-    "graphbook.core.decorators", "graphbook.note", "graphbook.core.note", "graphbook.prompts",
-    "graphbook.core.prompts", "graphbook.plugins", "graphbook.core.plugins", "graphbook.core.processing",
-    "graphbook.core.processing.graph_processor", "graphbook.core.serialization", "graphbook.logging",
-})
+ALIAS_NAMES = frozenset(
+    {
+        "graphbook",
+        "graphbook.core",
+        "graphbook.steps",
+        "graphbook.core.steps",
+        "graphbook.core.steps.base",
+        "graphbook.core.steps.io",
+        "graphbook.resources",
+        "graphbook.core.resources",
+        "graphbook.core.resources.base",
+        "graphbook.utils",
+        "graphbook.core.utils",
+        "graphbook.decorators",
+        "graphbook.core.decorators",
+        "graphbook.note",
+        "graphbook.core.note",
+        "graphbook.prompts",
+        "graphbook.core.prompts",
+        "graphbook.plugins",
+        "graphbook.core.plugins",
+        "graphbook.core.processing",
+        "graphbook.core.processing.graph_processor",
+        "graphbook.core.serialization",
+        "graphbook.logging",
+    }
+)
 
 
 def install_graphbook_alias() -> bool:
-    """Register the alias modules; returns False (and does nothing) if real Graphbook is installed."""
+    """Register the alias modules; False (and nothing done) when real Graphbook is installed."""
     if real_graphbook_installed():
         return False
     if "graphbook" in sys.modules:

@@ -1,4 +1,4 @@
-"""``Executor`` / ``DefaultExecutor`` (``graphbook.core``): accepted by ``Graph.run`` for compatibility.
+"""``Executor`` / ``DefaultExecutor`` (``graphbook.core``), accepted by ``Graph.run``.
 
 A Graphbook python workflow may pass ``executor=DefaultExecutor(num_workers=2)``; here every run
 goes through Dagster (batch steps take ``num_workers`` from their run config), so the executor's
@@ -14,11 +14,10 @@ __all__ = ["Executor", "DefaultExecutor"]
 
 
 class Executor(abc.ABC):
-    """Base of Graphbook's execution engines; ``Graph.run`` runs through Dagster whatever is given."""
+    """Base of Graphbook's engines; ``Graph.run`` runs through Dagster whatever is given."""
 
     @abc.abstractmethod
-    def run(self, graph: Any, name: str, step_id: Optional[str] = None) -> Any:
-        ...
+    def run(self, graph: Any, name: str, step_id: Optional[str] = None) -> Any: ...
 
 
 class DefaultExecutor(Executor):

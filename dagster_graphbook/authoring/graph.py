@@ -136,8 +136,15 @@ class Graph:
             }
         return {"doc": self.doc, "G": out}
 
-    def run(self, executor: Any = None, step_id: Optional[str] = None, start_web_server: bool = True,
-            host: str = "localhost", port: int = 8005, **kwargs: Any) -> Any:
+    def run(
+        self,
+        executor: Any = None,
+        step_id: Optional[str] = None,
+        start_web_server: bool = True,
+        host: str = "localhost",
+        port: int = 8005,
+        **kwargs: Any,
+    ) -> Any:
         """Run through Dagster (in-process, persistent instance); returns notes per step and pin.
 
         Graphbook's arguments are accepted so ``g.run()`` scripts run unchanged: ``step_id`` runs
@@ -149,9 +156,10 @@ class Graph:
 
         graph = self.get_subgraph(step_id) if step_id is not None else self
         run = run_workflow(graph, **kwargs)
+        name = self.name or "graph"
         if not run.success:
-            raise RuntimeError(f"workflow {self.name or 'graph'} failed (Dagster run {run.run_id}): {run.failure}")
+            raise RuntimeError(f"workflow {name} failed (Dagster run {run.run_id}): {run.failure}")
         counts = "; ".join(f"{s} {pins}" for s, pins in run.counts().items())
-        print(f"workflow {self.name or 'graph'}: Dagster run {run.run_id} succeeded in {run.seconds:.1f} s "
+        print(f"workflow {name}: Dagster run {run.run_id} succeeded in {run.seconds:.1f} s "
               f"(notes per step and pin: {counts})")
         return run

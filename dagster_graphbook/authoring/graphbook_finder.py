@@ -38,8 +38,12 @@ class GraphbookAliasLoader(importlib.abc.Loader):
 class GraphbookAliasFinder(importlib.abc.MetaPathFinder):
     """Answers for ``graphbook`` and its submodules when no real Graphbook is on the path."""
 
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
-                  target: Optional[types.ModuleType] = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self,
+        fullname: str,
+        path: Optional[Sequence[str]] = None,
+        target: Optional[types.ModuleType] = None,
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname != "graphbook" and not fullname.startswith("graphbook."):
             return None
         try:
@@ -49,7 +53,9 @@ class GraphbookAliasFinder(importlib.abc.MetaPathFinder):
         if fullname not in compat.ALIAS_NAMES:
             return None
         is_package = any(n.startswith(fullname + ".") for n in compat.ALIAS_NAMES)
-        return importlib.machinery.ModuleSpec(fullname, GraphbookAliasLoader(), is_package=is_package)
+        return importlib.machinery.ModuleSpec(
+            fullname, GraphbookAliasLoader(), is_package=is_package
+        )
 
 
 def install() -> None:

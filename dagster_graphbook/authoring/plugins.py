@@ -26,7 +26,7 @@ def _caller_module() -> str:
 
 
 def export(name: str, cls: type) -> None:
-    """Record a plugin's step or resource class under ``name`` (Graphbook raises for anything else)."""
+    """Record a plugin's step or resource class under ``name`` (anything else raises)."""
     module = _caller_module()
     if isinstance(cls, type) and issubclass(cls, Step):
         exported_steps.setdefault(module, {})[name] = cls
@@ -41,5 +41,7 @@ def web(location: str) -> None:
     exported_web[_caller_module()] = location
 
 
-def setup_plugins() -> Tuple[Dict[str, Dict[str, type]], Dict[str, Dict[str, type]], Dict[str, str]]:
+def setup_plugins() -> (
+    Tuple[Dict[str, Dict[str, type]], Dict[str, Dict[str, type]], Dict[str, str]]
+):
     return exported_steps, exported_resources, exported_web

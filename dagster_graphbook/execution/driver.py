@@ -69,11 +69,13 @@ def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepR
     except Exception as exc:
         produced = sum(out.counts().values())
         raise StepFailure(label, f"load failed after {produced} notes: {type(exc).__name__}: {exc}", ItemError("load", produced, None, "", "", traceback.format_exc())) from exc
-    stats = {"notes_out": sum(out.counts().values()), "seconds": round(time.perf_counter() - start, 4)}
+    seconds = round(time.perf_counter() - start, 4)
+    stats = {"notes_out": sum(out.counts().values()), "seconds": seconds}
     return StepResult(out.notes, {**stats, **out.dropped_stats()})
 
 
-def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str, on_item_error: str, emit: Emit) -> StepResult:
+def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str,
+               on_item_error: str, emit: Emit) -> StepResult:
     start = time.perf_counter()
     out = Pins(pins, label, lambda msg: emit("warning", msg))
     errors: List[ItemError] = []

@@ -26,7 +26,8 @@ class Pins:
     listens to that pin), but never silently: one warning per pin and a count per pin.
     """
 
-    def __init__(self, pins: Sequence[str], label: str, warn: Optional[Callable[[str], None]] = None):
+    def __init__(self, pins: Sequence[str], label: str,
+                 warn: Optional[Callable[[str], None]] = None):
         self.pins = list(pins)
         self.label = label
         self.warn = warn
@@ -42,9 +43,9 @@ class Pins:
 
     def _drop(self, pin: Any, notes: List[Any], where: str) -> None:
         if pin not in self.dropped and self.warn is not None:
-            self.warn(f"{self.label}: {where} sent notes to pin {pin!r}, which the step does not "
-                      f"declare (its pins: {', '.join(self.pins)}); they are dropped, as in Graphbook "
-                      f"(count in metadata 'notes_dropped_{pin}')")
+            self.warn(f"{self.label}: {where} sent notes to pin {pin!r}, which the step does "
+                      f"not declare (its pins: {', '.join(self.pins)}); they are dropped, as in "
+                      f"Graphbook (count in metadata 'notes_dropped_{pin}')")
         self.dropped[pin] = self.dropped.get(pin, 0) + len(notes)
 
     def add_routed(self, routed: Any, note: Any, where: str) -> None:

@@ -103,7 +103,8 @@ def interleave(streams: List[List[Any]]) -> List[Any]:
     """
     if len(streams) == 1:
         return list(streams[0])
-    return [n for group in itertools.zip_longest(*streams, fillvalue=_GAP) for n in group if n is not _GAP]
+    groups = itertools.zip_longest(*streams, fillvalue=_GAP)
+    return [n for group in groups for n in group if n is not _GAP]
 
 
 _GAP = object()

@@ -40,7 +40,9 @@ REPO = HERE.parents[1]
 
 
 def _load_flatten():
-    spec = importlib.util.spec_from_file_location("_gb_flatten", REPO / "dagster_graphbook" / "flatten.py")
+    spec = importlib.util.spec_from_file_location(
+        "_gb_flatten", REPO / "dagster_graphbook" / "flatten.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -98,7 +100,10 @@ def api_form(flat_nodes: List[dict], flat_edges: List[dict]):
         if edge["targetHandle"] == "in":
             target["inputs"].append({"node": edge["source"], "slot": edge["sourceHandle"]})
         else:
-            target["parameters"][edge["targetHandle"]] = {"node": edge["source"], "slot": "resource"}
+            target["parameters"][edge["targetHandle"]] = {
+                "node": edge["source"],
+                "slot": "resource",
+            }
     return steps, resources
 
 
@@ -107,10 +112,19 @@ def run_json(case_dir: Path, workflow: Path, recorder: Recorder) -> str:
     flatten = _load_flatten()
     flat = flatten.flatten(data, workflow.parent, str(workflow))
     steps, resources = api_form(flat.nodes, flat.edges)
-    sys.path.insert(0, str(case_dir))  # Graphbook's AppClientPool puts the workflow folder on sys.path
+    sys.path.insert(
+        0, str(case_dir)
+    )  # Graphbook's AppClientPool puts the workflow folder on sys.path
     processor = web_processor.WebInstanceProcessor(
-        None, queue.Queue(), continue_on_failure=False, copy_outputs=False, workflow_path=case_dir,
-        custom_nodes_path=case_dir / "custom_nodes", spawn=False, num_workers=1)
+        None,
+        queue.Queue(),
+        continue_on_failure=False,
+        copy_outputs=False,
+        workflow_path=case_dir,
+        custom_nodes_path=case_dir / "custom_nodes",
+        spawn=False,
+        num_workers=1,
+    )
     recorder.wrap(processor)
     web_processor.log = recorder.log
     web_processor.ExecutionContext.update(dataloader=processor.dataloader)  # as its start_loop does
@@ -125,7 +139,9 @@ def run_json(case_dir: Path, workflow: Path, recorder: Recorder) -> str:
 
     processor.graph_state.update_state = recorded_update_state
     try:
-        processor._exec({"cmd": "run_all", "filename": workflow.name, "graph": steps, "resources": resources})
+        processor._exec(
+            {"cmd": "run_all", "filename": workflow.name, "graph": steps, "resources": resources}
+        )
     finally:
         processor.cleanup()
     return "WebInstanceProcessor run_all (the UI's Run all) on the editor-flattened graph"
@@ -160,7 +176,9 @@ def record(case_dir: Path) -> Dict[str, Any]:
             workflow = work / meta["workflow"]
             runner = run_py if workflow.suffix == ".py" else run_json
             reference = runner(work, workflow, recorder)
-        except Exception as exc:  # a load failure is a result too (e.g. an import that 0.13.3 lacks)
+        except (
+            Exception
+        ) as exc:  # a load failure is a result too (e.g. an import that 0.13.3 lacks)
             reference = "load"
             error = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
@@ -170,18 +188,35 @@ def record(case_dir: Path) -> Dict[str, Any]:
         for name in meta.get("files", []):
             path = work / name
             files[name] = path.read_text() if path.exists() else None
-    return {"case": case_dir.name, "graphbook": importlib.metadata.version("graphbook"),
-            "reference": reference, "load_error": error, "errors": recorder.errors,
-            "outputs": recorder.outputs, "files": files}
+    return {
+        "case": case_dir.name,
+        "graphbook": importlib.metadata.version("graphbook"),
+        "reference": reference,
+        "load_error": error,
+        "errors": recorder.errors,
+        "outputs": recorder.outputs,
+        "files": files,
+    }
 
 
 # Modules that node files, plugins and Python workflows import (the rest of the package is
 # Graphbook's server: cli, clients, dataloading, viewer, web, ...).
 SURFACE = [
-    "graphbook", "graphbook.core", "graphbook.core.steps", "graphbook.core.steps.base", "graphbook.core.steps.io",
-    "graphbook.core.resources", "graphbook.core.resources.base", "graphbook.core.decorators", "graphbook.core.utils",
-    "graphbook.core.note", "graphbook.core.prompts", "graphbook.core.serialization", "graphbook.core.plugins",
-    "graphbook.core.processing", "graphbook.core.processing.graph_processor",
+    "graphbook",
+    "graphbook.core",
+    "graphbook.core.steps",
+    "graphbook.core.steps.base",
+    "graphbook.core.steps.io",
+    "graphbook.core.resources",
+    "graphbook.core.resources.base",
+    "graphbook.core.decorators",
+    "graphbook.core.utils",
+    "graphbook.core.note",
+    "graphbook.core.prompts",
+    "graphbook.core.serialization",
+    "graphbook.core.plugins",
+    "graphbook.core.processing",
+    "graphbook.core.processing.graph_processor",
 ]
 
 
@@ -200,7 +235,9 @@ def import_surface() -> Dict[str, List[str]]:
             if isinstance(value, types.ModuleType):
                 if value.__name__.startswith("graphbook"):
                     names.append(key)
-            elif (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__.startswith("graphbook"):
+            elif (
+                inspect.isclass(value) or inspect.isfunction(value)
+            ) and value.__module__.startswith("graphbook"):
                 names.append(key)
         out[name] = sorted(names)
     return out
@@ -208,8 +245,13 @@ def import_surface() -> Dict[str, List[str]]:
 
 def main(argv: List[str]) -> None:
     if not argv:
-        surface = {"graphbook": importlib.metadata.version("graphbook"), "modules": import_surface()}
-        (HERE / "golden" / "import_surface.json").write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
+        surface = {
+            "graphbook": importlib.metadata.version("graphbook"),
+            "modules": import_surface(),
+        }
+        (HERE / "golden" / "import_surface.json").write_text(
+            json.dumps(surface, indent=1, sort_keys=True) + "\n"
+        )
     cases = sorted(p for p in (HERE / "cases").iterdir() if (p / "case.json").exists())
     if argv:
         cases = [c for c in cases if c.name in argv]

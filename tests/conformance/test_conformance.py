@@ -1,4 +1,4 @@
-"""Differential conformance: Graphbook programs run through Dagster must match real Graphbook 0.13.3.
+"""Differential conformance: Graphbook programs under Dagster must match real Graphbook 0.13.3.
 
 Each folder under ``cases/`` is a small Graphbook program written in this repository in the
 shape of one upstream program (the wheel's sample, the examples, the docs, a plugin, the
@@ -40,8 +40,11 @@ def _golden(name: str) -> Dict[str, Any]:
 
 def _canonical(notes: Dict[str, Dict[str, List[Any]]]) -> Dict[str, Dict[str, str]]:
     """Step id -> pin -> JSON text of the notes (empty pins left out): types and order count."""
-    return {step: {pin: json.dumps(v, sort_keys=True, default=repr) for pin, v in pins.items() if v}
-            for step, pins in notes.items() if any(pins.values())}
+    return {
+        step: {pin: json.dumps(v, sort_keys=True, default=repr) for pin, v in pins.items() if v}
+        for step, pins in notes.items()
+        if any(pins.values())
+    }
 
 
 def _run_ours(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, Any]:
@@ -67,10 +70,19 @@ def _run_ours(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dic
     for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         mat = record.asset_materialization
         metadata[mat.asset_key.path[1]] = {k: v.value for k, v in mat.metadata.items()}
-    files = {f: (case_dir / f).read_text() if (case_dir / f).exists() else None for f in meta.get("files", [])}
+    files = {
+        f: (case_dir / f).read_text() if (case_dir / f).exists() else None
+        for f in meta.get("files", [])
+    }
     for module in [m for m in sys.modules if m == "plugin_pkg" or m.startswith("plugin_pkg.")]:
         monkeypatch.delitem(sys.modules, module)
-    return {"notes": by_id, "workflow": workflow, "names": names, "metadata": metadata, "files": files}
+    return {
+        "notes": by_id,
+        "workflow": workflow,
+        "names": names,
+        "metadata": metadata,
+        "files": files,
+    }
 
 
 def _golden_notes(golden: Dict[str, Any]) -> Dict[str, Dict[str, List[Any]]]:
@@ -80,7 +92,9 @@ def _golden_notes(golden: Dict[str, Any]) -> Dict[str, Dict[str, List[Any]]]:
 @pytest.mark.parametrize("name", [c for c in CASES if "difference" not in _case(c)])
 def test_equal_to_graphbook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     golden = _golden(name)
-    assert golden["load_error"] is None and not golden["errors"], f"{name}: the reference run failed; mark the case a difference"
+    assert (
+        golden["load_error"] is None and not golden["errors"]
+    ), f"{name}: the reference run failed; mark the case a difference"
     ours = _run_ours(name, tmp_path, monkeypatch)
     expected = _canonical(_golden_notes(golden))
     # pins the step does not declare: Graphbook keeps them in its queues; we drop and count them
@@ -99,11 +113,18 @@ def test_equal_to_graphbook(name: str, tmp_path: Path, monkeypatch: pytest.Monke
 def test_deliberate_difference(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Graphbook fails (its golden shows the error); ours runs, and gives what the case states."""
     golden, meta = _golden(name), _case(name)
-    assert golden["load_error"] or golden["errors"] or _canonical(golden["outputs"]) != _canonical(meta["ours"]), \
-        f"{name}: Graphbook shows no defect here"
+    assert (
+        golden["load_error"]
+        or golden["errors"]
+        or _canonical(golden["outputs"]) != _canonical(meta["ours"])
+    ), f"{name}: Graphbook shows no defect here"
     ours = _run_ours(name, tmp_path, monkeypatch)
     assert ours["notes"], f"{name}: our run emitted nothing"
-    got, stated, reference = _canonical(ours["notes"]), _canonical(meta["ours"]), _canonical(golden["outputs"])
+    got, stated, reference = (
+        _canonical(ours["notes"]),
+        _canonical(meta["ours"]),
+        _canonical(golden["outputs"]),
+    )
     for step in set(stated) | set(reference):  # stated where Graphbook fails; the rest as Graphbook
         assert got.get(step) == stated.get(step, reference.get(step)), f"{name}: step {step}"
     readme = (HERE.parents[1] / "README.md").read_text()

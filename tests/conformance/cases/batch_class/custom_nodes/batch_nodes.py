@@ -12,7 +12,10 @@ def items(ctx):
 
 class SquareBatch(BatchStep):
     RequiresInput = True
-    Parameters = {"batch_size": {"type": "number", "default": 8}, "item_key": {"type": "string", "default": "items"}}
+    Parameters = {
+        "batch_size": {"type": "number", "default": 8},
+        "item_key": {"type": "string", "default": "items"},
+    }
     Outputs = ["out"]
     Category = "Batch"
 

@@ -1,4 +1,5 @@
 """Offline stand-ins for the web_scraper example's nodes (same decorators, pins and note shapes)."""
+
 from graphbook import step, source, param, output, resource
 
 
@@ -20,4 +21,10 @@ def personal_info(ctx):
 @param("api_key", type="resource")
 def scrape_mission(ctx, url):
     """The example calls the Firecrawl API with the key; offline, the page name stands in."""
-    return {"out": {"url": url, "mission": "page " + url.rsplit("/", 1)[-1], "key_len": len(ctx.api_key)}}
+    return {
+        "out": {
+            "url": url,
+            "mission": "page " + url.rsplit("/", 1)[-1],
+            "key_len": len(ctx.api_key),
+        }
+    }

@@ -1,4 +1,5 @@
 """A plugin package written like graphbook-huggingface (same import lines, export() and web())."""
+
 from graphbook.core.plugins import export, web
 import graphbook.core.steps as steps
 import graphbook.core.resources as resources

@@ -1,4 +1,5 @@
 """Class-based steps as in examples/workflows/python/SampleWorkflow.py (deterministic numbers)."""
+
 from graphbook.core.steps import Step, GeneratorSourceStep
 from graphbook.core.resources import Resource
 
@@ -15,12 +16,20 @@ class GenerateNumbers(GeneratorSourceStep):
 
     def load(self):
         for i in range(self.amount):
-            yield {"out": {"numbers": [(i * 5 + k) % 9 for k in range(4)], "amount_type": type(self.amount).__name__}}
+            yield {
+                "out": {
+                    "numbers": [(i * 5 + k) % 9 for k in range(4)],
+                    "amount_type": type(self.amount).__name__,
+                }
+            }
 
 
 class Transform(Step):
     RequiresInput = True
-    Parameters = {"scale": {"type": "number", "default": 1}, "shift": {"type": "number", "default": 0}}
+    Parameters = {
+        "scale": {"type": "number", "default": 1},
+        "shift": {"type": "number", "default": 0},
+    }
     Outputs = ["out"]
     Category = ""
 

@@ -8,7 +8,12 @@ def generate_numbers(ctx):
     """The wheel's sample source, with deterministic numbers instead of random ones."""
     amount = ctx.amount
     for i in range(amount):
-        yield {"out": {"numbers": [(i * 7 + k * 3) % 11 for k in range(4)], "amount_type": type(amount).__name__}}
+        yield {
+            "out": {
+                "numbers": [(i * 7 + k * 3) % 11 for k in range(4)],
+                "amount_type": type(amount).__name__,
+            }
+        }
 
 
 @step("CalcMean")
