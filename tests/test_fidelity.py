@@ -231,3 +231,28 @@ def test_ambiguous_class_name_fails_only_the_workflow_that_uses_it(tmp_path: Pat
     message = str(info.value)
     assert "node 2" in message and "'Helper' is ambiguous" in message
     assert str(nodes / "helper_a.py") in message and str(nodes / "helper_b.py") in message
+
+
+def test_launchpad_validates_number_params_as_numbers() -> None:
+    """The webserver validates run config against the job snapshot it got from the code server:
+    ``GraphbookNumber`` travels as a FLOAT-kind scalar, so ints and floats pass, text does not."""
+    from dagster._config.validate import validate_config_from_snap
+    from dagster._core.snap import JobSnap
+    from dagster._serdes import deserialize_value, serialize_value
+
+    from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+    case = CASES / "sample_workflow"
+    spec = GraphbookWorkflow(case / "SampleWorkflow.json", custom_nodes=[case / "custom_nodes"])
+    defs = build_definitions([spec])
+    job = next(j for j in defs.resolve_all_job_defs() if not j.name.startswith("__"))
+    snap = deserialize_value(serialize_value(JobSnap.from_job_def(job)), JobSnap)
+    schema, root = snap.config_schema_snapshot, snap.mode_def_snaps[0].root_config_key
+    assert schema.get_config_snap("GraphbookNumber").scalar_kind == dg._config.ConfigScalarKind.FLOAT
+
+    def valid(value: object) -> bool:
+        config = {"ops": {"sample_workflow__GenerateNumbers": {"config": {"amount": value}}}}
+        return validate_config_from_snap(schema, root, config).success
+
+    assert valid(4) and valid(2.5)
+    assert not valid("abc")
