@@ -161,7 +161,9 @@ def test_duplicate_step_names_made_unique(tmp_path, repo):
     assert parents[K(["two_sources", "CalcMean"])] == {K(["two_sources", "GenerateNumbers_a"]), K(["two_sources", "GenerateNumbers_b"])}
 
 
-def test_fan_in_runs_both_parents_in_edge_order(tmp_path, repo, run_wf):
+def test_fan_in_alternates_parents_starting_with_the_first_edge(tmp_path, repo, run_wf):
+    """Graphbook takes one note from each parent in turn (issue #10.8); its first parent is
+    arbitrary (a set), ours the first edge's."""
     path = write_workflow(
         tmp_path,
         "fan_in",
@@ -178,7 +180,8 @@ def test_fan_in_runs_both_parents_in_edge_order(tmp_path, repo, run_wf):
     assert run.success, run.failure
     assert run.counts() == {"G1": {"out": 2}, "G2": {"out": 3}, "CalcMean": {"out": 5}}
     merged = [n["numbers"] for n in run.notes["CalcMean"]["out"]]
-    assert merged == [n["numbers"] for n in run.notes["G2"]["out"]] + [n["numbers"] for n in run.notes["G1"]["out"]]
+    g1, g2 = ([n["numbers"] for n in run.notes[g]["out"]] for g in ("G1", "G2"))
+    assert merged == [g2[0], g1[0], g2[1], g1[1], g2[2]]
     assert all(n["mean"] == sum(n["numbers"]) / 4 for n in run.notes["CalcMean"]["out"])
 
 

@@ -19,6 +19,17 @@ class StepResult:
     files: List[Tuple[str, int]] = field(default_factory=list)
 
 
+class PinNotes(list):
+    """One pin's notes, with the step's node id and each note's place in the step's emission order
+    across all its pins: a child fed by several pins of one step takes the notes in that order,
+    as Graphbook's per-parent queue hands them out (``Split`` into one step keeps note order)."""
+
+    def __init__(self, notes: Sequence[Any] = (), order: Sequence[int] = (), source: Optional[str] = None):
+        super().__init__(notes)
+        self.order = list(order)
+        self.source = source
+
+
 class Pins:
     """Collects notes per output pin.
 
@@ -31,15 +42,19 @@ class Pins:
         self.pins = list(pins)
         self.label = label
         self.warn = warn
-        self.notes: Dict[str, List[Any]] = {p: [] for p in self.pins}
+        self.notes: Dict[str, List[Any]] = {p: PinNotes() for p in self.pins}
         self.dropped: Dict[str, int] = {}
+        self._emitted = 0
 
     def add(self, step_output: Dict[str, List[Any]], where: str) -> None:
         for pin, notes in step_output.items():
             if pin not in self.notes:
                 self._drop(pin, notes, where)
                 continue
-            self.notes[pin].extend(notes)
+            target = self.notes[pin]
+            target.extend(notes)
+            target.order.extend(range(self._emitted, self._emitted + len(notes)))
+            self._emitted += len(notes)
 
     def _drop(self, pin: Any, notes: List[Any], where: str) -> None:
         if pin not in self.dropped and self.warn is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -95,16 +96,32 @@ def _retry_or_raise(context: dg.AssetExecutionContext, plan: StepPlan, runtime: 
 
 
 def interleave(streams: List[List[Any]]) -> List[Any]:
-    """Notes of several input edges in Graphbook's order: one from each edge in turn (0,0,1,1,...).
+    """Notes of several input edges in Graphbook's order.
 
-    Graphbook pushes each parent's output on to its children as it comes (and its UI takes
-    one input from each parent per pass), so a step fed twice by ``Copy`` sees note 0 twice
-    before note 1; concatenating the edges would give 0,1,...,0,1,...
+    Graphbook keeps one queue per parent step (its pins' notes in the order the parent emitted
+    them) and a child takes one note from each parent in turn. So edges from one parent merge
+    in emission order (``Copy`` into one step twice: 0,0,1,1,2,2; ``Split``'s A and B: the input
+    order), and parents alternate (Graphbook's first parent is arbitrary: a set; here the first
+    edge's). Concatenating the edges would give 0,1,2,0,1,2.
     """
     if len(streams) == 1:
         return list(streams[0])
-    groups = itertools.zip_longest(*streams, fillvalue=_GAP)
-    return [n for group in groups for n in group if n is not _GAP]
+    parents: Dict[Any, List[List[Any]]] = {}
+    for i, stream in enumerate(streams):
+        parents.setdefault(getattr(stream, "source", None) or ("edge", i), []).append(stream)
+    queues = [_emission_order(group) for group in parents.values()]
+    turns = itertools.zip_longest(*queues, fillvalue=_GAP)
+    return [n for turn in turns for n in turn if n is not _GAP]
+
+
+def _emission_order(streams: List[List[Any]]) -> List[Any]:
+    if len(streams) == 1:
+        return list(streams[0])
+    if all(len(getattr(s, "order", ())) == len(s) for s in streams):
+        tagged = heapq.merge(*[zip(s.order, range(len(s)), [k] * len(s)) for k, s in enumerate(streams)])
+        return [streams[k][i] for _, i, k in tagged]
+    turns = itertools.zip_longest(*streams, fillvalue=_GAP)
+    return [n for turn in turns for n in turn if n is not _GAP]
 
 
 _GAP = object()
@@ -143,4 +160,7 @@ def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapp
     meta = {**_stats_metadata(result.stats, result.files), **_error_metadata(result.errors), "notes_in": dg.MetadataValue.int(len(notes))}
     meta.update(_stats_metadata(dict(getattr(step, "dagster_metadata", None) or {}), []))  # figures the step reports (e.g. accuracy), plotted by the UI
     for pin in plan.pins:
-        yield dg.Output(result.outputs.get(pin, []), output_name=plan.output_names[pin], metadata=meta)
+        notes_out = result.outputs.get(pin, [])
+        if hasattr(notes_out, "source"):
+            notes_out.source = plan.node_id  # children fed by several of its pins merge by emission
+        yield dg.Output(notes_out, output_name=plan.output_names[pin], metadata=meta)
