@@ -248,7 +248,8 @@ def test_launchpad_validates_number_params_as_numbers() -> None:
     job = next(j for j in defs.resolve_all_job_defs() if not j.name.startswith("__"))
     snap = deserialize_value(serialize_value(JobSnap.from_job_def(job)), JobSnap)
     schema, root = snap.config_schema_snapshot, snap.mode_def_snaps[0].root_config_key
-    assert schema.get_config_snap("GraphbookNumber").scalar_kind == dg._config.ConfigScalarKind.FLOAT
+    number = schema.get_config_snap("GraphbookNumber")
+    assert number.scalar_kind == dg._config.ConfigScalarKind.FLOAT  # noqa: SLF001
 
     def valid(value: object) -> bool:
         config = {"ops": {"sample_workflow__GenerateNumbers": {"config": {"amount": value}}}}

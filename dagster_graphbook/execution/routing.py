@@ -24,7 +24,8 @@ class PinNotes(list):
     across all its pins: a child fed by several pins of one step takes the notes in that order,
     as Graphbook's per-parent queue hands them out (``Split`` into one step keeps note order)."""
 
-    def __init__(self, notes: Sequence[Any] = (), order: Sequence[int] = (), source: Optional[str] = None):
+    def __init__(self, notes: Sequence[Any] = (), order: Sequence[int] = (),
+                 source: Optional[str] = None):
         super().__init__(notes)
         self.order = list(order)
         self.source = source

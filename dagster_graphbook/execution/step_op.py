@@ -118,7 +118,8 @@ def _emission_order(streams: List[List[Any]]) -> List[Any]:
     if len(streams) == 1:
         return list(streams[0])
     if all(len(getattr(s, "order", ())) == len(s) for s in streams):
-        tagged = heapq.merge(*[zip(s.order, range(len(s)), [k] * len(s)) for k, s in enumerate(streams)])
+        tagged = heapq.merge(*[zip(s.order, range(len(s)), [k] * len(s))
+                               for k, s in enumerate(streams)])
         return [streams[k][i] for _, i, k in tagged]
     turns = itertools.zip_longest(*streams, fillvalue=_GAP)
     return [n for turn in turns for n in turn if n is not _GAP]
