@@ -1,13 +1,14 @@
 """The streaming engine: the steps of a segment pass notes to each other in one process.
 
-Graphbook's ``Graph.run()`` pushes each output depth-first through all children before asking the
-source for the next note. Here every step has an inbox; the scheduler always serves the deepest
-step that is ready (a plain step with a note waiting, a batch step holding ``queue_items`` items),
-asks a source for its next yield only when no step is ready (backpressure: a slow consumer holds
-the source back), and flushes partial batches, upstream first, once the sources are exhausted.
-So what is in memory at once is bounded by ``queue_items`` per batch step and one source yield,
-not by the number of notes. A batch step runs over each chunk of its inbox with the batch driver
-(loader pool, device, dump pool), started afresh per chunk.
+Graphbook's ``Graph.run()`` pushes each output depth-first through all children (per pin, per
+note, per child, recursively) before asking the source for the next note. Here the same order
+comes from an explicit stack of (step, note) deliveries; a batch step collects delivered notes in
+an inbox and runs once it holds ``queue_items`` items. A source is asked for its next yield only
+when the stack is empty and no batch step is full (backpressure: a slow consumer holds the source
+back); once the sources are exhausted, partial batches are flushed, upstream first. So what is in
+memory at once is bounded by ``queue_items`` per batch step and one source yield, not by the
+number of notes. A batch step runs over each chunk with the batch driver (loader pool, device,
+dump pool), started afresh per chunk.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class StreamingRun:
         self.progress_interval_s = progress_interval_s
         self.nodes = {s.node_id: _Node(s, emit) for s in steps}
         self.order = [s.node_id for s in steps]
-        self.queued = 0  # notes waiting in all inboxes
+        self.stack: List[Tuple[str, Any]] = []  # deliveries still to make, next on top
+        self.queued = 0  # notes waiting: on the stack and in batch inboxes
         self.max_queued = 0
         self._last_report = time.perf_counter()
 
@@ -115,22 +117,20 @@ class StreamingRun:
 
     def _loop(self) -> None:
         while True:
-            node = self._deepest_ready()
-            if node is not None:
-                self._serve(node, flush=False)
+            if self.stack:
+                node_id, note = self.stack.pop()
+                node = self.nodes[node_id]
+                node.inbox.append(note)
+                if node.spec.kind == "batch":
+                    node.inbox_items += _count_items(note, getattr(node.spec.step, "item_key", None))
+                if node.spec.kind != "batch" or node.inbox_items >= self.queue_items:
+                    self._serve(node)
             elif not self._pull_source():
                 pending = next((self.nodes[i] for i in self.order if self.nodes[i].inbox), None)
                 if pending is None:
                     return
-                self._serve(pending, flush=True)  # sources done: partial batches, upstream first
+                self._serve(pending)  # sources done: partial batches, upstream first
             self.report()
-
-    def _deepest_ready(self) -> Optional[_Node]:
-        for node_id in reversed(self.order):
-            node = self.nodes[node_id]
-            if node.inbox and (node.spec.kind != "batch" or node.inbox_items >= self.queue_items):
-                return node
-        return None
 
     def _pull_source(self) -> bool:
         """One yield from the first source that has more; False when all are exhausted."""
@@ -172,7 +172,7 @@ class StreamingRun:
             yield routed
 
     # -- serving a step --------------------------------------------------------------------------
-    def _serve(self, node: _Node, flush: bool) -> None:
+    def _serve(self, node: _Node) -> None:
         start = time.perf_counter()
         with log_target(node.log):
             if node.spec.kind == "batch":
@@ -231,20 +231,19 @@ class StreamingRun:
         self._deliver(node, result.outputs)
 
     def _deliver(self, node: _Node, outputs: Dict[str, List[Any]]) -> None:
-        """Notes leaving ``node``: counted, kept where the pin is stored, queued for children."""
+        """Notes leaving ``node``: counted, kept where the pin is stored, and put on the stack in
+        Graphbook's order (per pin, per note, per child) so the first delivery is made first."""
+        tasks: List[Tuple[str, Any]] = []
         for pin, notes in outputs.items():
             if not notes:
                 continue
             node.stats.pins[pin] = node.stats.pins.get(pin, 0) + len(notes)
             if pin in node.kept:
                 node.kept[pin].extend(notes)
-            for child_id in node.spec.children.get(pin, ()):
-                child = self.nodes[child_id]
-                child.inbox.extend(notes)
-                self.queued += len(notes)
-                if child.spec.kind == "batch":
-                    key = getattr(child.spec.step, "item_key", None)
-                    child.inbox_items += sum(_count_items(n, key) for n in notes)
+            children = node.spec.children.get(pin, ())
+            tasks += [(child_id, note) for note in notes for child_id in children]
+        self.stack.extend(reversed(tasks))
+        self.queued += len(tasks)
         self.max_queued = max(self.max_queued, self.queued)
 
     # -- end and progress ------------------------------------------------------------------------
