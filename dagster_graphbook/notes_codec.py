@@ -37,10 +37,15 @@ def is_oversized_view(obj: Any) -> bool:
 class _NotesPickler(pickle.Pickler):
     """Pickler that stores oversized tensor views as compact copies."""
 
+    def __init__(self, file: Any, protocol: int = PROTOCOL):
+        super().__init__(file, protocol=protocol)
+        self.protocol = protocol
+
     def reducer_override(self, obj: Any) -> Any:
         if is_oversized_view(obj):
-            # clone() keeps dtype, shape and requires_grad; contiguous storage of its own bytes
-            return obj.detach().clone().__reduce_ex__(self.proto)
+            # a copy with storage of its own bytes; same dtype, shape and requires_grad
+            copy = obj.detach().clone().requires_grad_(obj.requires_grad)
+            return copy.__reduce_ex__(self.protocol)
         return NotImplemented
 
 

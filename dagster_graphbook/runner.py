@@ -122,7 +122,7 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     if streaming:
         from .streaming.segment import nest_step_config
 
-        config = nest_step_config(config, wdefs.workflow, translator)
+        config = nest_step_config(config, wdefs.workflow, translator, base=run_config)
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}

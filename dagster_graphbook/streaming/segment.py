@@ -59,8 +59,8 @@ def segment_asset(workflow: Workflow, translator: GraphbookTranslator, plans: Ma
                 spec = spec.merge_attributes(metadata={"dagster_graphbook/streamed": True})
                 outs[name] = dg.AssetOut.from_spec(spec, dagster_type=dg.Nothing)
             internal[name] = parents | set(external_deps or [])
-    op_config = {translator.get_op_name(workflow, n): dg.Field(configs[n.id], is_required=False) for n in workflow.steps()}
-    op_config[STREAM_KEY] = dg.Field(_stream_fields(), is_required=False)
+    op_config = {translator.get_op_name(workflow, n): dg.Field(configs[n.id]) for n in workflow.steps()}  # defaults filled in
+    op_config[STREAM_KEY] = dg.Field(_stream_fields())
     resource_keys = {key for plan in plans.values() for key in plan.resource_keys.values()}
     op_names = {n.id: translator.get_op_name(workflow, n) for n in workflow.steps()}
     any_batch = any(p.kind == "batch" for p in plans.values())
@@ -138,13 +138,15 @@ def execute_segment(context: Any, workflow: Workflow, plans: Mapping[str, StepPl
             yield dg.Output(value, output_name=names[(spec.node_id, pin)], metadata=pin_meta)
 
 
-def nest_step_config(config: Dict[str, Any], workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, Any]:
-    """Run config written per step op (``ops: {job__Step: {config: ...}}``) for the streaming op."""
-    ops = dict(config.get("ops") or {})
+def nest_step_config(config: Dict[str, Any], workflow: Workflow, translator: GraphbookTranslator,
+                     base: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Run config written per step op (``ops: {job__Step: {config: ...}}``) for the streaming op;
+    ``base`` is run config given whole, whose ``ops`` entries ``config`` may have replaced."""
+    ops = {**dict((base or {}).get("ops") or {}), **dict(config.get("ops") or {})}
     if not ops:
         return config
     segment = segment_op_name(workflow, translator)
     nested = dict((ops.pop(segment, None) or {}).get("config") or {})
     for op, body in ops.items():
-        nested[op] = (body or {}).get("config") or {}
+        nested[op] = {**nested.get(op, {}), **((body or {}).get("config") or {})}
     return {**config, "ops": {segment: {"config": nested}}}
