@@ -65,6 +65,8 @@ NODES = """
             open(os.path.join(ctx.pid_dir, f"load-{os.getpid()}"), "w").close()
         if item == ctx.bad_item:
             raise OSError(f"unreadable image {item}")
+        if item == ctx.kill_item:
+            os.kill(os.getpid(), 9)  # as the kernel's OOM killer would
         time.sleep(ctx.delay)
         return torch.full((3, 64, 64), float(item.split("-")[1]))
 
@@ -81,6 +83,7 @@ NODES = """
     @param("out_dir", "string", default="")
     @param("pid_dir", "string", default="")
     @param("bad_item", "string", default="")
+    @param("kill_item", "string", default="")
     @param("delay", "number", default=0.0)
     def load_images(ctx, tensors, items, notes):
         for tensor, note in zip(tensors, notes):
@@ -90,9 +93,14 @@ NODES = """
         return None
 
 
+    def ended(ctx):
+        trace(ctx.trace, f"on_end {ctx.id} failed={ctx.run_failed}")
+
+
     @step("S/Reduce")
     @param("trace", "string", default="")
     @param("delay", "number", default=0.0)
+    @event("on_end", ended)
     def reduce(ctx, note):
         time.sleep(ctx.delay)
         note["mean"] = float(sum(t.mean() for t in note.pop("tensor", [])))
@@ -342,6 +350,9 @@ def test_streaming_batch_failure_names_the_item(tmp_path, nodes, run_wf):
     assert "step 'LoadImages'" in run.failure and "'img-13'" in run.failure and "unreadable image img-13" in run.failure
     skipped = run_wf(wf, [nodes], {**params, "LoadImages.runtime.on_item_error": "skip"}, streaming=True)
     assert skipped.success, skipped.failure
+    killed = run_wf(wf, [nodes], {**params, "LoadImages.bad_item": "", "LoadImages.kill_item": "img-5"}, streaming=True)
+    assert not killed.success
+    assert "step 'LoadImages'" in killed.failure and "a loader worker process died" in killed.failure
     # the bad item is recorded and skipped; its note goes on without its tensor, the others whole
     assert [n["mean"] for n in skipped["Reduce"]["out"]] == [0.0 if i == 13 else float(i) for i in range(20)]
 
@@ -360,9 +371,10 @@ def test_streaming_asset_graph_shows_every_pin_with_its_edges(tmp_path, nodes):
     assert op == "dfs__stream"
 
 
-def test_yaml_component_and_cli_offer_streaming(tmp_path, nodes, dagster_home, capsys):
+def test_yaml_component_cli_and_materialize_offer_streaming(tmp_path, nodes, dagster_home, monkeypatch):
     from dagster_graphbook.cli import main
     from dagster_graphbook.component import GraphbookWorkflowComponent
+    from dagster_graphbook.runner import run_job
 
     wf = _dfs_workflow(tmp_path, tmp_path / "trace.txt", n=2)
     component = GraphbookWorkflowComponent(workflow=str(wf), custom_nodes=[str(nodes)], streaming=True)
@@ -372,7 +384,12 @@ def test_yaml_component_and_cli_offer_streaming(tmp_path, nodes, dagster_home, c
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         (run,) = instance.get_runs()
         steps = {e.step_key for e in instance.all_logs(run.run_id) if e.step_key}
-    assert steps == {"dfs__stream"}
+        assert steps == {"dfs__stream"}
+        # materialize: a code location's streaming job; --set reaches the step inside the op
+        (tmp_path / "stream_defs.py").write_text(textwrap.dedent(DEFS.format(wf=str(wf), nodes=str(nodes))))
+        monkeypatch.chdir(tmp_path)
+        failed = run_job("dfs", {"B.fail_at": 1}, module="stream_defs", instance=instance)
+    assert not failed.success and "step 'B' (node B): failed on note 1" in failed.failure
 
 
 DEFS = """
@@ -399,7 +416,7 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
     (tmp_path / "defs.py").write_text(textwrap.dedent(DEFS.format(wf=str(wf), nodes=str(nodes))))
     (tmp_path / "run.yaml").write_text(textwrap.dedent(RUN_CONFIG.format(pid_dir=pid_dir)))
     (Path(dagster_home) / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {**os.environ, "DAGSTER_HOME": dagster_home}
+    env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "job", "execute", "-f", str(tmp_path / "defs.py"), "-j", "images", "-c", str(tmp_path / "run.yaml")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -414,7 +431,17 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
         tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            for p in [proc.pid] + tree:
+                try:
+                    os.kill(p, signal.SIGABRT)
+                except OSError:
+                    pass
+            time.sleep(2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(proc.stdout.read().decode()[-12000:])
         stopped_s = time.monotonic() - t0
         output = proc.stdout.read().decode()
     finally:
@@ -426,8 +453,9 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
     time.sleep(1)
     alive = [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"processes outlived the terminated run: {alive}"
-    consumed = sum(line.startswith("reduce") for line in _lines(tmp_path / "trace.txt"))
-    assert consumed < 4000, output[-2000:]
+    lines = _lines(tmp_path / "trace.txt")
+    assert sum(line.startswith("reduce") for line in lines) < 4000, output[-2000:]
+    assert lines[-1] == "on_end reduce failed=True"  # every step's on_end ran on the way out
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         (run,) = instance.get_runs()
         assert run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), run.status
