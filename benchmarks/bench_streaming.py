@@ -26,7 +26,7 @@ from imageset import make_image_set  # noqa: E402
 
 SIZE = 224
 # The guide's LoadImages (class form, unchanged) and a consumer that reduces each tensor.
-NODES = '''
+NODES = """
 from typing import List
 
 import torch
@@ -68,7 +68,8 @@ class LoadImages(BatchStep):
 def images(ctx):
     with open(ctx.listing) as f:
         for line in f:
-            yield {"out": {"image_paths": [{"value": line.strip(), "type": "image"}], "tensor": None}}
+            item = {"value": line.strip(), "type": "image"}
+            yield {"out": {"image_paths": [item], "tensor": None}}
 
 
 class Reduce(Step):
@@ -79,9 +80,9 @@ class Reduce(Step):
 
     def on_data(self, data):
         data["mean"] = float(sum(t.mean() for t in data.pop("tensor")))
-'''
+"""
 
-CHILD = '''
+CHILD = """
 import json, os, sys
 import dagster as dg
 from dagster_graphbook import run_workflow
@@ -95,9 +96,10 @@ with dg.DagsterInstance.from_config(home) as instance:
         m = record.asset_materialization
         if "notes_path" in m.metadata and m.asset_key.path[-1] == "LoadImages":
             stored += os.path.getsize(str(m.metadata["notes_path"].value))
-print(json.dumps({"success": run.success, "failure": run.failure, "seconds": run.seconds, "stored": stored,
+print(json.dumps({"success": run.success, "failure": run.failure, "seconds": run.seconds,
+                  "stored": stored,
                   "notes": len(run["Reduce"]["out"]) if run.success else 0}))
-'''
+"""
 
 
 def _tree_rss(proc: psutil.Process) -> int:
@@ -112,13 +114,41 @@ def _tree_rss(proc: psutil.Process) -> int:
 
 def _workflow(folder: Path, listing: Path) -> Path:
     nodes = [
-        {"id": "src", "type": "step", "data": {"name": "Images", "parameters": {"listing": {"type": "string", "value": str(listing)}}, "inputs": [], "outputs": ["out"]}},
-        {"id": "load", "type": "step", "data": {"name": "LoadImages", "label": "LoadImages", "parameters": {}, "inputs": ["in"], "outputs": ["out"]}},
-        {"id": "reduce", "type": "step", "data": {"name": "Reduce", "parameters": {}, "inputs": ["in"], "outputs": ["out"]}},
+        {
+            "id": "src",
+            "type": "step",
+            "data": {
+                "name": "Images",
+                "parameters": {"listing": {"type": "string", "value": str(listing)}},
+                "inputs": [],
+                "outputs": ["out"],
+            },
+        },
+        {
+            "id": "load",
+            "type": "step",
+            "data": {
+                "name": "LoadImages",
+                "label": "LoadImages",
+                "parameters": {},
+                "inputs": ["in"],
+                "outputs": ["out"],
+            },
+        },
+        {
+            "id": "reduce",
+            "type": "step",
+            "data": {"name": "Reduce", "parameters": {}, "inputs": ["in"], "outputs": ["out"]},
+        },
     ]
-    edges = [{"id": f"e{i}", "source": s, "sourceHandle": "out", "target": t, "targetHandle": "in"} for i, (s, t) in enumerate([("src", "load"), ("load", "reduce")])]
+    edges = [
+        {"id": f"e{i}", "source": s, "sourceHandle": "out", "target": t, "targetHandle": "in"}
+        for i, (s, t) in enumerate([("src", "load"), ("load", "reduce")])
+    ]
     path = folder / "images.json"
-    path.write_text(json.dumps({"version": "0", "type": "workflow", "nodes": nodes, "edges": edges}))
+    path.write_text(
+        json.dumps({"version": "0", "type": "workflow", "nodes": nodes, "edges": edges})
+    )
     return path
 
 
@@ -135,7 +165,19 @@ def measure(n: int, streaming: bool, image_root: Path) -> dict:
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         wf = _workflow(folder, listing)
         env = {**os.environ, "DAGSTER_HOME": str(home)}
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(wf), str(nodes), str(home), "1" if streaming else "0"], stdout=subprocess.PIPE, env=env)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(wf),
+                str(nodes),
+                str(home),
+                "1" if streaming else "0",
+            ],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
         proc, peak = psutil.Process(child.pid), 0
         while child.poll() is None:
             peak = max(peak, _tree_rss(proc))
@@ -150,24 +192,45 @@ def measure(n: int, streaming: bool, image_root: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2000], help="images per run (streaming)")
-    parser.add_argument("--default-sizes", type=int, nargs="+", default=[200], help="images per run in the default mode")
-    parser.add_argument("--images", default=os.path.join(tempfile.gettempdir(), "graphbook_bench_images"), help="image cache folder")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[200, 2000], help="images per run (streaming)"
+    )
+    parser.add_argument(
+        "--default-sizes",
+        type=int,
+        nargs="+",
+        default=[200],
+        help="images per run in the default mode",
+    )
+    parser.add_argument(
+        "--images",
+        default=os.path.join(tempfile.gettempdir(), "graphbook_bench_images"),
+        help="image cache folder",
+    )
     args = parser.parse_args()
     rows = []
     for n in args.default_sizes:
         rows.append(("default", n, measure(n, False, Path(args.images))))
     for n in args.sizes:
         rows.append(("streaming", n, measure(n, True, Path(args.images))))
-    print("| mode | images | peak RSS (tree) | seconds | notes stored (LoadImages pin) | stored / raw tensor bytes |")
+    print(
+        "| mode | images | peak RSS (tree) | seconds | notes stored (LoadImages pin) "
+        "| stored / raw tensor bytes |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for mode, n, r in rows:
         ratio = f"{r['stored'] / r['raw']:.3f}" if r["stored"] else "not stored"
-        print(f"| {mode} | {n:,} | {r['peak_rss'] / 1e9:.2f} GB | {r['seconds']:.1f} | {r['stored'] / 1e9:.3f} GB | {ratio} |")
+        print(
+            f"| {mode} | {n:,} | {r['peak_rss'] / 1e9:.2f} GB | {r['seconds']:.1f} "
+            f"| {r['stored'] / 1e9:.3f} GB | {ratio} |"
+        )
     streamed = {n: r["peak_rss"] for mode, n, r in rows if mode == "streaming"}
     if len(streamed) >= 2:
         small, large = min(streamed), max(streamed)
-        print(f"\nstreaming peak RSS {large} / {small} images: {streamed[large] / streamed[small]:.2f}x (target <= 1.3x)")
+        print(
+            f"\nstreaming peak RSS {large} / {small} images: "
+            f"{streamed[large] / streamed[small]:.2f}x (target <= 1.3x)"
+        )
 
 
 if __name__ == "__main__":

@@ -88,10 +88,16 @@ def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTransl
     if streaming:
         from .streaming.segment import segment_asset
 
-        parts = {n.id: _plan_and_config(workflow, n, translator, resource_keys, step_names[n.id], {}) for n in workflow.steps()}
-        deps = sorted({k for ks in (external_deps or {}).values() for k in ks}, key=lambda k: k.to_user_string())
-        asset = segment_asset(workflow, translator, {i: p for i, (p, _) in parts.items()}, {i: c for i, (_, c) in parts.items()},
-                              partitions_def=partitions_def, retry_policy=retry_policy, op_tags=op_tags, external_deps=deps)
+        parts = {
+            n.id: _plan_and_config(workflow, n, translator, resource_keys, step_names[n.id], {})
+            for n in workflow.steps()
+        }
+        deps = sorted({k for ks in (external_deps or {}).values() for k in ks}, key=str)
+        asset = segment_asset(
+            workflow, translator, {i: p for i, (p, _) in parts.items()},
+            {i: c for i, (_, c) in parts.items()}, partitions_def=partitions_def,
+            retry_policy=retry_policy, op_tags=op_tags, external_deps=deps,
+        )
         assets, keys = [asset], list(asset.keys)
     for node in workflow.steps() if not streaming else ():
         asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []))
@@ -131,16 +137,19 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
     return _step
 
 
-def _plan_and_config(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator, resource_keys: Dict[str, str], step_name: str,
-                     ins: Dict[str, Any]) -> tuple:
-    """What the op runs for ``node`` and its config fields (a step op's, or its part of a streaming op's)."""
+def _plan_and_config(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator,
+                     resource_keys: Dict[str, str], step_name: str, ins: Dict[str, Any]) -> tuple:
+    """What an op runs for ``node``, and its config fields (a step op's or a streaming op's)."""
     kind = node.step_kind
     plan = StepPlan(
-        workflow=workflow.name, workflow_source=workflow.source, node_id=node.id, step_name=step_name, cls=node.cls, kind=kind,
-        pins=tuple(node.outputs), output_names={pin: safe_name(pin) for pin in node.outputs}, input_names=tuple(ins),
-        resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()}, function_params=_function_params(node), overridable=_overridable(workflow, node),
+        workflow=workflow.name, workflow_source=workflow.source, node_id=node.id,
+        step_name=step_name, cls=node.cls, kind=kind, pins=tuple(node.outputs),
+        output_names={pin: safe_name(pin) for pin in node.outputs}, input_names=tuple(ins),
+        resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
+        function_params=_function_params(node), overridable=_overridable(workflow, node),
     )
-    return plan, {**param_fields(workflow, node), RUNTIME_KEY: dg.Field(runtime_fields(kind), is_required=False)}
+    runtime = dg.Field(runtime_fields(kind), is_required=False)
+    return plan, {**param_fields(workflow, node), RUNTIME_KEY: runtime}
 
 
 def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[str, str], translator: GraphbookTranslator) -> dg.ResourceDefinition:

@@ -89,7 +89,8 @@ NODES = """
         for tensor, note in zip(tensors, notes):
             note.setdefault("tensor", []).append(tensor)  # the Batch Data guide's pattern
         if ctx.out_dir:
-            return [(os.path.join(ctx.out_dir, f"{item}.txt"), t) for item, t in zip(items, tensors)]
+            paths = [os.path.join(ctx.out_dir, f"{item}.txt") for item in items]
+            return list(zip(paths, tensors))
         return None
 
 
@@ -121,17 +122,26 @@ def _dfs_workflow(folder: Path, trace: Path, n: int = 3, **mark: object) -> Path
         step_node("B", "Mark", {"trace": str(trace), **mark}, label="B"),
         step_node("C", "Mark", {"trace": str(trace)}, label="C"),
     ]
-    edges = [edge("src", "out", "A"), edge("A", "out", "B"), edge("A", "out", "C"), edge("B", "out", "C")]
+    edges = [
+        edge("src", "out", "A"),
+        edge("A", "out", "B"),
+        edge("A", "out", "C"),
+        edge("B", "out", "C"),
+    ]
     return write_workflow(folder, "dfs", nodes, edges)
 
 
 def _images_workflow(folder: Path, trace: Path, n: int, **load: object) -> Path:
     nodes = [
         step_node("src", "Numbers", {"n": n, "trace": str(trace)}, source=True),
-        step_node("load", "LoadImages", {"batch_size": 8, "item_key": "paths", **load}, label="LoadImages"),
+        step_node(
+            "load", "LoadImages", {"batch_size": 8, "item_key": "paths", **load}, label="LoadImages"
+        ),
         step_node("reduce", "Reduce", {"trace": str(trace)}, label="Reduce"),
     ]
-    return write_workflow(folder, "images", nodes, [edge("src", "out", "load"), edge("load", "out", "reduce")])
+    return write_workflow(
+        folder, "images", nodes, [edge("src", "out", "load"), edge("load", "out", "reduce")]
+    )
 
 
 def _lines(trace: Path) -> list:
@@ -149,7 +159,9 @@ def test_codec_stores_a_batch_view_as_its_own_bytes():
     batch = torch.rand(8, 3, 64, 64)
     notes = [{"tensor": [batch[i]], "i": i} for i in range(8)]
     raw = 8 * batch[0].numel() * 4
-    assert len(pickle.dumps(notes[:1])) > 7 * raw / 8  # what plain pickle does: the whole batch per view
+    assert (
+        len(pickle.dumps(notes[:1])) > 7 * raw / 8
+    )  # what plain pickle does: the whole batch per view
     stored = notes_codec.dumps(notes)
     assert len(stored) <= 1.1 * raw
     back = notes_codec.loads(stored)
@@ -163,7 +175,7 @@ def test_codec_stores_a_batch_view_as_its_own_bytes():
 
 @pytest.fixture(scope="module")
 def default_images_run(tmp_path_factory):
-    """The guide's LoadImages -> Reduce in the default mode (one op per step), once for the module."""
+    """The guide's LoadImages -> Reduce in the default mode (one op per step), run once."""
     from dagster_graphbook import run_workflow
 
     tmp = tmp_path_factory.mktemp("default_images")
@@ -177,11 +189,22 @@ def default_images_run(tmp_path_factory):
     os.environ["DAGSTER_GRAPHBOOK_TENSOR_WARN_MB"] = "0.5"
     try:
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            run = run_workflow(wf, [nodes], {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}, instance=instance)
+            run = run_workflow(
+                wf,
+                [nodes],
+                {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"},
+                instance=instance,
+            )
             assert run.success, run.failure
-            warnings = [r.user_message for r in instance.all_logs(run.run_id) if r.level == 30 and r.user_message]
+            warnings = [
+                r.user_message
+                for r in instance.all_logs(run.run_id)
+                if r.level == 30 and r.user_message
+            ]
             mats = {}
-            for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+            for record in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            ):
                 m = record.asset_materialization
                 mats[m.asset_key] = {k: v.value for k, v in m.metadata.items()}
     finally:
@@ -195,7 +218,9 @@ def test_default_mode_stores_each_tensor_at_its_own_size(default_images_run):
     run, mats, _, _ = default_images_run
     path = mats[dg.AssetKey(["images", "LoadImages"])]["notes_path"]
     raw = 24 * 3 * 64 * 64 * 4
-    assert os.path.getsize(path) <= 1.1 * raw, f"stored {os.path.getsize(path)} bytes for {raw} bytes of tensors"
+    assert (
+        os.path.getsize(path) <= 1.1 * raw
+    ), f"stored {os.path.getsize(path)} bytes for {raw} bytes of tensors"
     assert [n["mean"] for n in run["Reduce"]["out"]] == [float(i) for i in range(24)]
 
 
@@ -234,7 +259,11 @@ def test_streaming_follows_graphbooks_depth_first_order(tmp_path, nodes, run_wf)
 def test_backpressure_a_slow_consumer_holds_the_source(tmp_path, nodes, run_wf):
     trace = tmp_path / "trace.txt"
     wf = _images_workflow(tmp_path, trace, 120)
-    params = {"LoadImages.runtime.num_workers": 0, "LoadImages.runtime.device": "cpu", "Reduce.delay": 0.005}
+    params = {
+        "LoadImages.runtime.num_workers": 0,
+        "LoadImages.runtime.device": "cpu",
+        "Reduce.delay": 0.005,
+    }
     config = {"ops": {"images__stream": {"config": {"streaming": {"queue_items": 16}}}}}
     run = run_wf(wf, [nodes], params, streaming=True, run_config=config)
     assert run.success, run.failure
@@ -317,12 +346,22 @@ def test_mnist_style_eval_on_end_sees_the_model_trained_in_the_same_stream(tmp_p
     from dagster_graphbook import run_workflow
 
     nodes = write_nodes(tmp_path / "mnist_nodes", "mnist_nodes.py", MNIST_NODES)
-    wf = write_workflow(tmp_path, "mnist", [
-        step_node("data", "Dataset", {"batches": 40}, source=True),
-        step_node("eval", "Eval", label="Eval"),
-        step_node("train", "Train", label="Train"),
-        resource_node("model", "Model"),
-    ], [edge("data", "out", "eval"), edge("eval", "out", "train"), edge("model", "resource", "eval", "model"), edge("model", "resource", "train", "model")])
+    wf = write_workflow(
+        tmp_path,
+        "mnist",
+        [
+            step_node("data", "Dataset", {"batches": 40}, source=True),
+            step_node("eval", "Eval", label="Eval"),
+            step_node("train", "Train", label="Train"),
+            resource_node("model", "Model"),
+        ],
+        [
+            edge("data", "out", "eval"),
+            edge("eval", "out", "train"),
+            edge("model", "resource", "eval", "model"),
+            edge("model", "resource", "train", "model"),
+        ],
+    )
     accuracies = {}
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         for streaming in (True, False):
@@ -347,14 +386,29 @@ def test_streaming_batch_failure_names_the_item(tmp_path, nodes, run_wf):
     params = {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}
     run = run_wf(wf, [nodes], params, streaming=True)
     assert not run.success
-    assert "step 'LoadImages'" in run.failure and "'img-13'" in run.failure and "unreadable image img-13" in run.failure
-    skipped = run_wf(wf, [nodes], {**params, "LoadImages.runtime.on_item_error": "skip"}, streaming=True)
+    assert (
+        "step 'LoadImages'" in run.failure
+        and "'img-13'" in run.failure
+        and "unreadable image img-13" in run.failure
+    )
+    skipped = run_wf(
+        wf, [nodes], {**params, "LoadImages.runtime.on_item_error": "skip"}, streaming=True
+    )
     assert skipped.success, skipped.failure
-    killed = run_wf(wf, [nodes], {**params, "LoadImages.bad_item": "", "LoadImages.kill_item": "img-5"}, streaming=True)
+    killed = run_wf(
+        wf,
+        [nodes],
+        {**params, "LoadImages.bad_item": "", "LoadImages.kill_item": "img-5"},
+        streaming=True,
+    )
     assert not killed.success
-    assert "step 'LoadImages'" in killed.failure and "a loader worker process died" in killed.failure
+    assert (
+        "step 'LoadImages'" in killed.failure and "a loader worker process died" in killed.failure
+    )
     # the bad item is recorded and skipped; its note goes on without its tensor, the others whole
-    assert [n["mean"] for n in skipped["Reduce"]["out"]] == [0.0 if i == 13 else float(i) for i in range(20)]
+    assert [n["mean"] for n in skipped["Reduce"]["out"]] == [
+        0.0 if i == 13 else float(i) for i in range(20)
+    ]
 
 
 def test_streaming_asset_graph_shows_every_pin_with_its_edges(tmp_path, nodes):
@@ -363,7 +417,9 @@ def test_streaming_asset_graph_shows_every_pin_with_its_edges(tmp_path, nodes):
     for streaming in (False, True):
         defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes], streaming=streaming)])
         graph = defs.resolve_asset_graph()
-        graphs[streaming] = {key: set(graph.get(key).parent_keys) for key in graph.get_all_asset_keys()}
+        graphs[streaming] = {
+            key: set(graph.get(key).parent_keys) for key in graph.get_all_asset_keys()
+        }
     assert graphs[True] == graphs[False]
     assert set(graphs[True]) == {dg.AssetKey(["dfs", s]) for s in ("Numbers", "A", "B", "C")}
     defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes], streaming=True)])
@@ -371,22 +427,39 @@ def test_streaming_asset_graph_shows_every_pin_with_its_edges(tmp_path, nodes):
     assert op == "dfs__stream"
 
 
-def test_yaml_component_cli_and_materialize_offer_streaming(tmp_path, nodes, dagster_home, monkeypatch):
+def test_yaml_component_cli_and_materialize_offer_streaming(
+    tmp_path, nodes, dagster_home, monkeypatch
+):
     from dagster_graphbook.cli import main
     from dagster_graphbook.component import GraphbookWorkflowComponent
     from dagster_graphbook.runner import run_job
 
     wf = _dfs_workflow(tmp_path, tmp_path / "trace.txt", n=2)
-    component = GraphbookWorkflowComponent(workflow=str(wf), custom_nodes=[str(nodes)], streaming=True)
+    component = GraphbookWorkflowComponent(
+        workflow=str(wf), custom_nodes=[str(nodes)], streaming=True
+    )
     assert component.workflow_spec(tmp_path).streaming is True
-    code = main(["run", str(wf), "--custom-nodes", str(nodes), "--streaming", "--no-progress", "--dagster-home", dagster_home])
+    code = main(
+        [
+            "run",
+            str(wf),
+            "--custom-nodes",
+            str(nodes),
+            "--streaming",
+            "--no-progress",
+            "--dagster-home",
+            dagster_home,
+        ]
+    )
     assert code == 0
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         (run,) = instance.get_runs()
         steps = {e.step_key for e in instance.all_logs(run.run_id) if e.step_key}
         assert steps == {"dfs__stream"}
         # materialize: a code location's streaming job; --set reaches the step inside the op
-        (tmp_path / "stream_defs.py").write_text(textwrap.dedent(DEFS.format(wf=str(wf), nodes=str(nodes))))
+        (tmp_path / "stream_defs.py").write_text(
+            textwrap.dedent(DEFS.format(wf=str(wf), nodes=str(nodes)))
+        )
         monkeypatch.chdir(tmp_path)
         failed = run_job("dfs", {"B.fail_at": 1}, module="stream_defs", instance=instance)
     assert not failed.success and "step 'B' (node B): failed on note 1" in failed.failure
@@ -418,12 +491,31 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
     (Path(dagster_home) / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "job", "execute", "-f", str(tmp_path / "defs.py"), "-j", "images", "-c", str(tmp_path / "run.yaml")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "job",
+            "execute",
+            "-f",
+            str(tmp_path / "defs.py"),
+            "-j",
+            "images",
+            "-c",
+            str(tmp_path / "run.yaml"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 90
-        while not (tmp_path / "trace.txt").exists() or "reduce" not in (tmp_path / "trace.txt").read_text():
+        while (
+            not (tmp_path / "trace.txt").exists()
+            or "reduce" not in (tmp_path / "trace.txt").read_text()
+        ):
             assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the stream never reached the consumer"
             time.sleep(0.1)
@@ -448,10 +540,17 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    print(f"\nstream reached the consumer {started_s:.1f} s after launch; run stopped {stopped_s:.2f} s after SIGTERM")
+    print(
+        f"\nstream reached the consumer {started_s:.1f} s after launch; "
+        f"run stopped {stopped_s:.2f} s after SIGTERM"
+    )
     assert stopped_s < 20, output[-3000:]
     time.sleep(1)
-    alive = [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    alive = [
+        p
+        for p in tree
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
     assert alive == [], f"processes outlived the terminated run: {alive}"
     lines = _lines(tmp_path / "trace.txt")
     assert sum(line.startswith("reduce") for line in lines) < 4000, output[-2000:]

@@ -13,7 +13,7 @@ DEFAULT_WARN_MB = 256.0
 
 
 def warn_limit_bytes() -> int:
-    """The set size: ``$DAGSTER_GRAPHBOOK_TENSOR_WARN_MB`` megabytes (default 256; 0 turns it off)."""
+    """The set size: ``$DAGSTER_GRAPHBOOK_TENSOR_WARN_MB`` megabytes (default 256; 0: off)."""
     return int(float(os.environ.get(WARN_ENV, DEFAULT_WARN_MB)) * 1_000_000)
 
 
@@ -25,8 +25,10 @@ def warn_heavy_outputs(context: Any, label: str, outputs: Iterator[Any]) -> Iter
             size = tensor_bytes(output.value, limit)
             if size > limit:
                 context.log.warning(
-                    f"{label}: the notes of pin '{output.output_name}' hold more than {limit / 1e6:.0f} MB of "
-                    f"tensors, which are stored between steps; run the workflow with streaming=True "
+                    f"{label}: the notes of pin '{output.output_name}' hold more than "
+                    f"{limit / 1e6:.0f} MB of tensors, which are stored between steps; "
+                    f"run the workflow with streaming=True "
                     f"(YAML 'streaming: true', CLI --streaming) to pass them step to step without "
-                    f"storing them, or drop them from the notes (${WARN_ENV} sets this limit)")
+                    f"storing them, or drop them from the notes (${WARN_ENV} sets this limit)"
+                )
         yield output

@@ -22,6 +22,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 from ..authoring.log import LogTarget, log_target
 from ..execution.errors import ItemError, StepFailure, short_repr
 from ..execution.routing import Pins, normalize_yield
+from .interrupts import interrupt_latch
 
 Emit = Callable[[str, str], None]
 DEFAULT_QUEUE_ITEMS = 64  # items a batch step collects before it runs (and the source waits)
@@ -81,7 +82,14 @@ def _count_items(note: Any, item_key: Any) -> int:
 class StreamingRun:
     """Runs the steps of one segment, in topological order, as one stream."""
 
-    def __init__(self, steps: Sequence[StreamStep], emit: Emit, *, queue_items: int = DEFAULT_QUEUE_ITEMS, progress_interval_s: float = 5.0):
+    def __init__(
+        self,
+        steps: Sequence[StreamStep],
+        emit: Emit,
+        *,
+        queue_items: int = DEFAULT_QUEUE_ITEMS,
+        progress_interval_s: float = 5.0,
+    ):
         if queue_items < 1:
             raise ValueError(f"queue_items must be at least 1, got {queue_items}")
         self.emit = emit
@@ -108,21 +116,25 @@ class StreamingRun:
             for node in started:
                 if node.spec.kind == "source":
                     node.source = self._source_iter(node)
-            self._loop()
+            with interrupt_latch() as check_interrupt:
+                self._loop(check_interrupt)
             failed = False
         finally:
             self._end(started, failed)
         self.report(final=True)
         return self.nodes
 
-    def _loop(self) -> None:
+    def _loop(self, check_interrupt: Callable[[], None]) -> None:
         while True:
+            check_interrupt()  # a terminate that landed where Python ignores exceptions
             if self.stack:
                 node_id, note = self.stack.pop()
                 node = self.nodes[node_id]
                 node.inbox.append(note)
                 if node.spec.kind == "batch":
-                    node.inbox_items += _count_items(note, getattr(node.spec.step, "item_key", None))
+                    node.inbox_items += _count_items(
+                        note, getattr(node.spec.step, "item_key", None)
+                    )
                 if node.spec.kind != "batch" or node.inbox_items >= self.queue_items:
                     self._serve(node)
             elif not self._pull_source():
@@ -166,7 +178,11 @@ class StreamingRun:
                 raise
             except Exception as exc:
                 error = ItemError("load", produced, None, "", "", traceback.format_exc())
-                raise StepFailure(spec.label, f"load failed after {produced} notes: {type(exc).__name__}: {exc}", error) from exc
+                raise StepFailure(
+                    spec.label,
+                    f"load failed after {produced} notes: {type(exc).__name__}: {exc}",
+                    error,
+                ) from exc
             routed = normalize_yield(value, spec.pins, warn, warned)
             produced += sum(len(v) for v in routed.values())
             yield routed
@@ -195,7 +211,11 @@ class StreamingRun:
         except Exception as exc:
             error = ItemError("step", index, None, "", short_repr(note), traceback.format_exc())
             if spec.on_item_error != "skip":
-                raise StepFailure(spec.label, f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}", error) from exc
+                raise StepFailure(
+                    spec.label,
+                    f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                    error,
+                ) from exc
             node.stats.errors.append(error)
             return
         out = Pins(spec.pins, spec.label)
@@ -217,15 +237,31 @@ class StreamingRun:
         settings = spec.batch_settings or BatchSettings(on_item_error=spec.on_item_error)
         quiet = lambda level, msg: self.emit(level, msg) if level != "info" else None  # noqa: E731
         try:
-            result = run_batch_step(spec.step, chunk, settings, pins=spec.pins, label=spec.label, node=(spec.node_id, spec.name), emit=quiet)
+            result = run_batch_step(
+                spec.step,
+                chunk,
+                settings,
+                pins=spec.pins,
+                label=spec.label,
+                node=(spec.node_id, spec.name),
+                emit=quiet,
+            )
         except StepFailure as exc:
             where = f"notes {offset}..{offset + len(chunk) - 1} of its stream"
             message = str(exc).split(": ", 1)[-1] if str(exc).startswith(spec.label) else str(exc)
-            raise StepFailure(spec.label, f"{message.splitlines()[0]} [note numbers count from the chunk of {where}]", exc.error) from exc
+            raise StepFailure(
+                spec.label,
+                f"{message.splitlines()[0]} [note numbers count from the chunk of {where}]",
+                exc.error,
+            ) from exc
         node.stats.errors += [replace(e, note_index=e.note_index + offset) for e in result.errors]
         node.stats.files += result.files
         for key, value in result.stats.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "num_workers":
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and key != "num_workers"
+            ):
                 node.stats.batch[key] = node.stats.batch.get(key, 0) + value
         node.stats.batch["chunks"] = node.stats.batch.get("chunks", 0) + 1
         self._deliver(node, result.outputs)
@@ -272,7 +308,9 @@ class StreamingRun:
             node = self.nodes[node_id]
             pins = ", ".join(f"{p} {n}" for p, n in node.stats.pins.items())
             state = "done" if final else f"{len(node.inbox)} waiting"
-            self.emit("info", f"{node.spec.label}: notes in {node.stats.notes_in}, out: {pins}; {state}")
+            self.emit(
+                "info", f"{node.spec.label}: notes in {node.stats.notes_in}, out: {pins}; {state}"
+            )
 
 
 def _hook(spec: StreamStep, hook: str) -> None:
