@@ -45,7 +45,7 @@ NODES = """
     @param("trace", "string", default="")
     def numbers(ctx):
         for i in range(int(ctx.n)):
-            trace(ctx.trace, f"src {i}")
+            trace(ctx.trace, f"{ctx.id} {i}")
             yield {"out": {"i": i, "paths": [f"img-{i}"]}}
 
 
@@ -254,6 +254,31 @@ def test_streaming_follows_graphbooks_depth_first_order(tmp_path, nodes, run_wf)
     assert _lines(trace) == expected
     # only the sink keeps notes; the other pins are materialized with counts only
     assert {s for s, pins in run.notes.items() if pins} == {"C"} and len(run["C"]["out"]) == 6
+
+
+def test_streaming_asks_several_sources_in_turn(tmp_path, nodes, run_wf):
+    trace = tmp_path / "trace.txt"
+    steps = [
+        step_node("s1", "Numbers", {"n": 2, "trace": str(trace)}, source=True),
+        step_node("s2", "Numbers", {"n": 3, "trace": str(trace)}, source=True),
+        step_node("C", "Mark", {"trace": str(trace)}, label="C"),
+    ]
+    wf = write_workflow(tmp_path, "two", steps, [edge("s1", "out", "C"), edge("s2", "out", "C")])
+    run = run_wf(wf, [nodes], streaming=True)
+    assert run.success, run.failure
+    # Graphbook's passes: each source yields once per pass, its note going down before the next
+    assert _lines(trace) == [
+        "s1 0",
+        "C 0",
+        "s2 0",
+        "C 0",
+        "s1 1",
+        "C 1",
+        "s2 1",
+        "C 1",
+        "s2 2",
+        "C 2",
+    ]
 
 
 def test_backpressure_a_slow_consumer_holds_the_source(tmp_path, nodes, run_wf):
@@ -468,7 +493,8 @@ def test_yaml_component_cli_and_materialize_offer_streaming(
 DEFS = """
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
-    defs = build_definitions([GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}], streaming=True)])
+    spec = GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}], streaming=True, executor="in_process")
+    defs = build_definitions([spec])
     """
 
 RUN_CONFIG = """

@@ -101,6 +101,7 @@ class StreamingRun:
         self.queued = 0  # notes waiting: on the stack and in batch inboxes
         self.max_queued = 0
         self._last_report = time.perf_counter()
+        self._turn = 0  # the source asked next
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> Dict[str, _Node]:
@@ -145,11 +146,15 @@ class StreamingRun:
             self.report()
 
     def _pull_source(self) -> bool:
-        """One yield from the first source that has more; False when all are exhausted."""
-        for node_id in self.order:
-            node = self.nodes[node_id]
+        """One yield from the next source, in turn as Graphbook's passes ask each source once;
+        False when all are exhausted."""
+        sources = [i for i in self.order if self.nodes[i].spec.kind == "source"]
+        start = self._turn
+        for k in range(len(sources)):
+            node = self.nodes[sources[(start + k) % len(sources)]]
             if node.exhausted:
                 continue
+            self._turn = (start + k + 1) % len(sources)
             try:
                 value = next(node.source)  # type: ignore[arg-type]
             except StopIteration:
