@@ -493,7 +493,8 @@ def test_yaml_component_cli_and_materialize_offer_streaming(
 DEFS = """
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
-    spec = GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}], streaming=True, executor="in_process")
+    spec = GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}], streaming=True,
+                             executor="in_process")
     defs = build_definitions([spec])
     """
 
