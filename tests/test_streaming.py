@@ -241,7 +241,7 @@ def test_default_mode_warns_when_stored_notes_carry_many_tensors(default_images_
 # Part 2: streaming
 
 
-def test_streaming_follows_graphbooks_depth_first_order(tmp_path, nodes, run_wf):
+def test_streaming_follows_graphbooks_depth_first_order(tmp_path, nodes, run_wf, dagster_home):
     trace = tmp_path / "trace.txt"
     wf = _dfs_workflow(tmp_path, trace, n=3)
     run = run_wf(wf, [nodes], streaming=True)
@@ -254,6 +254,23 @@ def test_streaming_follows_graphbooks_depth_first_order(tmp_path, nodes, run_wf)
     assert _lines(trace) == expected
     # only the sink keeps notes; the other pins are materialized with counts only
     assert {s for s, pins in run.notes.items() if pins} == {"C"} and len(run["C"]["out"]) == 6
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        mats = {}
+        for record in instance.all_logs(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ):
+            m = record.asset_materialization
+            mats[m.asset_key.path[-1]] = {k: v.value for k, v in m.metadata.items()}
+        messages = [r.user_message for r in instance.all_logs(run.run_id)]
+    assert {k: (m["notes_out"], m["stored"]) for k, m in mats.items()} == {
+        "Numbers": (3, False),
+        "A": (3, False),
+        "B": (3, False),
+        "C": (6, True),
+    }
+    assert "notes_path" in mats["C"] and "notes_path" not in mats["A"]
+    # progress per step in the event log
+    assert "workflow 'dfs', step 'C' (node C): notes in 6, out: out 6; done" in messages
 
 
 def test_streaming_asks_several_sources_in_turn(tmp_path, nodes, run_wf):
