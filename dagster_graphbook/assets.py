@@ -11,6 +11,7 @@ import dagster as dg
 from . import params as ptypes
 from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
 from .io import NOTES_IO_MANAGER_KEY
+from .streaming.advice import warn_heavy_outputs
 from .translator import GraphbookTranslator, safe_name
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
@@ -76,14 +77,29 @@ class WorkflowDefs:
 
 def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTranslator] = None, *, partitions_def: Optional[dg.PartitionsDefinition] = None,
                         retry_policy: Optional[dg.RetryPolicy] = None, op_tags: Optional[Dict[str, Any]] = None, job_tags: Optional[Dict[str, str]] = None,
-                        external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None, executor_def: Optional[dg.ExecutorDefinition] = None) -> WorkflowDefs:
-    """Translate one validated workflow."""
+                        external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None, executor_def: Optional[dg.ExecutorDefinition] = None,
+                        streaming: bool = False) -> WorkflowDefs:
+    """Translate one validated workflow (``streaming``: all steps as one streaming op)."""
     translator = translator or GraphbookTranslator()
     resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
     resources = {resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator) for n in workflow.resources()}
     assets, keys = [], []
     step_names = translator.step_names(workflow)
-    for node in workflow.steps():
+    if streaming:
+        from .streaming.segment import segment_asset
+
+        parts = {
+            n.id: _plan_and_config(workflow, n, translator, resource_keys, step_names[n.id], {})
+            for n in workflow.steps()
+        }
+        deps = sorted({k for ks in (external_deps or {}).values() for k in ks}, key=str)
+        asset = segment_asset(
+            workflow, translator, {i: p for i, (p, _) in parts.items()},
+            {i: c for i, (_, c) in parts.items()}, partitions_def=partitions_def,
+            retry_policy=retry_policy, op_tags=op_tags, external_deps=deps,
+        )
+        assets, keys = [asset], list(asset.keys)
+    for node in workflow.steps() if not streaming else ():
         asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []))
         assets.append(asset)
         keys += list(asset.keys)
@@ -99,13 +115,7 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
     ins: Dict[str, dg.AssetIn] = {}
     for src_id, pin in node.inputs:
         ins[f"in_{len(ins)}"] = dg.AssetIn(key=translator.get_asset_key(workflow, workflow.nodes[src_id], pin))
-    kind = node.step_kind
-    plan = StepPlan(
-        workflow=workflow.name, workflow_source=workflow.source, node_id=node.id, step_name=step_name, cls=node.cls, kind=kind,
-        pins=tuple(node.outputs), output_names=output_names, input_names=tuple(ins), resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
-        function_params=_function_params(node), overridable=_overridable(workflow, node),
-    )
-    config = {**param_fields(workflow, node), RUNTIME_KEY: dg.Field(runtime_fields(kind), is_required=False)}
+    plan, config = _plan_and_config(workflow, node, translator, resource_keys, step_name, ins)
 
     @dg.multi_asset(
         name=translator.get_op_name(workflow, node),
@@ -122,9 +132,24 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
         can_subset=False,
     )
     def _step(context, **inputs):  # no annotation: `from __future__ import annotations` would turn it into a string
-        yield from execute_step(context, plan, inputs)
+        yield from warn_heavy_outputs(context, plan.label, execute_step(context, plan, inputs))
 
     return _step
+
+
+def _plan_and_config(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator,
+                     resource_keys: Dict[str, str], step_name: str, ins: Dict[str, Any]) -> tuple:
+    """What an op runs for ``node``, and its config fields (a step op's or a streaming op's)."""
+    kind = node.step_kind
+    plan = StepPlan(
+        workflow=workflow.name, workflow_source=workflow.source, node_id=node.id,
+        step_name=step_name, cls=node.cls, kind=kind, pins=tuple(node.outputs),
+        output_names={pin: safe_name(pin) for pin in node.outputs}, input_names=tuple(ins),
+        resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
+        function_params=_function_params(node), overridable=_overridable(workflow, node),
+    )
+    runtime = dg.Field(runtime_fields(kind), is_required=False)
+    return plan, {**param_fields(workflow, node), RUNTIME_KEY: runtime}
 
 
 def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[str, str], translator: GraphbookTranslator) -> dg.ResourceDefinition:

@@ -97,7 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     token = uuid.uuid4().hex
     with _progress(args, instance, token):
         run = run_workflow(args.workflow, args.custom_nodes, _parse_sets(args.set), instance=instance, executor=args.executor,
-                           partition_key=args.partition, tags={RUN_TOKEN_TAG: token})
+                           partition_key=args.partition, tags={RUN_TOKEN_TAG: token},
+                           streaming=args.streaming)
     print(_summary(run))
     print(f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)")
     return 0 if run.success else 1
@@ -168,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="STEP.PARAM=VALUE", help="override a parameter or runtime setting (YAML value)")
     run.add_argument("--executor", choices=["in_process", "multiprocess"], default="in_process")
     run.add_argument("--partition", default=None, help="partition key (daily-partitioned workflows)")
+    run.add_argument("--streaming", action="store_true",
+                     help="run all steps as one op passing notes step to step (README: Streaming)")
     run.add_argument("--dagster-home", default=None, help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)")
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.set_defaults(func=cmd_run)

@@ -55,6 +55,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     overridable_functions: List[str] = []
     executor: Optional[Literal["in_process", "multiprocess"]] = None
     notes_dir: Optional[str] = None
+    streaming: bool = False  # all steps as one streaming op (README "Streaming")
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -78,6 +79,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             external_deps={step: [dg.AssetKey.from_user_string(k) for k in keys] for step, keys in self.external_deps.items()},
             sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset) if self.sensor_folder else None,
             executor=self.executor,
+            streaming=self.streaming,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -45,6 +45,7 @@ class GraphbookWorkflow:
     external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
     executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
+    streaming: bool = False  # all steps as one op passing notes step to step (README "Streaming")
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -78,7 +79,8 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
             raise WorkflowError(workflow.source, [f"executor must be one of {', '.join(executors)}, got {spec.executor!r}"])
         executor_def = executors[spec.executor]
     return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
-                               external_deps=deps, executor_def=executor_def)
+                               external_deps=deps, executor_def=executor_def,
+                               streaming=spec.streaming)
 
 
 def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,

@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional
 import dagster as dg
 from upath import UPath
 
+from . import notes_codec
+
 NOTES_IO_MANAGER_KEY = "graphbook_notes"
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -40,7 +42,7 @@ class NotesStore(dg.UPathIOManager):
     extension = ".pkl"
 
     def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
-        _write_atomic(path, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        _write_atomic(path, notes_codec.dumps(obj))  # a tensor view costs its own bytes
         meta: Dict[str, Any] = {"notes": dg.MetadataValue.int(len(obj)), "dagster/row_count": dg.MetadataValue.int(len(obj)), "notes_path": dg.MetadataValue.path(str(path))}
         if (context.definition_metadata or {}).get("dagster_graphbook/sink") and is_flat_table(obj):
             from .tables import write_table

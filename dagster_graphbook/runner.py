@@ -91,9 +91,11 @@ def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Op
     return {"ops": ops} if ops else {}
 
 
-def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[str], notes_dir: Optional[str]) -> dg.JobDefinition:
+def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[str], notes_dir: Optional[str],
+                     streaming: bool = False) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor)."""
-    defs = _definitions(GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name), notes_dir)[0]
+    spec = GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name, streaming=streaming)
+    defs = _definitions(spec, notes_dir)[0]
     return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]
 
 
@@ -106,18 +108,25 @@ def _definitions(spec: GraphbookWorkflow, notes_dir: Optional[str]) -> Tuple[dg.
 def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union[str, Path]] = (), params: Optional[Mapping[str, Any]] = None, *,
                  instance: Optional[dg.DagsterInstance] = None, dagster_home: Optional[str] = None, executor: str = "in_process",
                  partition_key: Optional[str] = None, notes_dir: Optional[str] = None, tags: Optional[Mapping[str, str]] = None,
-                 run_config: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, quiet: bool = True) -> WorkflowRun:
+                 run_config: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, quiet: bool = True,
+                 streaming: bool = False) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
-    ``dagster dev``; needs a workflow file or a Graph defined in a file).
+    ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
+    steps as one op (README "Streaming"); only the pins no step reads keep notes.
     """
     instance = instance or get_instance(dagster_home)
-    spec = GraphbookWorkflow(workflow, custom_nodes=[str(Path(p).resolve()) for p in custom_nodes], name=name)
+    spec = GraphbookWorkflow(workflow, custom_nodes=[str(Path(p).resolve()) for p in custom_nodes], name=name,
+                             streaming=streaming)
     defs, wdefs = _definitions(spec, notes_dir)
     translator = GraphbookTranslator()
     config: Dict[str, Any] = dict(run_config or {})
     config.update(run_config_for(wdefs.workflow, params or {}, translator))
+    if streaming:
+        from .streaming.segment import nest_step_config
+
+        config = nest_step_config(config, wdefs.workflow, translator, base=run_config)
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
@@ -127,7 +136,8 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
         result: Any = job.execute_in_process(run_config=config, instance=instance, partition_key=partition_key, raise_on_error=False, tags=run_tags)
     elif executor == "multiprocess":
         source = _source_path(workflow)
-        recon = dg.build_reconstructable_job("dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=(source, tuple(spec.custom_nodes), name, notes_dir))
+        args = (source, tuple(spec.custom_nodes), name, notes_dir, streaming)
+        recon = dg.build_reconstructable_job("dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args)
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
         result = dg.execute_job(recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False)
@@ -175,6 +185,8 @@ def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module
     for key, value in (params or {}).items():
         step, _, path = key.partition(".")
         op = f"{job_name}__{step}"
+        if f"{job_name}__stream" in ops:  # streaming job: step config sits under the one op's
+            op, path = f"{job_name}__stream", f"{op}.{path}" if path else ""
         if op not in ops or not path:
             raise WorkflowError(job_name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(o.split('__', 1)[-1] for o in ops))}"])
         target = config.setdefault("ops", {}).setdefault(op, {}).setdefault("config", {})
@@ -220,6 +232,8 @@ def _load_notes(run_id: str, wdefs: Any, translator: GraphbookTranslator, instan
     for node in workflow.steps():
         pins = out.setdefault(names[node.id], {})
         for pin in node.outputs:
+            if translator.get_asset_key(workflow, node, pin) not in paths:
+                continue  # a pin inside a stream stores no notes
             with UPath(paths[translator.get_asset_key(workflow, node, pin)]).open("rb") as f:
                 pins[pin] = pickle.load(f)
     return out

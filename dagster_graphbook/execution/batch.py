@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
+from ..notes_codec import compact
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, short_repr
 from .progress import Progress
@@ -302,6 +303,7 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
         index = indices[pos]
         if contains_cuda(args):
             args = move(args, "cpu")  # dump workers must not touch CUDA
+        args = compact(args)  # a view of the batch tensor would carry the whole batch across
         run.waiting[run.owner[index]] += 1
         progress.add("dumps_submitted")
         for done in dumps.submit(index, args):

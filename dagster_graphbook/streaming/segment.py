@@ -1,0 +1,219 @@
+"""A workflow run as one streaming op: a ``multi_asset`` whose outputs are all of its pins.
+
+Which pins store notes: a pin that no step of the segment reads (a sink) goes through the notes
+IO manager as in the default mode (stored, Parquet for flat sinks, re-materializable parents for
+other jobs). A pin read inside the segment is a ``Nothing`` output: its materialization carries
+the counts and figures but stores no notes, which is what keeps memory bounded. The op cannot be
+subset: materializing any of its assets runs the whole segment from its sources.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+
+import dagster as dg
+
+from ..execution.errors import StepFailure
+from ..execution.step_op import RUNTIME_KEY, StepPlan, config_kwargs
+from ..io import NOTES_IO_MANAGER_KEY
+from ..translator import GraphbookTranslator, safe_name
+from ..workflow import Workflow
+from .engine import DEFAULT_QUEUE_ITEMS, StreamingRun, StreamStep
+
+STREAM_KEY = "streaming"
+
+
+def segment_op_name(workflow: Workflow, translator: GraphbookTranslator) -> str:
+    return f"{translator.get_job_name(workflow)}__stream"
+
+
+def stored_pins(workflow: Workflow) -> Set[Tuple[str, str]]:
+    """``(node id, pin)`` of the pins that keep their notes: those no step of the segment reads."""
+    return {
+        (n.id, pin)
+        for n in workflow.steps()
+        for pin in n.outputs
+        if not workflow.children(n.id, pin)
+    }
+
+
+def _stream_fields() -> Dict[str, dg.Field]:
+    return {
+        "queue_items": dg.Field(
+            int,
+            default_value=DEFAULT_QUEUE_ITEMS,
+            description="items a batch step collects before it runs; the source waits "
+            "meanwhile (bounds memory)",
+        ),
+        "progress_interval_s": dg.Field(
+            float,
+            default_value=5.0,
+            description="seconds between per-step progress lines in the event log",
+        ),
+    }
+
+
+def segment_asset(
+    workflow: Workflow,
+    translator: GraphbookTranslator,
+    plans: Mapping[str, StepPlan],
+    configs: Mapping[str, Dict[str, dg.Field]],
+    *,
+    partitions_def: Any = None,
+    retry_policy: Any = None,
+    op_tags: Optional[Dict[str, Any]] = None,
+    external_deps: Optional[List[dg.AssetKey]] = None,
+) -> dg.AssetsDefinition:
+    """One op running every step of ``workflow``; ``plans``/``configs`` are the per-step ones."""
+    stored = stored_pins(workflow)
+    outs: Dict[str, dg.AssetOut] = {}
+    names: Dict[Tuple[str, str], str] = {}
+    internal: Dict[str, Set[dg.AssetKey]] = {}
+    for node in workflow.steps():
+        parents = {translator.get_asset_key(workflow, workflow.nodes[s], p) for s, p in node.inputs}
+        for pin in node.outputs:
+            name = f"{safe_name(plans[node.id].step_name)}__{safe_name(pin)}"
+            names[(node.id, pin)] = name
+            spec = translator.get_asset_spec(workflow, node, pin)
+            if (node.id, pin) in stored:
+                outs[name] = dg.AssetOut.from_spec(spec, io_manager_key=NOTES_IO_MANAGER_KEY)
+            else:
+                spec = spec.merge_attributes(metadata={"dagster_graphbook/streamed": True})
+                outs[name] = dg.AssetOut.from_spec(spec, dagster_type=dg.Nothing)
+            internal[name] = parents | set(external_deps or [])
+    op_config = {
+        translator.get_op_name(workflow, n): dg.Field(configs[n.id]) for n in workflow.steps()
+    }  # defaults filled in
+    op_config[STREAM_KEY] = dg.Field(_stream_fields())
+    resource_keys = {key for plan in plans.values() for key in plan.resource_keys.values()}
+    op_names = {n.id: translator.get_op_name(workflow, n) for n in workflow.steps()}
+    any_batch = any(p.kind == "batch" for p in plans.values())
+
+    @dg.multi_asset(
+        name=segment_op_name(workflow, translator),
+        outs=outs,
+        internal_asset_deps=internal,
+        deps=external_deps or None,
+        config_schema=op_config,
+        required_resource_keys=resource_keys,
+        op_tags={"graphbook/streaming": "true", **(op_tags or {})},
+        pool="gpu" if any_batch else None,
+        partitions_def=partitions_def,
+        retry_policy=retry_policy,
+        description=f"Graphbook workflow `{workflow.name}` streamed as one op ({len(plans)} steps)",
+        can_subset=False,
+    )
+    def _segment(
+        context,
+    ):  # no annotation: `from __future__ import annotations` would turn it into a string
+        yield from execute_segment(context, workflow, plans, op_names, names, stored)
+
+    return _segment
+
+
+def _instance(context: Any, plan: StepPlan, config: Dict[str, Any]) -> Any:
+    partition_key = context.partition_key if context.has_partition_key else None
+    kwargs = config_kwargs(
+        config, plan.function_params, plan.overridable, plan.label, partition_key
+    )
+    for key, resource_key in plan.resource_keys.items():
+        kwargs[key] = getattr(context.resources, resource_key)
+    try:
+        step = plan.cls(**kwargs)
+    except Exception as exc:
+        raise StepFailure(
+            plan.label,
+            f"could not create the step from its parameters {sorted(kwargs)}: "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+    step.id = plan.node_id
+    if partition_key is not None and not hasattr(step, "partition_key"):
+        step.partition_key = partition_key
+    return step
+
+
+def execute_segment(
+    context: Any,
+    workflow: Workflow,
+    plans: Mapping[str, StepPlan],
+    op_names: Mapping[str, str],
+    names: Mapping[Tuple[str, str], str],
+    stored: Set[Tuple[str, str]],
+) -> Iterator[dg.Output]:
+    """Build every step, stream, then one Output per pin (notes only for stored pins)."""
+    from ..execution.batch import BatchSettings
+    from ..execution.step_op import _error_metadata, _stats_metadata
+
+    config = dict(context.op_execution_context.op_config or {})
+    stream = dict(config.pop(STREAM_KEY, None) or {})
+
+    def emit(level: str, message: str) -> None:
+        getattr(context.log, level if level in ("info", "warning", "error", "debug") else "info")(
+            message
+        )
+
+    specs: List[StreamStep] = []
+    for node in workflow.steps():
+        plan = plans[node.id]
+        step_config = dict(config.get(op_names[node.id]) or {})
+        runtime = dict(step_config.pop(RUNTIME_KEY, None) or {})
+        children = {pin: [c.id for c in workflow.children(node.id, pin)] for pin in node.outputs}
+        specs.append(
+            StreamStep(
+                node_id=node.id,
+                name=plan.step_name,
+                label=plan.label,
+                kind=plan.kind,
+                step=_instance(context, plan, step_config),
+                pins=plan.pins,
+                children=children,
+                stored={p for p in plan.pins if (node.id, p) in stored},
+                on_item_error=runtime.get("on_item_error", "raise"),
+                batch_settings=BatchSettings.from_config(runtime) if plan.kind == "batch" else None,
+            )
+        )
+    run = StreamingRun(
+        specs,
+        emit,
+        queue_items=int(stream.get("queue_items", DEFAULT_QUEUE_ITEMS)),
+        progress_interval_s=float(stream.get("progress_interval_s", 5.0)),
+    )
+    nodes = run.run()
+    for spec in specs:
+        node = nodes[spec.node_id]
+        for error in node.stats.errors:
+            context.log.warning(f"{spec.label}: skipped {error.headline()}")
+        stats = {
+            "notes_in": node.stats.notes_in,
+            "seconds": round(node.stats.seconds, 4),
+            **node.stats.batch,
+            "max_notes_queued": run.max_queued,
+        }
+        meta = {**_stats_metadata(stats, node.stats.files), **_error_metadata(node.stats.errors)}
+        meta.update(_stats_metadata(dict(getattr(spec.step, "dagster_metadata", None) or {}), []))
+        for pin in spec.pins:
+            pin_meta = {
+                **meta,
+                "notes_out": dg.MetadataValue.int(node.stats.pins.get(pin, 0)),
+                "stored": dg.MetadataValue.bool(pin in spec.stored),
+            }
+            value = node.kept[pin] if pin in spec.stored else None
+            yield dg.Output(value, output_name=names[(spec.node_id, pin)], metadata=pin_meta)
+
+
+def nest_step_config(
+    config: Dict[str, Any],
+    workflow: Workflow,
+    translator: GraphbookTranslator,
+    base: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Run config written per step op (``ops: {job__Step: {config: ...}}``) for the streaming op;
+    ``base`` is run config given whole, whose ``ops`` entries ``config`` may have replaced."""
+    ops = {**dict((base or {}).get("ops") or {}), **dict(config.get("ops") or {})}
+    if not ops:
+        return config
+    segment = segment_op_name(workflow, translator)
+    nested = dict((ops.pop(segment, None) or {}).get("config") or {})
+    for op, body in ops.items():
+        nested[op] = {**nested.get(op, {}), **((body or {}).get("config") or {})}
+    return {**config, "ops": {segment: {"config": nested}}}
