@@ -12,6 +12,7 @@ from . import params as ptypes
 from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
 from .io import NOTES_IO_MANAGER_KEY
 from .translator import GraphbookTranslator, safe_name
+from .trust import code_params, locked_resource_params
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
 _WORKER_TYPE = dg.Enum("GraphbookWorkerType", [dg.EnumValue("process"), dg.EnumValue("thread")])
@@ -55,7 +56,9 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
 
 
 def _function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
-    return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items() if s.get("type") == "function" and k not in node.resource_params}
+    """The workflow's value of each parameter the step compiles (see ``trust.code_params``)."""
+    code = code_params(node)
+    return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items() if k in code and k not in node.resource_params}
 
 
 def _overridable(workflow: Workflow, node: WorkflowNode) -> tuple:
@@ -131,15 +134,17 @@ def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[st
     fields = param_fields(workflow, node)
     bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
     functions = _function_params(node)
+    locked, why = locked_resource_params(workflow, node)  # a resource whose value is compiled as code
+    functions = {**locked, **functions}
     label = f"workflow '{workflow.name}', resource '{node.label or node.name}' (node {node.id})"
-    overridable = _overridable(workflow, node)
+    overridable = tuple(k for k in _overridable(workflow, node) if k not in locked)
 
     def build(init_context: dg.InitResourceContext) -> Any:
         from .authoring.log import LogTarget, log_target
         from .execution.errors import StepFailure
         from .execution.step_op import config_kwargs
 
-        kwargs = config_kwargs(init_context.resource_config or {}, functions, overridable, label)
+        kwargs = config_kwargs(init_context.resource_config or {}, functions, overridable, label, why=why)
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
         emit = lambda level, msg: getattr(init_context.log, level if level in ("info", "warning", "error") else "info")(msg)  # noqa: E731

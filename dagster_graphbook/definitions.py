@@ -45,6 +45,7 @@ class GraphbookWorkflow:
     external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
     executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
+    gpus: Any = None  # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -57,6 +58,10 @@ def load(spec: GraphbookWorkflow) -> Workflow:
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(spec.source, registry, name=spec.name, search_path=spec.custom_nodes)
     workflow.overridable_functions = tuple(spec.overridable_functions)
+    if spec.gpus is not None:
+        from .gpus import resolve_gpus
+
+        workflow.gpus = resolve_gpus(workflow, spec.gpus, GraphbookTranslator().step_names(workflow))
     return workflow
 
 

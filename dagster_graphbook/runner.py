@@ -78,17 +78,32 @@ def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Op
     """``{"Step.param": v, "Step.runtime.num_workers": 0}`` -> Dagster run config."""
     translator = translator or GraphbookTranslator()
     refs = _step_refs(workflow, translator)
+    resource_refs = _resource_refs(workflow, translator)
     ops: Dict[str, Any] = {}
+    resources: Dict[str, Any] = {}
     for key, value in params.items():
         step, _, path = key.partition(".")
-        if step not in refs or not path:
+        if step not in refs and step in resource_refs and path:  # RESOURCE.PARAM (the trust rule applies)
+            target = resources.setdefault(resource_refs[step], {}).setdefault("config", {})
+        elif step not in refs or not path:
             raise WorkflowError(workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"])
-        target = ops.setdefault(refs[step], {}).setdefault("config", {})
+        else:
+            target = ops.setdefault(refs[step], {}).setdefault("config", {})
         *parents, leaf = path.split(".")
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
-    return {"ops": ops} if ops else {}
+    return {**({"ops": ops} if ops else {}), **({"resources": resources} if resources else {})}
+
+
+def _resource_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, str]:
+    """Resource nodes by label, class name or node id -> their Dagster resource key."""
+    refs: Dict[str, str] = {}
+    for node in workflow.resources():
+        for ref in (node.label, node.id, node.name):
+            if ref:
+                refs.setdefault(ref, translator.get_resource_key(workflow, node))
+    return refs
 
 
 def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[str], notes_dir: Optional[str]) -> dg.JobDefinition:

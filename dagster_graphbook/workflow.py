@@ -85,6 +85,7 @@ class Workflow:
     doc: str = ""
     path: Optional[Path] = None
     overridable_functions: Tuple[str, ...] = ()
+    gpus: Dict[str, int] = field(default_factory=dict)  # node id -> GPUs its op requests (gpus.py)
 
     @property
     def source(self) -> str:
