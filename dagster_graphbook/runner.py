@@ -241,12 +241,20 @@ def _load_notes(run_id: str, wdefs: Any, translator: GraphbookTranslator, instan
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
-    messages = []
-    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-        data = record.dagster_event.step_failure_data if record.dagster_event else None
-        error = data.error if data is not None else None
+    """The errors of a failed run: its steps' failures, else what failed before any step ran
+    (a refusal while a resource was built, an error of the run itself)."""
+    messages: List[str] = []
+    kinds = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RESOURCE_INIT_FAILURE, dg.DagsterEventType.RUN_FAILURE)
+    for record in instance.get_records_for_run(run_id, of_type=set(kinds)).records:
+        event = record.event_log_entry.dagster_event
+        data = event.event_specific_data if event else None
+        error = getattr(data, "error", None)
         while error is not None and error.cause is not None and (error.cls_name or "").startswith("Dagster"):
             error = error.cause  # Dagster wraps the step's own error
-        if error is not None:
-            messages.append(f"{record.step_key}: {error.message.strip()}")
+        if error is None:
+            continue
+        where = f"{record.event_log_entry.step_key}: " if record.event_log_entry.step_key else ""
+        message = f"{where}{error.message.strip()}"
+        if event.event_type != dg.DagsterEventType.RUN_FAILURE or not any(error.message.strip() in m for m in messages):
+            messages.append(message)
     return "\n".join(messages) or "the run failed (see the Dagster event log)"

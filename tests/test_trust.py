@@ -138,7 +138,7 @@ def test_partition_key_never_reaches_function_source(tmp_path, dagster_home):
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         result = defs.resolve_job_def("days").execute_in_process(instance=instance, partition_key="b")
     assert result.success
-    assert result.output_for_node("days__Day") == [{"path": "in/b", "fn": "{partition_key}"}]
+    assert result.output_for_node("days__Day", "out") == [{"path": "in/b", "fn": "{partition_key}"}]
 
 
 def test_crafted_partition_key_on_an_unpartitioned_job_is_refused(tmp_path, dagster_home):
