@@ -71,9 +71,7 @@ def test_text_resource_feeding_a_function_parameter_is_locked(tmp_path, nodes, r
     run = run_wf(wf, custom_nodes=[nodes], params={"Apply.label": "edited"})
     assert run.success, run.failure
     assert [(n["y"], n["label"]) for n in run.notes["Apply"]["out"]] == [(-1, "edited"), (0, "edited"), (1, "edited")]
-
-
-def test_text_resource_is_editable_when_the_function_parameter_is_overridable(tmp_path, nodes, run_wf):
+    # a workflow that marks the function parameter overridable lets run config edit the resource
     wf = _text_into_apply(tmp_path, "text_open", overridable=True)
     run = run_wf(wf, custom_nodes=[nodes], run_config={"resources": {"text_open__Code": {"config": {"val": "def fn(x):\n    return x * 10"}}}})
     assert run.success, run.failure
@@ -152,6 +150,11 @@ def test_crafted_partition_key_on_an_unpartitioned_job_is_refused(tmp_path, dags
         failure = _failure(instance, result.run_id)
     assert not result.success and not marker.exists()
     assert "workflow 'days', step 'Day' (node 1)" in failure and "refused" in failure, failure
+    # on a partitioned job, a key outside its partitions is refused as well
+    defs = _day_defs(tmp_path, dg.StaticPartitionsDefinition(["a", "b"]))
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("days").execute_in_process(instance=instance, tags={"dagster/partition": "zzz"}, raise_on_error=False)
+        assert not result.success and "zzz" in _failure(instance, result.run_id)
 
 
 @pytest.mark.parametrize("key", ["../../evil", "{0.__class__}", "a/b", ".hidden"])
@@ -167,14 +170,6 @@ def test_crafted_dynamic_partition_keys_are_refused(tmp_path, dagster_home, key)
     assert f"partition key {key!r} refused" in failure, failure
     outside = [p for p in tmp_path.rglob("*.pkl") if (tmp_path / "notes") not in p.parents]
     assert not outside and not list((tmp_path / "notes").rglob("*.pkl")), outside
-
-
-def test_partition_key_not_in_the_job_partitions_is_refused(tmp_path, dagster_home):
-    defs = _day_defs(tmp_path, dg.StaticPartitionsDefinition(["a", "b"]))
-    with dg.DagsterInstance.from_config(dagster_home) as instance:
-        result = defs.resolve_job_def("days").execute_in_process(instance=instance, tags={"dagster/partition": "zzz"}, raise_on_error=False)
-        failure = _failure(instance, result.run_id)
-    assert not result.success and "zzz" in failure, failure
 
 
 def _failure(instance: dg.DagsterInstance, run_id: str) -> str:
