@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
@@ -15,7 +17,12 @@ K8S_ONE = {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}
 
 
 def _op_tags(defs, job: str = "nightly_shapes") -> dict:
-    return {node.name.split("__", 1)[1]: dict(node.definition.tags) for node in defs.resolve_job_def(job).graph.nodes}
+    """Step -> op tags, JSON values decoded (Dagster stores dict tag values as JSON strings, which
+    is what the executors parse)."""
+    def decode(value: str):
+        return json.loads(value) if value.startswith("{") else value
+
+    return {node.name.split("__", 1)[1]: {k: decode(v) for k, v in node.definition.tags.items()} for node in defs.resolve_job_def(job).graph.nodes}
 
 
 def test_workflow_gpus_tag_every_batch_step_for_each_executor():
@@ -53,7 +60,8 @@ def test_gpus_in_the_yaml_component(tmp_path):
 
 def test_executor_libraries_read_the_tags():
     """Where the executor packages are installed, their own parsers read what we wrote."""
-    tags = _op_tags(build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=1)]))["ClassifyShapes"]
+    job = build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=1)]).resolve_job_def("nightly_shapes")
+    tags = next(n.definition.tags for n in job.graph.nodes if n.name.endswith("ClassifyShapes"))
     checked = 0
     try:
         from dagster_dask.executor import get_dask_resource_requirements
@@ -70,5 +78,12 @@ def test_executor_libraries_read_the_tags():
         config = get_user_defined_k8s_config(tags)
         assert config.container_config["resources"]["limits"]["nvidia.com/gpu"] == "1"
         checked += 1
+    try:
+        from dagster_ray.configs import RayExecutionConfig
+    except ImportError:
+        pass
+    else:
+        assert RayExecutionConfig.from_tags(tags).num_gpus == 1
+        checked += 1
     if not checked:
-        pytest.skip("neither dagster-dask nor dagster-k8s is installed (pip install -e '.[distributed]')")
+        pytest.skip("none of dagster-dask, dagster-ray, dagster-k8s is installed (pip install -e '.[distributed]')")
