@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import dagster as dg
@@ -20,6 +21,8 @@ def job(executor: str, address: str, workflow: str, custom_nodes: Sequence[str],
     else:
         from dagster_ray import ray_executor
 
-        executor_def = ray_executor.configured({"ray": {"address": address}})
+        # the step runs as a Ray job (`dagster api execute_step`), which imports this module
+        here = os.path.dirname(os.path.abspath(__file__))
+        executor_def = ray_executor.configured({"ray": {"address": address, "env_vars": [f"PYTHONPATH={here}"]}})
     defs = dg.Definitions.merge(defs, dg.Definitions(executor=executor_def))
     return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]

@@ -101,3 +101,68 @@ def test_nightly_partition_on_dask(project, dask_cluster, tmp_path, dagster_home
     assert len(confident) + len(notes["ReviewSplit"]["review"]) == PER_DAY
     written = sorted((tmp_path / "out" / day).rglob("*.png"))
     assert len(written) == len(confident) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray: a head node on 127.0.0.1 with its job server; dagster-ray runs each step as a Ray job
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """``ray start --head --block`` in its own process group (stopped by killing that group only)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    pytest.importorskip("dagster_ray", reason="needs the distributed extra: pip install -e '.[distributed]'")
+    pytest.importorskip("ray.dashboard", reason="needs ray[default] (the job server) from the distributed extra")
+    ray = Path(sys.executable).with_name("ray")
+    temp = tempfile.mkdtemp(prefix="gbray")  # short: Ray's socket paths must fit in 107 characters
+    dashboard = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]), "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": os.pathsep.join([str(ray.parent), os.environ.get("PATH", "")])}  # the step's entrypoint is `dagster api ...`
+    cmd = [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={_free_port()}", "--dashboard-host=127.0.0.1",
+           f"--dashboard-port={dashboard}", "--num-cpus=2", "--include-dashboard=true", f"--temp-dir={temp}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        import requests
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(f"{address}/api/version", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Ray head did not start (exit {proc.poll()})")
+            time.sleep(1)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_sample_workflow_on_ray_matches_one_process(ray_cluster, tmp_path, dagster_home):
+    params = {"GenerateNumbers.amount": 40, "GenerateNumbers.seed": 7}
+    notes = _run_on("ray", ray_cluster, SAMPLE, dagster_home, str(tmp_path / "notes"), params)
+    local = run_workflow(SAMPLE[0], custom_nodes=list(SAMPLE[1]), params=params, dagster_home=str(tmp_path / "local_home"))
+    assert local.success, local.failure
+    assert notes == local.notes
