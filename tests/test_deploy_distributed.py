@@ -78,9 +78,11 @@ def test_two_runs_at_once_on_one_dask_cluster_both_run_their_steps(dask_cluster,
     assert all(len(notes["Transform"]["out"]) == len(notes["GenerateNumbers"]["out"]) for notes in results.values())
 
 
-def test_nightly_partition_on_dask(project, dask_cluster, tmp_path, dagster_home):  # noqa: F811
+@pytest.mark.parametrize("executor", ["dask", "ray"])
+def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, dagster_home):  # noqa: F811
     """A daily partition (dagster-dask failed on partitioned runs) with absolute paths: the images
     classified, the confident ones resized into the output folder."""
+    address = request.getfixturevalue(f"{executor}_cluster")
     root: Path = project["root"]
     day = DAYS[0]
     params = {"IncomingImages.folder": f"{root}/data/incoming/{{partition_key}}", "SaveResized.output_dir": f"{tmp_path}/out/{{partition_key}}"}
@@ -89,7 +91,7 @@ def test_nightly_partition_on_dask(project, dask_cluster, tmp_path, dagster_home
     wdefs = build_workflow(GraphbookWorkflow(source, custom_nodes=list(nodes)))
     config = run_config_for(wdefs.workflow, recon_params)
     config["resources"] = {"nightly_shapes__ShapesModel": {"config": {"checkpoint": str(root / "models" / "shapes_cnn.pt")}}}
-    recon = dg.build_reconstructable_job("distributed_jobs", "job", reconstructable_args=("dask", dask_cluster, source, nodes, str(tmp_path / "notes"), True))
+    recon = dg.build_reconstructable_job("distributed_jobs", "job", reconstructable_args=(executor, address, source, nodes, str(tmp_path / "notes"), True))
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         result = dg.execute_job(recon, instance=instance, run_config=config, tags={"dagster/partition": day}, raise_on_error=False)
         assert result.success, _failure_message(instance, result.run_id)
