@@ -12,7 +12,7 @@ attributes:
   sensor_asset: nightly_shapes/incoming              # ...recorded as a materialization of this external asset
   external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
-  gpus: 1                                            # batch steps request a GPU (k8s, Ray, Dask tags)
+  gpus: 1                                            # batch steps request a GPU (op tags)
 ```
 
 Like dagster-dbt's ``DbtProjectComponent``: the component points at an external file and builds

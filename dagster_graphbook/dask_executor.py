@@ -29,9 +29,15 @@ from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, 
 from dagster_dask.executor import dask_executor as _upstream
 
 _CLUSTERS = {
-    "local": "dask.distributed:LocalCluster", "ssh": "dask.distributed:SSHCluster", "yarn": "dask_yarn:YarnCluster",
-    "pbs": "dask_jobqueue:PBSCluster", "moab": "dask_jobqueue:MoabCluster", "sge": "dask_jobqueue:SGECluster",
-    "lsf": "dask_jobqueue:LSFCluster", "slurm": "dask_jobqueue:SLURMCluster", "oar": "dask_jobqueue:OARCluster",
+    "local": "dask.distributed:LocalCluster",
+    "ssh": "dask.distributed:SSHCluster",
+    "yarn": "dask_yarn:YarnCluster",
+    "pbs": "dask_jobqueue:PBSCluster",
+    "moab": "dask_jobqueue:MoabCluster",
+    "sge": "dask_jobqueue:SGECluster",
+    "lsf": "dask_jobqueue:LSFCluster",
+    "slurm": "dask_jobqueue:SLURMCluster",
+    "oar": "dask_jobqueue:OARCluster",
     "kube": "dask_kubernetes:KubeCluster",
 }
 
@@ -59,26 +65,55 @@ class RunScopedDaskExecutor(DaskExecutor):
         module, _, name = _CLUSTERS[self.cluster_type].partition(":")
         return getattr(importlib.import_module(module), name)(**self.build_dict(job_name))
 
-    def execute(self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan) -> Iterator[dg.DagsterEvent]:
+    def execute(
+        self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
+    ) -> Iterator[dg.DagsterEvent]:
         instance = plan_context.instance
         if not instance.is_persistent:
-            raise dg.DagsterInvariantViolationError("Dask execution requires a persistent DagsterInstance")
+            raise dg.DagsterInvariantViolationError(
+                "Dask execution requires a persistent DagsterInstance"
+            )
         run = plan_context.dagster_run
-        with self._cluster(plan_context.job_name) as cluster, dask.distributed.Client(cluster) as client:
+        with (
+            self._cluster(plan_context.job_name) as cluster,
+            dask.distributed.Client(cluster) as client,
+        ):
             futures: Dict[str, Any] = {}
             for level in execution_plan.get_steps_to_execute_by_level():
                 for step in level:
-                    deps = [futures[key] for step_input in step.step_inputs for key in step_input.dependency_keys]
-                    sealed = _Sealed((plan_context.reconstructable_job, run, plan_context.run_config, [step.key], instance.get_ref(),
-                                      execution_plan.known_state))
-                    futures[step.key] = client.submit(_run_step, deps, sealed, key=f"{plan_context.job_name}.{step.key}.{run.run_id}",
-                                                      resources=get_dask_resource_requirements(step.tags), pure=False)
+                    deps = [
+                        futures[key]
+                        for step_input in step.step_inputs
+                        for key in step_input.dependency_keys
+                    ]
+                    sealed = _Sealed(
+                        (
+                            plan_context.reconstructable_job,
+                            run,
+                            plan_context.run_config,
+                            [step.key],
+                            instance.get_ref(),
+                            execution_plan.known_state,
+                        )
+                    )
+                    futures[step.key] = client.submit(
+                        _run_step,
+                        deps,
+                        sealed,
+                        key=f"{plan_context.job_name}.{step.key}.{run.run_id}",
+                        resources=get_dask_resource_requirements(step.tags),
+                        pure=False,
+                    )
             done = dask.distributed.as_completed(list(futures.values()), with_results=True)
             for _future, events in iterate_with_context(raise_execution_interrupts, done):
                 yield from events
 
 
-@dg.executor(name="dask", config_schema=_upstream.config_schema, requirements=dg.multiple_process_executor_requirements())
+@dg.executor(
+    name="dask",
+    config_schema=_upstream.config_schema,
+    requirements=dg.multiple_process_executor_requirements(),
+)
 def dask_executor(init_context: dg.InitExecutorContext) -> RunScopedDaskExecutor:
     """dagster-dask's ``dask_executor``, safe for partitioned runs and concurrent runs."""
     ((cluster_type, cluster_configuration),) = init_context.executor_config["cluster"].items()

@@ -45,7 +45,8 @@ class GraphbookWorkflow:
     external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
     executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
-    gpus: Any = None  # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
+    # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
+    gpus: Any = None
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -61,7 +62,8 @@ def load(spec: GraphbookWorkflow) -> Workflow:
     if spec.gpus is not None:
         from .gpus import resolve_gpus
 
-        workflow.gpus = resolve_gpus(workflow, spec.gpus, GraphbookTranslator().step_names(workflow))
+        names = GraphbookTranslator().step_names(workflow)
+        workflow.gpus = resolve_gpus(workflow, spec.gpus, names)
     return workflow
 
 

@@ -83,7 +83,7 @@ def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Op
     resources: Dict[str, Any] = {}
     for key, value in params.items():
         step, _, path = key.partition(".")
-        if step not in refs and step in resource_refs and path:  # RESOURCE.PARAM (the trust rule applies)
+        if step not in refs and step in resource_refs and path:  # RESOURCE.PARAM (trust rule holds)
             target = resources.setdefault(resource_refs[step], {}).setdefault("config", {})
         elif step not in refs or not path:
             raise WorkflowError(workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"])
@@ -244,7 +244,8 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     """The errors of a failed run: its steps' failures, else what failed before any step ran
     (a refusal while a resource was built, an error of the run itself)."""
     messages: List[str] = []
-    kinds = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RESOURCE_INIT_FAILURE, dg.DagsterEventType.RUN_FAILURE)
+    kinds = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RESOURCE_INIT_FAILURE,
+             dg.DagsterEventType.RUN_FAILURE)
     for record in instance.get_records_for_run(run_id, of_type=set(kinds)).records:
         event = record.event_log_entry.dagster_event
         data = event.event_specific_data if event else None
@@ -255,6 +256,7 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
             continue
         where = f"{record.event_log_entry.step_key}: " if record.event_log_entry.step_key else ""
         message = f"{where}{error.message.strip()}"
-        if event.event_type != dg.DagsterEventType.RUN_FAILURE or not any(error.message.strip() in m for m in messages):
+        repeated = any(error.message.strip() in m for m in messages)
+        if event.event_type != dg.DagsterEventType.RUN_FAILURE or not repeated:
             messages.append(message)
     return "\n".join(messages) or "the run failed (see the Dagster event log)"

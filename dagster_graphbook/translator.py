@@ -84,7 +84,8 @@ class GraphbookTranslator:
         """Op tags (executors read them: ``dagster-k8s/config``, ``dagster-ray/config``, ...)."""
         from .gpus import gpu_op_tags
 
-        return {"graphbook/node_id": node.id, "graphbook/class": node.name, **gpu_op_tags(workflow.gpus.get(node.id, 0))}
+        gpus = gpu_op_tags(workflow.gpus.get(node.id, 0))  # GraphbookWorkflow(gpus=...)
+        return {"graphbook/node_id": node.id, "graphbook/class": node.name, **gpus}
 
     def get_pool(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
         """Concurrency pool: batch steps share ``gpu`` so one GPU is not oversubscribed across runs.

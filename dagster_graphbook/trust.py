@@ -15,7 +15,8 @@ from .workflow import Workflow, WorkflowNode
 
 # Steps that compile a parameter typed ``resource`` (Graphbook's Split takes its function that way).
 _COMPILED_RESOURCE_PARAMS = {"Split": ("split_fn",)}
-# A partition key is substituted into paths and names files: no separators, '..', braces or controls.
+# A partition key is substituted into paths and names files:
+# no separators, '..', braces or control characters.
 _UNSAFE_KEY = re.compile(r"[/\\{}\x00-\x1f\x7f]|\.\.|^[.\s]|\s$")
 
 
@@ -54,33 +55,53 @@ def code_consumers(workflow: Workflow, resource_id: str) -> List[Tuple[WorkflowN
     return found
 
 
-def locked_resource_params(workflow: Workflow, node: WorkflowNode) -> Tuple[Dict[str, Any], Dict[str, str]]:
+def locked_resource_params(
+    workflow: Workflow, node: WorkflowNode
+) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """For a resource node: the parameters run config may not change (-> the workflow's value)
     and why, because the resource's value reaches code that is not marked overridable."""
-    closed = [(n, p) for n, p in code_consumers(workflow, node.id) if p not in _overridable(workflow, n)]
+    closed = [
+        (n, p) for n, p in code_consumers(workflow, node.id) if p not in _overridable(workflow, n)
+    ]
     if not closed:
         return {}, {}
     feeds = ", ".join(f"parameter {p!r} of {n.describe()}" for n, p in closed)
-    locked = {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items() if k not in node.resource_params}
+    locked = {
+        k: node.values.get(k, s.get("default"))
+        for k, s in node.parameters.items()
+        if k not in node.resource_params
+    }
     why = {k: f"this resource's value is compiled as code by {feeds}" for k in locked}
     return locked, why
 
 
-def check_code_config(config: Dict[str, Any], locked: Dict[str, Any], overridable: Iterable[str], label: str,
-                      why: Optional[Dict[str, str]] = None) -> None:
+def check_code_config(
+    config: Dict[str, Any],
+    locked: Dict[str, Any],
+    overridable: Iterable[str],
+    label: str,
+    why: Optional[Dict[str, str]] = None,
+) -> None:
     """Refuse run config that changes a locked (code) parameter, naming the step or resource."""
     from .execution.errors import StepFailure
 
+    hint = "('\"overridable\": true' in its entry, or node.param(key, value, overridable=True))"
     for key, value in config.items():
         if key not in locked or value == locked[key] or key in overridable:
             continue
         if why and key in why:
-            raise StepFailure(label, f"run config changes parameter {key!r}, but {why[key]}; only the workflow may set it "
-                              "unless the workflow marks the consuming function parameter overridable "
-                              "('\"overridable\": true' in its entry, or node.param(key, value, overridable=True))")
-        raise StepFailure(label, f"run config replaces the code of function parameter {key!r}, which the workflow does not mark overridable; "
-                          "function parameters run code, so only the workflow may set them unless it marks the parameter "
-                          "('\"overridable\": true' in the parameter's entry, or node.param(key, value, overridable=True))")
+            raise StepFailure(
+                label,
+                f"run config changes parameter {key!r}, but {why[key]}; only the workflow may "
+                "set it unless the workflow marks the consuming function parameter overridable "
+                f"{hint}",
+            )
+        raise StepFailure(
+            label,
+            f"run config replaces the code of function parameter {key!r}, which the workflow "
+            "does not mark overridable; function parameters run code, so only the workflow may "
+            f"set them unless it marks the parameter {hint}",
+        )
 
 
 def check_partition_key(key: str, partitions_def: Any, instance: Any, label: str) -> str:
@@ -88,8 +109,11 @@ def check_partition_key(key: str, partitions_def: Any, instance: Any, label: str
     from .execution.errors import StepFailure
 
     if not isinstance(key, str) or not key or _UNSAFE_KEY.search(key):
-        raise StepFailure(label, f"partition key {key!r} refused: it is substituted into paths, so it may not hold "
-                          "'/', '\\', '..', braces or control characters, nor start with '.'")
+        raise StepFailure(
+            label,
+            f"partition key {key!r} refused: it is substituted into paths, so it may not hold "
+            "'/', '\\', '..', braces or control characters, nor start with '.'",
+        )
     if partitions_def is None:
         raise StepFailure(label, f"partition key {key!r} refused: the job is not partitioned")
     try:

@@ -19,10 +19,14 @@ K8S_ONE = {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}
 def _op_tags(defs, job: str = "nightly_shapes") -> dict:
     """Step -> op tags, JSON values decoded (Dagster stores dict tag values as JSON strings, which
     is what the executors parse)."""
+
     def decode(value: str):
         return json.loads(value) if value.startswith("{") else value
 
-    return {node.name.split("__", 1)[1]: {k: decode(v) for k, v in node.definition.tags.items()} for node in defs.resolve_job_def(job).graph.nodes}
+    return {
+        node.name.split("__", 1)[1]: {k: decode(v) for k, v in node.definition.tags.items()}
+        for node in defs.resolve_job_def(job).graph.nodes
+    }
 
 
 def test_workflow_gpus_tag_every_batch_step_for_each_executor():
@@ -32,13 +36,21 @@ def test_workflow_gpus_tag_every_batch_step_for_each_executor():
         assert tags[step]["dagster-ray/config"] == {"num_gpus": 1}
         assert tags[step]["dagster-dask/resource_requirements"] == {"GPU": 1}
     for step in ("IncomingImages", "ReviewSplit"):
-        assert not any(k.startswith(("dagster-k8s", "dagster-ray", "dagster-dask")) for k in tags[step]), tags[step]
+        assert not any(
+            k.startswith(("dagster-k8s", "dagster-ray", "dagster-dask")) for k in tags[step]
+        ), tags[step]
 
 
 def test_per_step_gpus_and_errors():
-    tags = _op_tags(build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"ClassifyShapes": 2, "4": 0})]))
+    tags = _op_tags(
+        build_definitions(
+            [GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"ClassifyShapes": 2, "4": 0})]
+        )
+    )
     assert tags["ClassifyShapes"]["dagster-ray/config"] == {"num_gpus": 2}
-    assert tags["ClassifyShapes"]["dagster-k8s/config"]["container_config"]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert tags["ClassifyShapes"]["dagster-k8s/config"]["container_config"]["resources"][
+        "limits"
+    ] == {"nvidia.com/gpu": "2"}
     assert "dagster-dask/resource_requirements" not in tags["SaveResized"]
     with pytest.raises(WorkflowError, match="gpus names step 'Nope'"):
         build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"Nope": 1})])
@@ -60,7 +72,9 @@ def test_gpus_in_the_yaml_component(tmp_path):
 
 def test_executor_libraries_read_the_tags():
     """Where the executor packages are installed, their own parsers read what we wrote."""
-    job = build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=1)]).resolve_job_def("nightly_shapes")
+    job = build_definitions(
+        [GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=1)]
+    ).resolve_job_def("nightly_shapes")
     tags = next(n.definition.tags for n in job.graph.nodes if n.name.endswith("ClassifyShapes"))
     checked = 0
     try:
@@ -86,4 +100,7 @@ def test_executor_libraries_read_the_tags():
         assert RayExecutionConfig.from_tags(tags).num_gpus == 1
         checked += 1
     if not checked:
-        pytest.skip("none of dagster-dask, dagster-ray, dagster-k8s is installed (pip install -e '.[distributed]')")
+        pytest.skip(
+            "none of dagster-dask, dagster-ray, dagster-k8s is installed "
+            "(pip install -e '.[distributed]')"
+        )

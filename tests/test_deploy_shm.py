@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from dagster_graphbook.authoring.steps import BatchStep
     from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
@@ -35,20 +35,35 @@ SCRIPT = textwrap.dedent('''
     warnings = []
     settings = BatchSettings(num_workers=2, worker_type="process", prefetch=2, device="cpu")
     result = run_batch_step(Images(), notes, settings, pins=["out"], label="step 'Images'",
-                            emit=lambda level, msg: warnings.append(msg) if level == "warning" else None)
+                            emit=lambda level, msg: level == "warning" and warnings.append(msg))
     means = [item["mean"] for note in result.outputs["out"] for item in note["items"]]
     assert means == [float(i) for i in range(160)], means
     print("WARNINGS:", warnings)
     print("OK")
-''')
+""")
 
 
 def _can_unshare() -> str:
     if shutil.which("unshare") is None:
         return "unshare is not installed"
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-                           capture_output=True, text=True)
-    return "" if probe.returncode == 0 else f"cannot make a private mount namespace here (not root?): {probe.stderr.strip()}"
+    probe = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=1m tmpfs /mnt",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return (
+        ""
+        if probe.returncode == 0
+        else f"cannot make a private mount namespace here (not root?): {probe.stderr.strip()}"
+    )
 
 
 def test_process_batch_step_works_with_a_64_mib_dev_shm(tmp_path):
@@ -58,9 +73,16 @@ def test_process_batch_step_works_with_a_64_mib_dev_shm(tmp_path):
     script = tmp_path / "small_shm.py"
     script.write_text(SCRIPT)
     shell = f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} {script}"
-    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", shell], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "OK" in proc.stdout, out[-3000:]
     # the fallback says what happened and how to give the container more
-    assert "batches travel through pipes" in proc.stdout and "--shm-size" in proc.stdout, out[-3000:]
+    assert "batches travel through pipes" in proc.stdout and "--shm-size" in proc.stdout, out[
+        -3000:
+    ]

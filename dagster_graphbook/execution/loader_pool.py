@@ -141,15 +141,17 @@ class _SlabRing:
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
         size = _HEADER + _nbytes(shape, dtype)
         if self.budget is not None and size * self.slots > self.budget:
-            return PipedBatch.of(torch.stack(values), f"a ring of {self.slots} blocks of {size / 2**20:.1f} MiB does not fit "
-                                 f"in the {self.budget / 2**20:.0f} MiB of /dev/shm left to each loader worker")
+            why = (f"a ring of {self.slots} blocks of {size / 2**20:.1f} MiB does not fit in the "
+                   f"{self.budget / 2**20:.0f} MiB of /dev/shm left to each loader worker")
+            return PipedBatch.of(torch.stack(values), why)
         slot = self.seq % self.slots
         block, new = self.blocks[slot], None
         if block is None or block.numel() < size:
             try:
                 block = new = torch.empty(size, dtype=torch.uint8).share_memory_()
-            except RuntimeError as exc:  # "unable to allocate shared memory ... No space left on device"
-                return PipedBatch.of(torch.stack(values), f"/dev/shm is full ({str(exc).strip().splitlines()[0][:120]})")
+            except RuntimeError as exc:  # "unable to allocate shared memory ... No space left"
+                why = f"/dev/shm is full ({str(exc).strip().splitlines()[0][:120]})"
+                return PipedBatch.of(torch.stack(values), why)
             self.blocks[slot] = block
         self.seq += 1
         _stamp(block)[0] = self.seq
@@ -177,8 +179,9 @@ class PipedBatch(NamedTuple):
 
 
 SHM_DIR = "/dev/shm"
-SHM_HELP = ("give the container more shared memory: `docker run --shm-size=2g`, `shm_size: 2gb` in docker compose, "
-            "or on Kubernetes an `emptyDir: {medium: Memory, sizeLimit: 2Gi}` volume mounted at /dev/shm")
+SHM_HELP = ("give the container more shared memory: `docker run --shm-size=2g`, "
+            "`shm_size: 2gb` in docker compose, or on Kubernetes an "
+            "`emptyDir: {medium: Memory, sizeLimit: 2Gi}` volume mounted at /dev/shm")
 
 
 def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
@@ -266,7 +269,8 @@ class ProcessLoader:
         if num_workers > 0:
             kwargs = dict(prefetch_factor=prefetch, multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node, nice), persistent_workers=False, timeout=LIVENESS_CHECK_S)
         # slots per worker: more than the tasks a worker can be ahead of the consumed batch
-        collate_fn = _WorkerCollate(ring_slots or prefetch + 2, shm_budget(num_workers) if num_workers > 0 else None)
+        budget = shm_budget(num_workers) if num_workers > 0 else None  # sized from free /dev/shm
+        collate_fn = _WorkerCollate(ring_slots or prefetch + 2, budget)
         self.warn = warn
         self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
@@ -295,7 +299,8 @@ class ProcessLoader:
         if isinstance(ref, PipedBatch):
             self.piped += 1
             if self.piped == 1 and self.warn is not None:
-                self.warn(f"{ref.reason}: batches travel through pipes instead (slower, more CPU); {SHM_HELP}")
+                self.warn(f"{ref.reason}: batches travel through pipes instead "
+                          f"(slower, more CPU); {SHM_HELP}")
             out = ref.tensor()
             return batch._replace(stacked=out.pin_memory() if self.pin else out)
         if isinstance(ref, SlabRef):

@@ -36,8 +36,9 @@ class StepPlan:
         return step_label(self.workflow, self.step_name, self.node_id)
 
 
-def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optional[str]], overridable: Tuple[str, ...], label: str,
-                  partition_key: Optional[str] = None, why: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optional[str]],
+                  overridable: Tuple[str, ...], label: str, partition_key: Optional[str] = None,
+                  why: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Constructor kwargs from op or resource config; refuses run config that replaces code.
 
     ``{partition_key}`` is filled into string parameters, never into code (function parameters).
@@ -66,7 +67,8 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
     return check_partition_key(key, partitions_def, context.instance, plan.label)
 
 
-def _step_kwargs(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any], partition_key: Optional[str]) -> Dict[str, Any]:
+def _step_kwargs(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any],
+                 partition_key: Optional[str]) -> Dict[str, Any]:
     kwargs = config_kwargs(config, plan.function_params, plan.overridable, plan.label, partition_key)
     for key, resource_key in plan.resource_keys.items():
         kwargs[key] = getattr(context.resources, resource_key)
