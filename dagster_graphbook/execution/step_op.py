@@ -63,6 +63,8 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
     tagged = context.run.tags.get("dagster/partition")
     if partitions_def is None and tagged is None:
         return None
+    if partitions_def is not None and not context.has_partition_key:
+        return None  # a partition range run: no single key to fill in
     key = context.partition_key if partitions_def is not None else tagged
     return check_partition_key(key, partitions_def, context.instance, plan.label)
 
