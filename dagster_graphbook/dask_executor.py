@@ -51,9 +51,10 @@ class _Sealed:
         self.args = args
 
 
-def _run_step(dependencies: Any, sealed: _Sealed) -> Any:
-    """On a Dask worker: run one step (``dependencies`` only orders the tasks)."""
-    return query_on_dask_worker(dependencies, *sealed.args)
+def _run_step(dependencies: Any, sealed: _Sealed) -> _Sealed:
+    """On a Dask worker: run one step (``dependencies`` only orders the tasks). Its events go
+    back sealed too: Dask's ``sizeof`` would walk them and log a warning for every result."""
+    return _Sealed(tuple(query_on_dask_worker(dependencies, *sealed.args)))
 
 
 class RunScopedDaskExecutor(DaskExecutor):
@@ -106,7 +107,7 @@ class RunScopedDaskExecutor(DaskExecutor):
                     )
             done = dask.distributed.as_completed(list(futures.values()), with_results=True)
             for _future, events in iterate_with_context(raise_execution_interrupts, done):
-                yield from events
+                yield from events.args
 
 
 @dg.executor(
