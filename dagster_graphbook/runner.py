@@ -132,7 +132,8 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     defs, wdefs = _definitions(spec, notes_dir)
     translator = GraphbookTranslator()
     config: Dict[str, Any] = dict(run_config or {})
-    config.update(run_config_for(wdefs.workflow, params or {}, translator))
+    for section, entries in run_config_for(wdefs.workflow, params or {}, translator).items():
+        config[section] = {**(config.get(section) or {}), **entries}  # ops / resources from params
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
