@@ -13,6 +13,7 @@ from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
 from .io import NOTES_IO_MANAGER_KEY
 from .streaming.advice import warn_heavy_outputs
 from .translator import GraphbookTranslator, safe_name
+from .trust import code_params, locked_resource_params
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
 _WORKER_TYPE = dg.Enum("GraphbookWorkerType", [dg.EnumValue("process"), dg.EnumValue("thread")])
@@ -56,7 +57,10 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
 
 
 def _function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
-    return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items() if s.get("type") == "function" and k not in node.resource_params}
+    """The workflow's value of each parameter the step compiles (see ``trust.code_params``)."""
+    code = code_params(node)
+    return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items()
+            if k in code and k not in node.resource_params}
 
 
 def _overridable(workflow: Workflow, node: WorkflowNode) -> tuple:
@@ -156,15 +160,19 @@ def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[st
     fields = param_fields(workflow, node)
     bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
     functions = _function_params(node)
+    # a resource whose value is compiled as code keeps the workflow's values
+    locked, why = locked_resource_params(workflow, node)
+    functions = {**locked, **functions}
     label = f"workflow '{workflow.name}', resource '{node.label or node.name}' (node {node.id})"
-    overridable = _overridable(workflow, node)
+    overridable = tuple(k for k in _overridable(workflow, node) if k not in locked)
 
     def build(init_context: dg.InitResourceContext) -> Any:
         from .authoring.log import LogTarget, log_target
         from .execution.errors import StepFailure
         from .execution.step_op import config_kwargs
 
-        kwargs = config_kwargs(init_context.resource_config or {}, functions, overridable, label)
+        config = init_context.resource_config or {}
+        kwargs = config_kwargs(config, functions, overridable, label, why=why)
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
         emit = lambda level, msg: getattr(init_context.log, level if level in ("info", "warning", "error") else "info")(msg)  # noqa: E731

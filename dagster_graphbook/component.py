@@ -12,6 +12,7 @@ attributes:
   sensor_asset: nightly_shapes/incoming              # ...recorded as a materialization of this external asset
   external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
+  gpus: 1                                            # batch steps request a GPU (op tags)
 ```
 
 Like dagster-dbt's ``DbtProjectComponent``: the component points at an external file and builds
@@ -21,7 +22,7 @@ the same definitions as ``build_definitions([GraphbookWorkflow(...)])`` in Pytho
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
 
 import dagster as dg
 
@@ -56,6 +57,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     executor: Optional[Literal["in_process", "multiprocess"]] = None
     notes_dir: Optional[str] = None
     streaming: bool = False  # all steps as one streaming op (README "Streaming")
+    gpus: Optional[Union[int, Dict[str, int]]] = None  # GPUs per batch step, or per named step
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -80,6 +82,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset) if self.sensor_folder else None,
             executor=self.executor,
             streaming=self.streaming,
+            gpus=self.gpus,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -46,6 +46,8 @@ class GraphbookWorkflow:
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
     executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
     streaming: bool = False  # all steps as one op passing notes step to step (README "Streaming")
+    # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
+    gpus: Any = None
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -58,6 +60,11 @@ def load(spec: GraphbookWorkflow) -> Workflow:
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(spec.source, registry, name=spec.name, search_path=spec.custom_nodes)
     workflow.overridable_functions = tuple(spec.overridable_functions)
+    if spec.gpus is not None:
+        from .gpus import resolve_gpus
+
+        names = GraphbookTranslator().step_names(workflow)
+        workflow.gpus = resolve_gpus(workflow, spec.gpus, names)
     return workflow
 
 

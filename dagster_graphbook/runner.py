@@ -78,17 +78,32 @@ def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Op
     """``{"Step.param": v, "Step.runtime.num_workers": 0}`` -> Dagster run config."""
     translator = translator or GraphbookTranslator()
     refs = _step_refs(workflow, translator)
+    resource_refs = _resource_refs(workflow, translator)
     ops: Dict[str, Any] = {}
+    resources: Dict[str, Any] = {}
     for key, value in params.items():
         step, _, path = key.partition(".")
-        if step not in refs or not path:
+        if step not in refs and step in resource_refs and path:  # RESOURCE.PARAM (trust rule holds)
+            target = resources.setdefault(resource_refs[step], {}).setdefault("config", {})
+        elif step not in refs or not path:
             raise WorkflowError(workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"])
-        target = ops.setdefault(refs[step], {}).setdefault("config", {})
+        else:
+            target = ops.setdefault(refs[step], {}).setdefault("config", {})
         *parents, leaf = path.split(".")
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
-    return {"ops": ops} if ops else {}
+    return {**({"ops": ops} if ops else {}), **({"resources": resources} if resources else {})}
+
+
+def _resource_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, str]:
+    """Resource nodes by label, class name or node id -> their Dagster resource key."""
+    refs: Dict[str, str] = {}
+    for node in workflow.resources():
+        for ref in (node.label, node.id, node.name):
+            if ref:
+                refs.setdefault(ref, translator.get_resource_key(workflow, node))
+    return refs
 
 
 def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[str], notes_dir: Optional[str],
@@ -122,7 +137,8 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     defs, wdefs = _definitions(spec, notes_dir)
     translator = GraphbookTranslator()
     config: Dict[str, Any] = dict(run_config or {})
-    config.update(run_config_for(wdefs.workflow, params or {}, translator))
+    for section, entries in run_config_for(wdefs.workflow, params or {}, translator).items():
+        config[section] = {**(config.get(section) or {}), **entries}  # ops / resources from params
     if streaming:
         from .streaming.segment import nest_step_config
 
@@ -240,12 +256,22 @@ def _load_notes(run_id: str, wdefs: Any, translator: GraphbookTranslator, instan
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
-    messages = []
-    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-        data = record.dagster_event.step_failure_data if record.dagster_event else None
-        error = data.error if data is not None else None
+    """The errors of a failed run: its steps' failures, else what failed before any step ran
+    (a refusal while a resource was built, an error of the run itself)."""
+    messages: List[str] = []
+    kinds = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RESOURCE_INIT_FAILURE,
+             dg.DagsterEventType.RUN_FAILURE)
+    for record in instance.get_records_for_run(run_id, of_type=set(kinds)).records:
+        event = record.event_log_entry.dagster_event
+        data = event.event_specific_data if event else None
+        error = getattr(data, "error", None)
         while error is not None and error.cause is not None and (error.cls_name or "").startswith("Dagster"):
             error = error.cause  # Dagster wraps the step's own error
-        if error is not None:
-            messages.append(f"{record.step_key}: {error.message.strip()}")
+        if error is None:
+            continue
+        where = f"{record.event_log_entry.step_key}: " if record.event_log_entry.step_key else ""
+        message = f"{where}{error.message.strip()}"
+        repeated = any(error.message.strip() in m for m in messages)
+        if event.event_type != dg.DagsterEventType.RUN_FAILURE or not repeated:
+            messages.append(message)
     return "\n".join(messages) or "the run failed (see the Dagster event log)"

@@ -82,7 +82,10 @@ class GraphbookTranslator:
 
     def get_op_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, Any]:
         """Op tags (executors read them: ``dagster-k8s/config``, ``dagster-ray/config``, ...)."""
-        return {"graphbook/node_id": node.id, "graphbook/class": node.name}
+        from .gpus import gpu_op_tags
+
+        gpus = gpu_op_tags(workflow.gpus.get(node.id, 0))  # GraphbookWorkflow(gpus=...)
+        return {"graphbook/node_id": node.id, "graphbook/class": node.name, **gpus}
 
     def get_pool(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
         """Concurrency pool: batch steps share ``gpu`` so one GPU is not oversubscribed across runs.

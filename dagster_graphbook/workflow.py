@@ -89,6 +89,7 @@ class Workflow:
     path: Optional[Path] = None
     overridable_functions: Tuple[str, ...] = ()
     notices: List[str] = field(default_factory=list)  # what was left out at load, as Graphbook does
+    gpus: Dict[str, int] = field(default_factory=dict)  # node id -> GPUs its op requests (gpus.py)
 
     @property
     def source(self) -> str:

@@ -223,6 +223,7 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         dataset = ItemDataset(run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {}))
         if processes:
             loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node, settings.worker_nice)
+            loader.warn = lambda m: emit("warning", f"{label}: {m}")  # e.g. /dev/shm too small
         else:
             loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.worker_nice, stack=device != "cpu")
     dump_workers = settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)

@@ -10,6 +10,7 @@ its error policy.
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -129,21 +130,73 @@ class _SlabRing:
     early (a DataLoader that dispatched differently) fails loudly instead of mixing batches.
     """
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, budget: Optional[int] = None):
         self.slots = slots
+        self.budget = budget  # bytes of /dev/shm this worker may hold (None: no limit known)
         self.blocks: List[Optional[torch.Tensor]] = [None] * slots
         self.seq = 0
 
-    def put(self, worker: int, values: List[torch.Tensor]) -> SlabRef:
-        slot, self.seq = self.seq % self.slots, self.seq + 1
+    def put(self, worker: int, values: List[torch.Tensor]) -> Any:
+        """A ``SlabRef``, or a ``PipedBatch`` when the ring would not fit in ``/dev/shm``."""
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
         size = _HEADER + _nbytes(shape, dtype)
+        if self.budget is not None and size * self.slots > self.budget:
+            why = (f"a ring of {self.slots} blocks of {size / 2**20:.1f} MiB does not fit in the "
+                   f"{self.budget / 2**20:.0f} MiB of /dev/shm left to each loader worker")
+            return PipedBatch.of(torch.stack(values), why)
+        slot = self.seq % self.slots
         block, new = self.blocks[slot], None
         if block is None or block.numel() < size:
-            block = new = self.blocks[slot] = torch.empty(size, dtype=torch.uint8).share_memory_()
+            try:
+                block = new = torch.empty(size, dtype=torch.uint8).share_memory_()
+            except RuntimeError as exc:  # "unable to allocate shared memory ... No space left"
+                why = f"/dev/shm is full ({str(exc).strip().splitlines()[0][:120]})"
+                return PipedBatch.of(torch.stack(values), why)
+            self.blocks[slot] = block
+        self.seq += 1
         _stamp(block)[0] = self.seq
         torch.stack(values, out=_view(block, shape, dtype))
         return SlabRef(worker, slot, self.seq, new, shape, dtype)
+
+
+class PipedBatch(NamedTuple):
+    """A stacked batch sent by value through the worker's result pipe: the fallback when
+    ``/dev/shm`` is too small for the ring (64 MiB by default in Docker and Kubernetes)."""
+
+    array: Any  # numpy array: pickled by value, never through torch's shared-memory files
+    dtype: torch.dtype
+    reason: str
+
+    @classmethod
+    def of(cls, block: torch.Tensor, reason: str) -> "PipedBatch":
+        if block.dtype == torch.bfloat16:  # numpy has no bfloat16
+            return cls(block.view(torch.int16).numpy(), block.dtype, reason)
+        return cls(block.numpy(), block.dtype, reason)
+
+    def tensor(self) -> torch.Tensor:
+        out = torch.from_numpy(self.array)
+        return out.view(torch.bfloat16) if self.dtype == torch.bfloat16 else out
+
+
+SHM_DIR = "/dev/shm"
+SHM_HELP = ("give the container more shared memory: `docker run --shm-size=2g`, "
+            "`shm_size: 2gb` in docker compose, or on Kubernetes an "
+            "`emptyDir: {medium: Memory, sizeLimit: 2Gi}` volume mounted at /dev/shm")
+
+
+def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
+    """Free bytes of the shared-memory filesystem that torch puts tensors in (None if unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def shm_budget(num_workers: int, path: str = SHM_DIR) -> Optional[int]:
+    """The bytes of ``/dev/shm`` each loader worker's ring may take: half the free space, shared."""
+    free = shm_free_bytes(path)
+    return None if free is None else free // 2 // max(1, num_workers)
 
 
 _RING: Optional[_SlabRing] = None  # this worker process's ring (made on first use)
@@ -152,8 +205,9 @@ _RING: Optional[_SlabRing] = None  # this worker process's ring (made on first u
 class _WorkerCollate:
     """The DataLoader ``collate_fn``: in a worker, stacked batches go into its ``_SlabRing``."""
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, budget: Optional[int] = None):
         self.slots = slots
+        self.budget = budget
 
     def __call__(self, samples: List[Tuple[int, Any, Optional[str]]]) -> LoadedBatch:
         global _RING
@@ -164,7 +218,7 @@ class _WorkerCollate:
         if info is None:  # num_workers=0: no transport at all
             return LoadedBatch(indices, None, torch.stack(values), errors)
         if _RING is None:
-            _RING = _SlabRing(self.slots)
+            _RING = _SlabRing(self.slots, self.budget)
         return LoadedBatch(indices, None, _RING.put(info.id, values), errors)  # type: ignore[arg-type]
 
 
@@ -209,13 +263,16 @@ class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
     def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str], nice: int = 0,
-                 ring_slots: Optional[int] = None):
+                 ring_slots: Optional[int] = None, warn: Optional[Callable[[str], None]] = None):
         kwargs: Dict[str, Any] = {}
         prefetch = max(1, prefetch)
         if num_workers > 0:
             kwargs = dict(prefetch_factor=prefetch, multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node, nice), persistent_workers=False, timeout=LIVENESS_CHECK_S)
         # slots per worker: more than the tasks a worker can be ahead of the consumed batch
-        collate_fn = _WorkerCollate(ring_slots or prefetch + 2)
+        budget = shm_budget(num_workers) if num_workers > 0 else None  # sized from free /dev/shm
+        collate_fn = _WorkerCollate(ring_slots or prefetch + 2, budget)
+        self.warn = warn
+        self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
         self.loader = DataLoader(dataset, batch_sampler=_BatchSampler(len(dataset), batch_size), num_workers=num_workers, collate_fn=collate_fn, pin_memory=False, **kwargs)
         self.pin = pin_memory
@@ -239,6 +296,13 @@ class ProcessLoader:
     def _receive(self, batch: LoadedBatch) -> LoadedBatch:
         """Copy a stacked batch out of its worker's ring (the slot is reused later), pinned on CUDA."""
         ref = batch.stacked
+        if isinstance(ref, PipedBatch):
+            self.piped += 1
+            if self.piped == 1 and self.warn is not None:
+                self.warn(f"{ref.reason}: batches travel through pipes instead "
+                          f"(slower, more CPU); {SHM_HELP}")
+            out = ref.tensor()
+            return batch._replace(stacked=out.pin_memory() if self.pin else out)
         if isinstance(ref, SlabRef):
             if ref.block is not None:
                 self.blocks[(ref.worker, ref.slot)] = ref.block

@@ -38,27 +38,57 @@ class StepPlan:
         return step_label(self.workflow, self.step_name, self.node_id)
 
 
-def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optional[str]], overridable: Tuple[str, ...], label: str, partition_key: Optional[str] = None) -> Dict[str, Any]:
-    """Constructor kwargs from op or resource config; refuses run config that replaces function code."""
+def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optional[str]],
+                  overridable: Tuple[str, ...], label: str, partition_key: Optional[str] = None,
+                  why: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Constructor kwargs from op or resource config; refuses run config that replaces code.
+
+    ``{partition_key}`` is filled into string parameters, never into code (function parameters).
+    """
+    from ..trust import check_code_config
+
+    check_code_config(dict(config), dict(function_params), overridable, label, why)
     kwargs: Dict[str, Any] = {}
     for key, value in config.items():
-        if key in function_params and value != function_params[key] and key not in overridable:
-            raise StepFailure(label, f"run config replaces the code of function parameter {key!r}, which the workflow does not mark overridable; "
-                              "function parameters run code, so only the workflow may set them unless it marks the parameter "
-                              "('\"overridable\": true' in the parameter's entry, or node.param(key, value, overridable=True))")
-        if isinstance(value, str) and partition_key is not None:
+        if isinstance(value, str) and partition_key is not None and key not in function_params:
             value = value.replace("{partition_key}", partition_key)
         if value is not None:
             kwargs[key] = value
     return kwargs
 
 
-def _step_kwargs(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Dict[str, Any]:
-    partition_key = context.partition_key if context.has_partition_key else None
+def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
+    """The run's partition key, checked against the asset's partitions (None when unpartitioned)."""
+    from ..trust import check_partition_key
+
+    partitions_def = context.assets_def.partitions_def
+    tagged = context.run.tags.get("dagster/partition")
+    if partitions_def is None and tagged is None:
+        return None
+    if partitions_def is not None and not context.has_partition_key:
+        return None  # a partition range run: no single key to fill in
+    key = context.partition_key if partitions_def is not None else tagged
+    return check_partition_key(key, partitions_def, context.instance, plan.label)
+
+
+def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Any:
+    """The step instance from its op config (parameters, checked partition key) and resources."""
+    partition_key = _partition_key(context, plan)
     kwargs = config_kwargs(config, plan.function_params, plan.overridable, plan.label, partition_key)
     for key, resource_key in plan.resource_keys.items():
         kwargs[key] = getattr(context.resources, resource_key)
-    return kwargs
+    try:
+        step = plan.cls(**kwargs)
+    except Exception as exc:
+        raise StepFailure(
+            plan.label,
+            f"could not create the step from its parameters {sorted(kwargs)}: "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+    step.id = plan.node_id
+    if partition_key is not None and not hasattr(step, "partition_key"):
+        step.partition_key = partition_key
+    return step
 
 
 def _error_metadata(errors: List[Any]) -> Dict[str, Any]:
@@ -132,15 +162,8 @@ def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapp
     """Run the step over the notes of all its inputs and yield its notes per pin."""
     config = dict(context.op_execution_context.op_config or {})
     runtime = dict(config.pop(RUNTIME_KEY, None) or {})
-    kwargs = _step_kwargs(context, plan, config)
+    step = make_step(context, plan, config)
     notes = interleave([inputs[name] or [] for name in plan.input_names])
-    try:
-        step = plan.cls(**kwargs)
-    except Exception as exc:
-        raise StepFailure(plan.label, f"could not create the step from its parameters {sorted(kwargs)}: {type(exc).__name__}: {exc}") from exc
-    step.id = plan.node_id
-    if context.has_partition_key and not hasattr(step, "partition_key"):
-        step.partition_key = context.partition_key
 
     def emit(level: str, message: str) -> None:
         getattr(context.log, level if level in ("info", "warning", "error", "debug") else "info")(message)

@@ -13,8 +13,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import dagster as dg
 
-from ..execution.errors import StepFailure
-from ..execution.step_op import RUNTIME_KEY, StepPlan, config_kwargs
+from ..execution.step_op import RUNTIME_KEY, StepPlan, make_step
 from ..io import NOTES_IO_MANAGER_KEY
 from ..translator import GraphbookTranslator, safe_name
 from ..workflow import Workflow
@@ -111,27 +110,6 @@ def segment_asset(
     return _segment
 
 
-def _instance(context: Any, plan: StepPlan, config: Dict[str, Any]) -> Any:
-    partition_key = context.partition_key if context.has_partition_key else None
-    kwargs = config_kwargs(
-        config, plan.function_params, plan.overridable, plan.label, partition_key
-    )
-    for key, resource_key in plan.resource_keys.items():
-        kwargs[key] = getattr(context.resources, resource_key)
-    try:
-        step = plan.cls(**kwargs)
-    except Exception as exc:
-        raise StepFailure(
-            plan.label,
-            f"could not create the step from its parameters {sorted(kwargs)}: "
-            f"{type(exc).__name__}: {exc}",
-        ) from exc
-    step.id = plan.node_id
-    if partition_key is not None and not hasattr(step, "partition_key"):
-        step.partition_key = partition_key
-    return step
-
-
 def execute_segment(
     context: Any,
     workflow: Workflow,
@@ -164,7 +142,7 @@ def execute_segment(
                 name=plan.step_name,
                 label=plan.label,
                 kind=plan.kind,
-                step=_instance(context, plan, step_config),
+                step=make_step(context, plan, step_config),
                 pins=plan.pins,
                 children=children,
                 stored={p for p in plan.pins if (node.id, p) in stored},

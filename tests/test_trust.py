@@ -1,0 +1,232 @@
+"""The trust rule, tried as an attacker with Launchpad access: run config and partition keys never
+become code. Each test launches a real run on a real instance with the attack and checks that the
+attacker's code did not run (its marker file is absent) and that the refusal names the culprit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
+
+NODES = """
+    from graphbook import step, source, param
+
+
+    @step("Trust/Count")
+    @source()
+    def count(ctx):
+        for i in range(3):
+            yield {"out": {"i": i}}
+
+
+    @step("Trust/Apply")
+    @param("fn", "function")
+    @param("label", "string", default="plain")
+    def apply(ctx, data):
+        data["y"] = ctx.fn(data["i"])
+        data["label"] = ctx.label
+    """
+
+MINUS_ONE = "def fn(x):\n    return x - 1"
+
+
+def _evil(marker: Path) -> str:
+    """Function source that leaves ``marker`` behind when it is compiled (module-level code)."""
+    return f"def fn(x):\n    return True\nopen({str(marker)!r}, 'w').write('pwned')\n"
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Path:
+    return write_nodes(tmp_path / "trust_nodes", "trust_nodes.py", NODES)
+
+
+def _text_into_apply(tmp_path: Path, name: str, *, overridable: bool = False) -> Path:
+    apply = step_node("2", "Apply")
+    if overridable:
+        apply["data"]["parameters"]["fn"] = {"type": "function", "value": None, "overridable": True}
+    text = resource_node("3", "Text", {"val": MINUS_ONE}, label="Code")
+    return write_workflow(
+        tmp_path,
+        name,
+        [step_node("1", "Count", source=True), apply, text],
+        [edge("1", "out", "2"), edge("3", "resource", "2", "fn")],
+    )
+
+
+def test_text_resource_feeding_a_function_parameter_is_locked(tmp_path, nodes, run_wf):
+    """13.2: run config edits a Text resource whose value a step compiles -> refused, nothing ran,
+    and the refusal (raised while the resource is built) names resource, parameter and consumer."""
+    marker = tmp_path / "pwned"
+    wf = _text_into_apply(tmp_path, "text_code")
+    attack = {"resources": {"text_code__Code": {"config": {"val": _evil(marker)}}}}
+    run = run_wf(wf, custom_nodes=[nodes], run_config=attack)
+    assert not run.success
+    assert not marker.exists(), "the attacker's code ran"
+    assert "resource 'Code' (node 3)" in run.failure, run.failure
+    assert (
+        "parameter 'val'" in run.failure and "parameter 'fn' of node 2 (Apply)" in run.failure
+    ), run.failure
+    assert "see the Dagster event log" not in run.failure
+    # the workflow's own code still runs, and other steps' parameters stay editable
+    run = run_wf(wf, custom_nodes=[nodes], params={"Apply.label": "edited"})
+    assert run.success, run.failure
+    assert [(n["y"], n["label"]) for n in run.notes["Apply"]["out"]] == [
+        (-1, "edited"),
+        (0, "edited"),
+        (1, "edited"),
+    ]
+    # a workflow that marks the function parameter overridable lets run config edit the resource
+    wf = _text_into_apply(tmp_path, "text_open", overridable=True)
+    run = run_wf(
+        wf,
+        custom_nodes=[nodes],
+        run_config={
+            "resources": {"text_open__Code": {"config": {"val": "def fn(x):\n    return x * 10"}}}
+        },
+    )
+    assert run.success, run.failure
+    assert [n["y"] for n in run.notes["Apply"]["out"]] == [0, 10, 20]
+
+
+def test_text_resource_feeding_split_is_locked(tmp_path, nodes, run_wf):
+    """13.2: the same attack through the built-in ``Split`` (``split_fn`` is typed 'resource')."""
+    marker = tmp_path / "pwned"
+    split = step_node("2", "Split", outputs=["A", "B"])
+    text = resource_node(
+        "3", "Text", {"val": "def even(note):\n    return note['i'] % 2 == 0"}, label="Rule"
+    )
+    wf = write_workflow(
+        tmp_path,
+        "split_code",
+        [step_node("1", "Count", source=True), split, text],
+        [edge("1", "out", "2"), edge("3", "resource", "2", "split_fn")],
+    )
+    run = run_wf(
+        wf,
+        custom_nodes=[nodes],
+        run_config={"resources": {"split_code__Rule": {"config": {"val": _evil(marker)}}}},
+    )
+    assert not run.success and not marker.exists()
+    assert (
+        "resource 'Rule' (node 3)" in run.failure
+        and "parameter 'split_fn' of node 2 (Split)" in run.failure
+    ), run.failure
+    run = run_wf(wf, custom_nodes=[nodes])
+    assert run.success, run.failure
+    assert [n["i"] for n in run.notes["Split"]["A"]] == [0, 2]
+
+
+def test_cli_reports_the_resource_refusal(tmp_path, nodes, dagster_home):
+    """13.5: the CLI prints the resource and parameter refused during resource initialisation."""
+    import subprocess
+
+    marker = tmp_path / "pwned"
+    wf = _text_into_apply(tmp_path, "text_cli")
+    cmd = [
+        sys.executable,
+        "-m",
+        "dagster_graphbook.cli",
+        "run",
+        str(wf),
+        "--custom-nodes",
+        str(nodes),
+        "--dagster-home",
+        dagster_home,
+        "--no-progress",
+        "--set",
+        f"Code.val={json.dumps(_evil(marker))}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert not marker.exists()
+    assert "resource 'Code' (node 3)" in out and "parameter 'val'" in out, out
+    assert "see the Dagster event log" not in out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Partition keys
+
+PARTITION_NODES = """
+    from graphbook import step, source, param
+
+
+    @step("Trust/Day")
+    @source()
+    @param("path", "string", default="in/{partition_key}")
+    @param("fn", "function", default="def fn():\\n    return '{partition_key}'")
+    def day(ctx):
+        yield {"out": {"path": ctx.path, "fn": ctx.fn()}}
+    """
+
+
+def _day_defs(tmp_path: Path, partitions_def):
+    nodes = write_nodes(tmp_path / "day_nodes", "day_nodes.py", PARTITION_NODES)
+    wf = write_workflow(tmp_path, "days", [step_node("1", "Day", source=True)], [])
+    return build_definitions(
+        [GraphbookWorkflow(wf, custom_nodes=[nodes], partitions_def=partitions_def)],
+        notes_dir=str(tmp_path / "notes"),
+    )
+
+
+def test_partition_key_never_reaches_function_source(tmp_path, dagster_home):
+    """13.3: ``{partition_key}`` fills string parameters, never the source of a function."""
+    defs = _day_defs(tmp_path, dg.StaticPartitionsDefinition(["a", "b"]))
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("days").execute_in_process(
+            instance=instance, partition_key="b"
+        )
+    assert result.success
+    assert result.output_for_node("days__Day", "out") == [{"path": "in/b", "fn": "{partition_key}"}]
+
+
+def test_crafted_partition_key_on_an_unpartitioned_job_is_refused(tmp_path, dagster_home):
+    """13.3: a partition tag on an unpartitioned job (the Launchpad lets anyone add tags) used to
+    be substituted into every string parameter, code included."""
+    marker = tmp_path / "pwned"
+    defs = _day_defs(tmp_path, None)
+    key = f"' + str(open({str(marker)!r}, 'w').write('x')) + '"
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("days").execute_in_process(
+            instance=instance, tags={"dagster/partition": key}, raise_on_error=False
+        )
+        failure = _failure(instance, result.run_id)
+    assert not result.success and not marker.exists()
+    assert "workflow 'days', step 'Day' (node 1)" in failure and "refused" in failure, failure
+    # on a partitioned job, a key outside its partitions is refused as well
+    defs = _day_defs(tmp_path, dg.StaticPartitionsDefinition(["a", "b"]))
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("days").execute_in_process(
+            instance=instance, tags={"dagster/partition": "zzz"}, raise_on_error=False
+        )
+        assert not result.success and "zzz" in _failure(instance, result.run_id)
+
+
+@pytest.mark.parametrize("key", ["../../evil", "{0.__class__}", "a/b", ".hidden"])
+def test_crafted_dynamic_partition_keys_are_refused(tmp_path, dagster_home, key):
+    """13.3: a dynamic partition added through the UI (or the API) with path or format syntax is
+    refused before the step reads or writes anything with it."""
+    defs = _day_defs(tmp_path, dg.DynamicPartitionsDefinition(name="days"))
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.add_dynamic_partitions("days", [key])
+        result = defs.resolve_job_def("days").execute_in_process(
+            instance=instance, partition_key=key, raise_on_error=False
+        )
+        failure = _failure(instance, result.run_id)
+    assert not result.success
+    assert f"partition key {key!r} refused" in failure, failure
+    outside = [p for p in tmp_path.rglob("*.pkl") if (tmp_path / "notes") not in p.parents]
+    assert not outside and not list((tmp_path / "notes").rglob("*.pkl")), outside
+
+
+def _failure(instance: dg.DagsterInstance, run_id: str) -> str:
+    from dagster_graphbook.runner import _failure_message
+
+    return _failure_message(instance, run_id)
