@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 import dagster as dg
 
+from .checks import StepCheck
 from .definitions import GraphbookWorkflow, build_definitions
 from .schedules import FolderSensor, daily_partitions
 
@@ -55,6 +56,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     overridable_functions: List[str] = []
     executor: Optional[Literal["in_process", "multiprocess"]] = None
     notes_dir: Optional[str] = None
+    checks: List[StepCheck] = []  # asset checks: [{step: ClassifyShapes, metric: accuracy, min: 0.9}]
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -78,6 +80,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             external_deps={step: [dg.AssetKey.from_user_string(k) for k in keys] for step, keys in self.external_deps.items()},
             sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset) if self.sensor_folder else None,
             executor=self.executor,
+            checks=list(self.checks),
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
