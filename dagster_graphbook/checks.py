@@ -14,6 +14,7 @@ GraphbookWorkflow("workflows/nightly_shapes.json",
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence
 
 import dagster as dg
@@ -72,10 +73,13 @@ class BoundCheck:
         self.check, self.asset_key, self.pin, self.label = check, asset_key, pin, label
 
     def spec(self, partitions_def: Optional[dg.PartitionsDefinition]) -> dg.AssetCheckSpec:
-        return dg.AssetCheckSpec(
-            self.check.check_name, asset=self.asset_key, description=self.check.describe(),
-            blocking=self.check.severity == "blocking", partitions_def=partitions_def,
-        )
+        """Partitioned like the asset, so each evaluation is recorded on the run's partition."""
+        with warnings.catch_warnings():  # partitions_def on a check spec: preview in Dagster 1.13
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            return dg.AssetCheckSpec(
+                self.check.check_name, asset=self.asset_key, description=self.check.describe(),
+                blocking=self.check.severity == "blocking", partitions_def=partitions_def,
+            )
 
     def evaluate(self, figures: Mapping[str, Any]) -> dg.AssetCheckResult:
         c = self.check

@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -67,6 +68,12 @@ def _node_line(workflow: Workflow, node: WorkflowNode) -> int:
 
 def node_code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReferencesMetadataValue:
     """References to the step class (file and line) and to the node in the workflow file."""
+    with warnings.catch_warnings():  # beta in Dagster 1.13; the UI shows them all the same
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return _code_references(workflow, node)
+
+
+def _code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReferencesMetadataValue:
     refs: List[Any] = []
     path = _source_file(node.cls)
     if path is not None:

@@ -25,8 +25,8 @@ def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
     config_schema=dg.Field(
         dg.Selector(
             {
-                "in_process": dg.in_process_executor.config_schema,
-                "multiprocess": dg.multiprocess_executor.config_schema,
+                "in_process": dg.in_process_executor.config_schema.as_field(),
+                "multiprocess": dg.multiprocess_executor.config_schema.as_field(),
             }
         ),
         default_value={"in_process": {}},
