@@ -30,11 +30,28 @@ def _source_file(cls: type) -> Optional[Path]:
     return Path(name) if name and Path(name).is_file() else None
 
 
+def _user_functions(cls: type) -> List[Any]:
+    """The functions a decorated step was made from (Graphbook's ``@step`` builds the class)."""
+    path = _source_file(cls)
+    found = []
+    for value in vars(cls).values():
+        code = getattr(value, "__code__", None)
+        if code is not None and path is not None and Path(code.co_filename) == path:
+            found.append(value)
+    return sorted(found, key=lambda f: f.__code__.co_firstlineno)
+
+
 def _class_source(cls: type) -> str:
     try:
         return inspect.getsource(cls)
-    except (OSError, TypeError):  # a class made by a decorator or in a REPL: the file decides
-        return f"{cls.__module__}.{cls.__qualname__}"
+    except (OSError, TypeError):  # built by a decorator: the functions it was made from
+        parts = []
+        for fn in _user_functions(cls):
+            try:
+                parts.append(inspect.getsource(fn))
+            except (OSError, TypeError):
+                parts.append(fn.__qualname__)
+        return "\n".join(parts) or f"{cls.__module__}.{cls.__qualname__}"
 
 
 def node_code_version(node: WorkflowNode) -> str:
@@ -54,7 +71,8 @@ def _class_line(cls: type) -> int:
     try:
         return inspect.getsourcelines(cls)[1]
     except (OSError, TypeError):
-        return 1
+        functions = _user_functions(cls)
+        return functions[0].__code__.co_firstlineno if functions else 1
 
 
 def _node_line(workflow: Workflow, node: WorkflowNode) -> int:
