@@ -147,7 +147,7 @@ def _terminal(day: str, home: Path) -> float:
 
 
 def _row(name: str, values: List[float]) -> str:
-    return (f"| {name:<28} | {statistics.median(values):8.2f} | {min(values):6.2f} "
+    return (f"| {name:<34} | {statistics.median(values):8.2f} | {min(values):6.2f} "
             f"| {max(values):6.2f} |")
 
 
@@ -183,13 +183,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     load = os.getloadavg()[0]
     print(f"\nnightly_shapes {args.day}, {args.runs} runs each, load average {load:.1f}, "
           f"{os.cpu_count()} CPUs")
-    print("| how                          | median s |  min s |  max s |")
-    print("| ---------------------------- | -------- | ------ | ------ |")
+    print(f"| {'how':<34} | median s |  min s |  max s |")
+    print(f"| {'-' * 34} | -------- | ------ | ------ |")
     print(_row("terminal (materialize)", terminal))
     for m in modes:
         print(_row(f"UI launchRun [{m}]", [v["total"] for v in ui[m]]))
-        print(_row(f"  of which queued [{m}]", [v["queued"] for v in ui[m]]))
-        print(_row(f"  of which running [{m}]", [v["running"] for v in ui[m]]))
+        print(_row(f"  launch to start [{m}]", [v["queued"] for v in ui[m]]))
+        print(_row(f"  start to end [{m}]", [v["running"] for v in ui[m]]))
     base = statistics.median(terminal)
     for m in modes:
         ratio = statistics.median(v["total"] for v in ui[m]) / base
