@@ -151,4 +151,4 @@ def test_component_yaml_checks(tmp_path):
     assert key in keys
     spec = next(s for a in defs.assets if isinstance(a, dg.AssetsDefinition)
                 for s in a.check_specs if s.key == key)
-    assert spec.blocking
+    assert not spec.blocking  # the demo warns (tests train its model briefly); blocking: see above
