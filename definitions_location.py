@@ -1,4 +1,4 @@
-"""The code location as `dg` loads it: ``dg check defs``, ``dg list defs``, ``dg dev``, ``dg launch``.
+"""The code location as `dg` loads it (``dg check defs``, ``list defs``, ``dev``, ``launch``).
 
 ``dg`` points a ``python_module`` at a module that holds a ``Definitions``
 (``[tool.dg.project] code_location_target_module`` in pyproject.toml); this one autoloads the

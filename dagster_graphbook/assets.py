@@ -4,7 +4,7 @@ one resource per resource node, one job selecting all of the workflow's assets."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import dagster as dg
 
@@ -97,13 +97,14 @@ def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTransl
 
 def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator, resource_keys: Dict[str, str], step_name: str,
                 partitions_def: Any, retry_policy: Any, op_tags: Dict[str, Any], external_deps: List[dg.AssetKey],
-                checks: List[StepCheck] = ()) -> dg.AssetsDefinition:
+                checks: Sequence[StepCheck] = ()) -> dg.AssetsDefinition:
     output_names = {pin: safe_name(pin) for pin in node.outputs}
     label = f"workflow '{workflow.name}', step '{step_name}' (node {node.id})"
     bound = []
     for check in checks:
         pin = check.pin or node.outputs[0]
-        bound.append(BoundCheck(check, translator.get_asset_spec(workflow, node, pin).key, pin, label))
+        key = translator.get_asset_spec(workflow, node, pin).key
+        bound.append(BoundCheck(check, key, pin, label))
     outs = {output_names[pin]: dg.AssetOut.from_spec(translator.get_asset_spec(workflow, node, pin), io_manager_key=NOTES_IO_MANAGER_KEY) for pin in node.outputs}
     ins: Dict[str, dg.AssetIn] = {}
     for src_id, pin in node.inputs:
@@ -132,7 +133,8 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
         check_specs=[b.spec(partitions_def) for b in bound] or None,
     )
     def _step(context, **inputs):  # no annotation: `from __future__ import annotations` would turn it into a string
-        yield from with_checks(execute_step(context, plan, inputs), bound, {v: k for k, v in output_names.items()})
+        pin_of = {v: k for k, v in output_names.items()}
+        yield from with_checks(execute_step(context, plan, inputs), bound, pin_of)
 
     return _step
 

@@ -98,7 +98,9 @@ class BoundCheck:
             known = ", ".join(sorted(k for k, v in figures.items() if _is_number(v)))
             description = (f"{self.label}: the step reported no numeric {c.metric!r} "
                            f"(its figures: {known or 'none'})")
-        severity = dg.AssetCheckSeverity.ERROR if c.severity == "blocking" else dg.AssetCheckSeverity.WARN
+        severity = dg.AssetCheckSeverity.ERROR
+        if c.severity == "warn":
+            severity = dg.AssetCheckSeverity.WARN
         return dg.AssetCheckResult(
             asset_key=self.asset_key, check_name=c.check_name, passed=passed, severity=severity,
             metadata=meta, description=description,

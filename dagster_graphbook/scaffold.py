@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from .workflow import workflow_name
 
-STARTER_NODES = '''"""Starter nodes of this workflow: edit them, or add your own (Graphbook user code)."""
+STARTER_NODES = '''"""Starter nodes of this workflow: edit them or add your own (Graphbook code)."""
 from graphbook import param, source, step
 
 

@@ -91,11 +91,13 @@ def test_blocking_check_failure_stops_downstream(checked, dagster_home):
     assert "workflow 'checked', step 'Score'" in evaluation.description
     assert "accuracy = 0.5, expected accuracy >= 0.9" in evaluation.description
     assert not marker.exists()  # After never ran
-    skipped = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_SKIPPED}
-    failed = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE}
+    def steps(kind):
+        return {e.step_key for e in result.all_events if e.event_type == kind}
+
+    skipped = steps(dg.DagsterEventType.STEP_SKIPPED)
+    failed = steps(dg.DagsterEventType.STEP_FAILURE)
     assert failed == {"checked__Score"}
-    assert "checked__After" not in {e.step_key for e in result.all_events
-                                    if e.event_type == dg.DagsterEventType.STEP_START}
+    assert "checked__After" not in steps(dg.DagsterEventType.STEP_START)
     assert skipped <= {"checked__After"}
     # the step's notes were still stored and materialized: the check judges them
     mats = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}

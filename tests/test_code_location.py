@@ -158,7 +158,8 @@ def test_reload_code_location(webserver):
 
 def _step_pids(home, run_id: str) -> dict:
     instance = dg.DagsterInstance.from_config(str(home))
-    return {r.step_key: r.dagster_event.pid for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)}
+    starts = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+    return {r.step_key: r.dagster_event.pid for r in starts}
 
 
 def test_launchpad_runs_in_one_process_unless_the_run_picks_multiprocess(webserver):
@@ -168,7 +169,8 @@ def test_launchpad_runs_in_one_process_unless_the_run_picks_multiprocess(webserv
     pids = _step_pids(webserver.home, one)
     assert len(pids) == 5 and len(set(pids.values())) == 1  # every step in the run worker
 
-    per_step = webserver.launch("sample", {**ops, "execution": {"config": {"multiprocess": {"max_concurrent": 2}}}})
+    multiprocess = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
+    per_step = webserver.launch("sample", {**ops, **multiprocess})
     webserver.expect_success(per_step)
     pids = _step_pids(webserver.home, per_step)
     assert len(pids) == 5 and len(set(pids.values())) == 5  # one process per step

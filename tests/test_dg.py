@@ -107,7 +107,8 @@ def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, hom
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
         assert [(r.job_name, r.status) for r in runs] == [("my_flow", dg.DagsterRunStatus.SUCCESS)]
-        events = instance.all_logs(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        kind = dg.DagsterEventType.ASSET_MATERIALIZATION
+        events = instance.all_logs(runs[0].run_id, of_type=kind)
         notes = {e.asset_materialization.asset_key.to_user_string():
                  e.asset_materialization.metadata["notes"].value for e in events}
     assert notes == {"my_flow/Numbers": 10, "my_flow/Double": 10}
