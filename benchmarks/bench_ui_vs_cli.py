@@ -44,6 +44,9 @@ MODES = {
     "default": {},
     "in_process": {"execution": {"config": {"in_process": {}}}},
     "multiprocess": {"execution": {"config": {"multiprocess": {}}}},
+    # one process per step, forked from a server that imported these once
+    "forkserver": {"execution": {"config": {"multiprocess": {"start_method": {"forkserver": {
+        "preload_modules": ["torch", "dagster_graphbook", "definitions"]}}}}}},
 }
 
 
