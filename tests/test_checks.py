@@ -8,8 +8,7 @@ import dagster as dg
 import pytest
 
 from conftest import edge, step_node, write_nodes, write_workflow
-from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
-from dagster_graphbook import StepCheck
+from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
 from dagster_graphbook.workflow import WorkflowError
 
 NODES = """
