@@ -19,6 +19,8 @@ from .registry import NodeRegistry
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, load_workflow
 from .runner import run_workflow
+from .checks import StepCheck
+from .executor import graphbook_executor
 
 __version__ = "0.1.0"
 
@@ -28,3 +30,4 @@ __all__ = [
     "Step", "StepOutput", "Workflow", "WorkflowError", "atomic_path", "batch", "build_definitions", "daily_partitions", "event", "load_workflow", "log",
     "output", "param", "prompt", "prompts", "resource", "resources", "run_workflow", "source", "step", "steps", "utils",
 ]
+__all__ += ["StepCheck", "graphbook_executor"]  # issue 14: asset checks, the jobs' executor

@@ -4,11 +4,12 @@ one resource per resource node, one job selecting all of the workflow's assets."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import dagster as dg
 
 from . import params as ptypes
+from .checks import BoundCheck, StepCheck, with_checks
 from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
 from .io import NOTES_IO_MANAGER_KEY
 from .streaming.advice import warn_heavy_outputs
@@ -82,7 +83,8 @@ class WorkflowDefs:
 def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTranslator] = None, *, partitions_def: Optional[dg.PartitionsDefinition] = None,
                         retry_policy: Optional[dg.RetryPolicy] = None, op_tags: Optional[Dict[str, Any]] = None, job_tags: Optional[Dict[str, str]] = None,
                         external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None, executor_def: Optional[dg.ExecutorDefinition] = None,
-                        streaming: bool = False) -> WorkflowDefs:
+                        streaming: bool = False,
+                        checks: Optional[Dict[str, List[StepCheck]]] = None) -> WorkflowDefs:
     """Translate one validated workflow (``streaming``: all steps as one streaming op)."""
     translator = translator or GraphbookTranslator()
     resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
@@ -92,6 +94,10 @@ def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTransl
     if streaming:
         from .streaming.segment import segment_asset
 
+        if checks:
+            raise WorkflowError(workflow.source, [
+                "asset checks are not supported on a streaming workflow yet; "
+                "drop streaming or the checks"])
         parts = {
             n.id: _plan_and_config(workflow, n, translator, resource_keys, step_names[n.id], {})
             for n in workflow.steps()
@@ -104,7 +110,8 @@ def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTransl
         )
         assets, keys = [asset], list(asset.keys)
     for node in workflow.steps() if not streaming else ():
-        asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []))
+        asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []),
+                            (checks or {}).get(node.id, []))
         assets.append(asset)
         keys += list(asset.keys)
     job = dg.define_asset_job(translator.get_job_name(workflow), selection=dg.AssetSelection.assets(*keys), description=translator.get_job_description(workflow), tags=job_tags,
@@ -113,8 +120,15 @@ def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTransl
 
 
 def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator, resource_keys: Dict[str, str], step_name: str,
-                partitions_def: Any, retry_policy: Any, op_tags: Dict[str, Any], external_deps: List[dg.AssetKey]) -> dg.AssetsDefinition:
+                partitions_def: Any, retry_policy: Any, op_tags: Dict[str, Any], external_deps: List[dg.AssetKey],
+                checks: Sequence[StepCheck] = ()) -> dg.AssetsDefinition:
     output_names = {pin: safe_name(pin) for pin in node.outputs}
+    label = f"workflow '{workflow.name}', step '{step_name}' (node {node.id})"
+    bound = []
+    for check in checks:
+        pin = check.pin or node.outputs[0]
+        key = translator.get_asset_spec(workflow, node, pin).key
+        bound.append(BoundCheck(check, key, pin, label))
     outs = {output_names[pin]: dg.AssetOut.from_spec(translator.get_asset_spec(workflow, node, pin), io_manager_key=NOTES_IO_MANAGER_KEY) for pin in node.outputs}
     ins: Dict[str, dg.AssetIn] = {}
     for src_id, pin in node.inputs:
@@ -134,9 +148,12 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
         retry_policy=retry_policy,
         description=translator.get_description(workflow, node),
         can_subset=False,
+        check_specs=[b.spec(partitions_def) for b in bound] or None,
     )
     def _step(context, **inputs):  # no annotation: `from __future__ import annotations` would turn it into a string
-        yield from warn_heavy_outputs(context, plan.label, execute_step(context, plan, inputs))
+        pin_of = {v: k for k, v in output_names.items()}
+        steps = warn_heavy_outputs(context, plan.label, execute_step(context, plan, inputs))
+        yield from with_checks(steps, bound, pin_of)
 
     return _step
 

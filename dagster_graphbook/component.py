@@ -22,12 +22,19 @@ the same definitions as ``build_definitions([GraphbookWorkflow(...)])`` in Pytho
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 import dagster as dg
 
+from .checks import StepCheck
 from .definitions import GraphbookWorkflow, build_definitions
+from .scaffold import GraphbookWorkflowScaffolder
 from .schedules import FolderSensor, daily_partitions
+
+
+def _doc(description: str, *examples: Any) -> dg.Resolver:
+    """A field's description and examples for ``dg`` and editors (the YAML schema)."""
+    return dg.Resolver.default(description=description, examples=list(examples) or None)
 
 
 class DailyPartitions(dg.Model, dg.Resolvable):
@@ -38,26 +45,57 @@ class DailyPartitions(dg.Model, dg.Resolvable):
     timezone: Optional[str] = None
 
 
+@dg.scaffold_with(GraphbookWorkflowScaffolder)
 class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     """A Graphbook workflow file (editor JSON, or a ``.py`` defining a ``Graph``) as a Dagster job,
     its steps' assets, and optionally daily partitions, a schedule and a folder sensor."""
 
-    workflow: str
-    custom_nodes: List[str] = []
-    name: Optional[str] = None
-    partitions: Optional[DailyPartitions] = None
-    cron_schedule: Optional[str] = None
-    schedule_hour: Optional[int] = None
-    sensor_folder: Optional[str] = None
-    sensor_asset: Optional[str] = None  # asset key ("a/b") that each new folder materializes
-    external_deps: Dict[str, List[str]] = {}  # step name or node id -> upstream asset keys ("a/b")
-    op_tags: Dict[str, Any] = {}
-    job_tags: Dict[str, str] = {}
-    overridable_functions: List[str] = []
-    executor: Optional[Literal["in_process", "multiprocess"]] = None
-    notes_dir: Optional[str] = None
-    streaming: bool = False  # all steps as one streaming op (README "Streaming")
-    gpus: Optional[Union[int, Dict[str, int]]] = None  # GPUs per batch step, or per named step
+    workflow: Annotated[str, _doc(
+        "workflow file (Graphbook editor JSON, or a .py defining a Graph), relative to this file",
+        "../../workflows/nightly_shapes.json", "workflow.json")]
+    custom_nodes: Annotated[List[str], _doc(
+        "folders (or .py files) of the workflow's step and resource classes",
+        ["../../custom_nodes/nightly"], ["nodes.py"])] = []
+    name: Annotated[Optional[str], _doc(
+        "job and asset group name (default: the workflow file's stem in snake_case)",
+        "nightly_shapes")] = None
+    partitions: Annotated[Optional[DailyPartitions], _doc(
+        "daily partitions keyed YYYY-MM-DD; steps read the day as {partition_key}",
+        {"start_date": "2025-01-01"})] = None
+    cron_schedule: Annotated[Optional[str], _doc(
+        "schedule <job>_schedule (UTC); partitioned: each tick runs the latest partition",
+        "30 6 * * 1-5")] = None
+    schedule_hour: Annotated[Optional[int], _doc(
+        "schedule <job>_nightly at this hour (UTC), running the previous day", 2)] = None
+    sensor_folder: Annotated[Optional[str], _doc(
+        "sensor <job>_new_folder: one run per new YYYY-MM-DD folder in this folder",
+        "../../data/incoming")] = None
+    sensor_asset: Annotated[Optional[str], _doc(
+        "asset key (a/b) that the sensor records a materialization of for each new folder",
+        "nightly_shapes/incoming")] = None
+    external_deps: Annotated[Dict[str, List[str]], _doc(
+        "step name or node id -> upstream asset keys (a/b) outside the workflow, for lineage",
+        {"IncomingImages": ["nightly_shapes/incoming"]})] = {}
+    op_tags: Annotated[Dict[str, Any], _doc(
+        "tags on every step's op (executors read them, e.g. dagster-k8s/config)",
+        {"team": "vision"})] = {}
+    job_tags: Annotated[Dict[str, str], _doc("tags on the job and its runs", {"owner": "ml"})] = {}
+    overridable_functions: Annotated[List[str], _doc(
+        "function parameters whose code run config may replace", ["load_fn"])] = []
+    executor: Annotated[Optional[Literal["in_process", "multiprocess"]], _doc(
+        "default: in one process unless a run's execution config picks multiprocess; "
+        "multiprocess: one process per step by default", "multiprocess")] = None
+    notes_dir: Annotated[Optional[str], _doc(
+        "where steps' notes are stored (any fsspec URL; default: the instance's storage)",
+        "s3://bucket/notes")] = None
+    checks: Annotated[List[StepCheck], _doc(
+        "asset checks on steps' figures, evaluated on each run's own partition",
+        [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}])] = []
+    streaming: Annotated[bool, _doc(
+        "run all steps as one op streaming notes step to step (README: Streaming)", True)] = False
+    gpus: Annotated[Optional[Union[int, Dict[str, int]]], _doc(
+        "GPUs each batch step requests (op tags for k8s, Ray, Dask), or {step: N}",
+        1, {"ClassifyShapes": 1})] = None
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -83,6 +121,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             executor=self.executor,
             streaming=self.streaming,
             gpus=self.gpus,
+            checks=list(self.checks),
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -11,6 +11,8 @@ import dagster as dg
 
 from .assets import WorkflowDefs, build_workflow_defs
 from .authoring.graph import Graph
+from .checks import StepCheck, bind_checks
+from .executor import resolve_executor
 from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
 from .registry import NodeRegistry
 from .translator import GraphbookTranslator
@@ -44,7 +46,10 @@ class GraphbookWorkflow:
     overridable_functions: Sequence[str] = ()
     external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
-    executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
+    # None: graphbook_executor (in one process unless a run's config picks multiprocess);
+    # "in_process" | "multiprocess" (one process per step) | an ExecutorDefinition (k8s, ray, ...)
+    executor: Union[None, str, dg.ExecutorDefinition] = None
+    checks: Sequence[StepCheck] = ()  # asset checks on steps' figures (dagster_graphbook.checks)
     streaming: bool = False  # all steps as one op passing notes step to step (README "Streaming")
     # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
     gpus: Any = None
@@ -79,14 +84,18 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
         if node_id is None:
             raise WorkflowError(workflow.source, [f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"])
         deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
-    executor_def = None
-    if spec.executor is not None:
-        executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
-        if spec.executor not in executors:
-            raise WorkflowError(workflow.source, [f"executor must be one of {', '.join(executors)}, got {spec.executor!r}"])
-        executor_def = executors[spec.executor]
+    try:
+        executor_def = resolve_executor(spec.executor)
+    except ValueError as exc:
+        raise WorkflowError(workflow.source, [str(exc)]) from exc
+    refs = {n.id: (names[n.id], n.id, n.name) for n in workflow.steps()}
+    pins = {n.id: n.outputs for n in workflow.steps()}
+    try:
+        checks = bind_checks(spec.checks, refs, pins, workflow.name)
+    except ValueError as exc:
+        raise WorkflowError(workflow.source, [str(exc)]) from exc
     return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
-                               external_deps=deps, executor_def=executor_def,
+                               external_deps=deps, executor_def=executor_def, checks=checks,
                                streaming=spec.streaming)
 
 

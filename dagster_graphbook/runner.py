@@ -156,6 +156,7 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
         recon = dg.build_reconstructable_job("dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args)
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
+        config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
         result = dg.execute_job(recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False)
     else:
         raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")

@@ -14,6 +14,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import dagster as dg
 
+from .code_version import node_code_references, node_code_version
 from .workflow import Workflow, WorkflowNode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
@@ -102,6 +103,17 @@ class GraphbookTranslator:
             description=self.get_description(workflow, node),
             group_name=self.get_group_name(workflow),
             kinds=self.get_kinds(workflow, node),
-            metadata=self.get_metadata(workflow, node, pin),
+            metadata={**self.get_metadata(workflow, node, pin),
+                      "dagster/code_references": self.get_code_references(workflow, node)},
             tags=self.get_tags(workflow, node),
+            code_version=self.get_code_version(workflow, node),
         )
+
+    def get_code_version(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
+        """Changes when the step's class, its file or the node's parameter values change, so the
+        UI shows "Unsynced" on assets materialized by older code (``None``: no versioning)."""
+        return node_code_version(node)
+
+    def get_code_references(self, workflow: Workflow, node: WorkflowNode) -> Any:
+        """``dagster/code_references``: the step class's file and line, the workflow file's node."""
+        return node_code_references(workflow, node)

@@ -19,11 +19,6 @@ def job(
     partitioned: bool,
 ) -> dg.JobDefinition:
     """The workflow's job on ``executor`` (``dask`` or ``ray``) at ``address``."""
-    partitions = daily_partitions("2026-01-01") if partitioned else None
-    defs = build_definitions(
-        [GraphbookWorkflow(workflow, custom_nodes=list(custom_nodes), partitions_def=partitions)],
-        notes_dir=notes_dir,
-    )
     if executor == "dask":
         from dagster_graphbook.dask_executor import dask_executor
 
@@ -36,5 +31,9 @@ def job(
         executor_def = ray_executor.configured(
             {"ray": {"address": address, "env_vars": [f"PYTHONPATH={here}"]}}
         )
-    defs = dg.Definitions.merge(defs, dg.Definitions(executor=executor_def))
+    partitions = daily_partitions("2026-01-01") if partitioned else None
+    spec = GraphbookWorkflow(
+        workflow, custom_nodes=list(custom_nodes), partitions_def=partitions, executor=executor_def
+    )
+    defs = build_definitions([spec], notes_dir=notes_dir)
     return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]

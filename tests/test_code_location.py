@@ -38,7 +38,7 @@ def test_workspace_lists_every_workflow_as_a_job(webserver):
 
 
 def test_launch_from_graphql_with_edited_parameters_succeeds(webserver):
-    """What the launchpad does: launchRun with edited step parameters (default multiprocess executor)."""
+    """What the launchpad does: launchRun with edited step parameters (graphbook_executor, in process)."""
     run_config = {"ops": {"sample__GenerateNumbers": {"config": {"amount": 12, "seed": 3}}, "sample__Transform": {"config": {"scale": 0.0, "shift": 20.0}}}}
     run_id = webserver.launch("sample", run_config)
     webserver.expect_success(run_id)
@@ -150,3 +150,27 @@ def test_reload_code_location(webserver):
     result = data["reloadRepositoryLocation"]
     assert result["__typename"] == "WorkspaceLocationEntry"
     assert result["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+
+
+# ---------------------------------------------------------------------------------------------
+# The executor of workflow jobs (issue 14.1): one process unless the run asks for one per step
+
+
+def _step_pids(home, run_id: str) -> dict:
+    instance = dg.DagsterInstance.from_config(str(home))
+    starts = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+    return {r.step_key: r.dagster_event.pid for r in starts}
+
+
+def test_launchpad_runs_in_one_process_unless_the_run_picks_multiprocess(webserver):
+    ops = {"ops": {"sample__GenerateNumbers": {"config": {"amount": 6}}}}
+    one = webserver.launch("sample", ops)
+    webserver.expect_success(one)
+    pids = _step_pids(webserver.home, one)
+    assert len(pids) == 5 and len(set(pids.values())) == 1  # every step in the run worker
+
+    multiprocess = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
+    per_step = webserver.launch("sample", {**ops, **multiprocess})
+    webserver.expect_success(per_step)
+    pids = _step_pids(webserver.home, per_step)
+    assert len(pids) == 5 and len(set(pids.values())) == 5  # one process per step

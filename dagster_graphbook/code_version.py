@@ -1,0 +1,105 @@
+"""Code versions and code references of a workflow node's assets.
+
+Dagster marks an asset "Unsynced" when its definition's ``code_version`` differs from the one its
+latest materialization recorded. A node's version is a hash of what decides its output: the
+step class's source, the file that defines it (helpers the step calls usually live there too),
+and the parameter values the workflow sets. Code references point the UI at the class's file
+and line and at the node in the workflow file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any, List, Optional
+
+import dagster as dg
+
+from .workflow import Workflow, WorkflowNode
+
+
+def _source_file(cls: type) -> Optional[Path]:
+    try:
+        name = inspect.getsourcefile(cls)
+    except TypeError:  # built-in or generated without a file
+        return None
+    return Path(name) if name and Path(name).is_file() else None
+
+
+def _user_functions(cls: type) -> List[Any]:
+    """The functions a decorated step was made from (Graphbook's ``@step`` builds the class)."""
+    path = _source_file(cls)
+    found = []
+    for value in vars(cls).values():
+        code = getattr(value, "__code__", None)
+        if code is not None and path is not None and Path(code.co_filename) == path:
+            found.append(value)
+    return sorted(found, key=lambda f: f.__code__.co_firstlineno)
+
+
+def _class_source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):  # built by a decorator: the functions it was made from
+        parts = []
+        for fn in _user_functions(cls):
+            try:
+                parts.append(inspect.getsource(fn))
+            except (OSError, TypeError):
+                parts.append(fn.__qualname__)
+        return "\n".join(parts) or f"{cls.__module__}.{cls.__qualname__}"
+
+
+def node_code_version(node: WorkflowNode) -> str:
+    """A short hash of the class source, its module file and the node's parameter values."""
+    digest = hashlib.sha256()
+    digest.update(_class_source(node.cls).encode())
+    path = _source_file(node.cls)
+    if path is not None:
+        digest.update(path.read_bytes())
+    values = json.dumps(node.values, sort_keys=True, default=repr)
+    digest.update(values.encode())
+    digest.update(json.dumps(sorted(node.resource_params.items())).encode())
+    return digest.hexdigest()[:16]
+
+
+def _class_line(cls: type) -> int:
+    try:
+        return inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        functions = _user_functions(cls)
+        return functions[0].__code__.co_firstlineno if functions else 1
+
+
+def _node_line(workflow: Workflow, node: WorkflowNode) -> int:
+    """The line of the node's ``"id"`` in a JSON workflow (1 when not found)."""
+    if workflow.path is None or workflow.path.suffix != ".json":
+        return 1
+    text = workflow.path.read_text(encoding="utf-8")
+    match = re.search(r'"id"\s*:\s*"?' + re.escape(node.id) + r'"?\s*[,}\n]', text)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
+def node_code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReferencesMetadataValue:
+    """References to the step class (file and line) and to the node in the workflow file."""
+    with warnings.catch_warnings():  # beta in Dagster 1.13; the UI shows them all the same
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return _code_references(workflow, node)
+
+
+def _code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReferencesMetadataValue:
+    refs: List[Any] = []
+    path = _source_file(node.cls)
+    if path is not None:
+        refs.append(dg.LocalFileCodeReference(
+            file_path=str(path.resolve()), line_number=_class_line(node.cls),
+            label=f"{node.name} (step class)"))
+    if workflow.path is not None:
+        refs.append(dg.LocalFileCodeReference(
+            file_path=str(workflow.path.resolve()), line_number=_node_line(workflow, node),
+            label=f"{workflow.path.name}: node {node.id}"))
+    return dg.CodeReferencesMetadataValue(code_references=refs)

@@ -1,0 +1,125 @@
+"""``dg`` (dagster-dg-cli) on this repository and on a new project, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from conftest import REPO
+
+DG = Path(sys.executable).parent / "dg"
+
+
+def _dg(args: List[str], cwd: Path, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VIRTUAL_ENV": sys.prefix, "DAGSTER_HOME": str(home),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run([str(DG), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, f"dg {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "dagster_home"
+    path.mkdir()
+    (path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return path
+
+
+def test_dg_check_and_list_defs_in_the_repository(home):
+    checked = _dg(["check", "defs"], REPO, home)
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+    listed = json.loads(_dg(["list", "defs", "--json"], REPO, home).stdout)
+    jobs = {j["name"] for j in listed["jobs"]}
+    assert {"nightly_shapes", "sample", "word_split"} <= jobs
+    checks = {c["key"] for c in listed["asset_checks"]}
+    assert "nightly_shapes/ClassifyShapes:accuracy_min_0_9" in checks
+    assets = {a["asset_key"]: a for a in listed["assets"]}
+    assert assets["nightly_shapes/ClassifyShapes"]["source"].startswith(
+        "custom_nodes/nightly/nightly_nodes.py:")
+
+
+PROJECT_DEFINITIONS = '''
+from pathlib import Path
+
+import dagster as dg
+
+
+@dg.definitions
+def defs():
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A new dg project (what ``create-dagster project`` lays out), with no definitions yet."""
+    root = tmp_path / "proj"
+    (root / "proj_pkg" / "defs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(textwrap.dedent("""\
+        [project]
+        name = "proj"
+        version = "0.0.0"
+
+        [tool.dg]
+        directory_type = "project"
+
+        [tool.dg.project]
+        root_module = "proj_pkg"
+        """))
+    (root / "proj_pkg" / "__init__.py").write_text("")
+    (root / "proj_pkg" / "defs" / "__init__.py").write_text("")
+    (root / "proj_pkg" / "definitions.py").write_text(PROJECT_DEFINITIONS)
+    return root
+
+
+def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, home):
+    comp = "dagster_graphbook.GraphbookWorkflowComponent"
+    _dg(["scaffold", "defs", comp, "my_flow"], project, home)
+    folder = project / "proj_pkg" / "defs" / "my_flow"
+    assert sorted(p.name for p in folder.iterdir()) == ["defs.yaml", "nodes.py", "workflow.json"]
+
+    sample = {"workflow": str(REPO / "workflows" / "sample.json"),
+              "custom_nodes": [str(REPO / "custom_nodes" / "sample")]}
+    _dg(["scaffold", "defs", comp, "sample_copy", "--json-params", json.dumps(sample)],
+        project, home)
+    copied = project / "proj_pkg" / "defs" / "sample_copy"
+    assert [p.name for p in copied.iterdir()] == ["defs.yaml"]
+    assert str(REPO / "workflows" / "sample.json") in (copied / "defs.yaml").read_text()
+
+    listed = json.loads(_dg(["list", "defs", "--json"], project, home).stdout)
+    assert {j["name"] for j in listed["jobs"]} == {"my_flow", "sample"}
+    assets = {a["asset_key"]: a for a in listed["assets"]}
+    assert assets["my_flow/Double"]["dependency_keys"] == ["my_flow/Numbers"]
+    assert assets["my_flow/Double"]["source"].startswith("proj_pkg/defs/my_flow/nodes.py:")
+
+    _dg(["launch", "--job", "my_flow"], project, home)
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = instance.get_runs()
+        assert [(r.job_name, r.status) for r in runs] == [("my_flow", dg.DagsterRunStatus.SUCCESS)]
+        kind = dg.DagsterEventType.ASSET_MATERIALIZATION
+        events = instance.all_logs(runs[0].run_id, of_type=kind)
+        notes = {e.asset_materialization.asset_key.to_user_string():
+                 e.asset_materialization.metadata["notes"].value for e in events}
+    assert notes == {"my_flow/Numbers": 10, "my_flow/Double": 10}
+
+
+def test_component_fields_carry_descriptions_and_examples():
+    from dagster_graphbook import GraphbookWorkflowComponent
+
+    schema = GraphbookWorkflowComponent.get_model_cls().model_json_schema()
+    props = schema["properties"]
+    missing = [name for name, p in props.items() if not p.get("description")]
+    assert not missing, f"component fields without a description: {missing}"
+    assert props["workflow"]["examples"] == ["../../workflows/nightly_shapes.json", "workflow.json"]
+    assert props["checks"]["examples"][0][0]["metric"] == "accuracy"
