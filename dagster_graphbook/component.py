@@ -54,7 +54,8 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     job_tags: Dict[str, str] = {}
     overridable_functions: List[str] = []
     executor: Optional[Literal["in_process", "multiprocess"]] = None
-    notes_dir: Optional[str] = None
+    notes_dir: Optional[str] = None  # relative to this file's folder; several components may share one
+    notes_keep: Optional[int] = None
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -78,7 +79,9 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             external_deps={step: [dg.AssetKey.from_user_string(k) for k in keys] for step, keys in self.external_deps.items()},
             sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset) if self.sensor_folder else None,
             executor=self.executor,
+            notes_dir=str(path(self.notes_dir)) if self.notes_dir and "://" not in self.notes_dir else self.notes_dir,
+            notes_keep=self.notes_keep,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return build_definitions([self.workflow_spec(Path(context.path))], notes_dir=self.notes_dir)
+        return build_definitions([self.workflow_spec(Path(context.path))])

@@ -11,7 +11,7 @@ import dagster as dg
 
 from .assets import WorkflowDefs, build_workflow_defs
 from .authoring.graph import Graph
-from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
+from .io import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
 from .registry import NodeRegistry
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, load_workflow
@@ -19,9 +19,10 @@ from .workflow import Workflow, WorkflowError, load_workflow
 logger = logging.getLogger("dagster_graphbook")
 
 WorkflowSource = Union[str, Path, Graph, Workflow]
-# One object for the default store: Dagster merges Definitions (Python modules and YAML components
-# of one code location) only when a resource key maps to the very same object.
-_DEFAULT_NOTES_IO = NotesIOManager()
+# One IO manager object for every workflow: Dagster merges Definitions (Python modules and YAML
+# components of one code location) only when a resource key maps to the very same object. Each
+# workflow's own notes_dir travels in its assets' definition metadata instead (see io.py).
+_NOTES_IO = notes_io_manager
 
 
 @dataclass
@@ -45,6 +46,8 @@ class GraphbookWorkflow:
     external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
     executor: Optional[str] = None  # in_process (one process: no per-step start-up, one model load) | multiprocess; default: Dagster's
+    notes_dir: Optional[str] = None  # where this workflow's notes go (default: build_definitions', else the instance's storage)
+    notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -77,19 +80,32 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
         if spec.executor not in executors:
             raise WorkflowError(workflow.source, [f"executor must be one of {', '.join(executors)}, got {spec.executor!r}"])
         executor_def = executors[spec.executor]
-    return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
+    defs = build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
                                external_deps=deps, executor_def=executor_def)
+    storage = notes_metadata(spec.notes_dir, spec.notes_keep)
+    if storage:
+        defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
+    return defs
+
+
+def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.AssetsDefinition:
+    """The asset with its storage settings in each output's definition metadata."""
+    return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
 
 
 def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,
-                      notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None) -> dg.Definitions:
-    """Dagster definitions for ``workflows`` (a workflow that is invalid raises, naming file and node)."""
+                      notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None,
+                      notes_keep: Optional[int] = None) -> dg.Definitions:
+    """Dagster definitions for ``workflows`` (a workflow that is invalid raises, naming file and node).
+
+    ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
+    """
     from .schedules import schedules_and_sensors
 
     translator = translator or GraphbookTranslator()
     assets: List[Any] = []
     jobs: List[Any] = []
-    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir) if notes_dir else _DEFAULT_NOTES_IO, **(extra_resources or {})}
+    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: _NOTES_IO, **(extra_resources or {})}
     schedules: List[Any] = []
     sensors: List[Any] = []
     external: List[dg.AssetSpec] = []
@@ -97,6 +113,10 @@ def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSourc
         spec = item if isinstance(item, GraphbookWorkflow) else GraphbookWorkflow(item, custom_nodes=custom_nodes)
         if not spec.custom_nodes and custom_nodes:
             spec.custom_nodes = custom_nodes
+        if spec.notes_dir is None and notes_dir is not None:
+            spec.notes_dir = notes_dir
+        if spec.notes_keep is None and notes_keep is not None:
+            spec.notes_keep = notes_keep
         defs = build_workflow(spec, translator)
         assets += defs.assets
         jobs.append(defs.job)

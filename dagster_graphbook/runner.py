@@ -15,7 +15,7 @@ from upath import UPath
 
 from .authoring.graph import Graph
 from .definitions import GraphbookWorkflow, build_workflow
-from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
+from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError
 
@@ -98,8 +98,9 @@ def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[
 
 
 def _definitions(spec: GraphbookWorkflow, notes_dir: Optional[str]) -> Tuple[dg.Definitions, Any]:
+    spec.notes_dir = notes_dir
     wdefs = build_workflow(spec)
-    defs = dg.Definitions(assets=wdefs.assets, jobs=[wdefs.job], resources={NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir), **wdefs.resources})
+    defs = dg.Definitions(assets=wdefs.assets, jobs=[wdefs.job], resources={NOTES_IO_MANAGER_KEY: notes_io_manager, **wdefs.resources})
     return defs, wdefs
 
 

@@ -53,9 +53,14 @@ class ItemDataset(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
+    call_timeout_s: Optional[float] = None  # runtime.call_timeout_s (see call_timeout.py)
+
     def __getitem__(self, i: int) -> Tuple[int, Any, Optional[str]]:
+        from .call_timeout import time_limit
+
         try:
-            return i, self.load_fn(self.items[i], **self.params), None
+            with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
+                return i, self.load_fn(self.items[i], **self.params), None
         except Exception:
             return i, None, traceback.format_exc()
 
