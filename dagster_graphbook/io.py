@@ -117,10 +117,12 @@ class NotesStore(dg.IOManager):
 
 
 def _instance(context: Any) -> Optional[dg.DagsterInstance]:
-    try:
-        return context.instance
-    except Exception:  # contexts built by hand in tests have none
-        return None
+    for get in (lambda: context.instance, lambda: context.step_context.instance):
+        try:
+            return get()
+        except Exception:  # OutputContext has no .instance; contexts built by hand have none
+            continue
+    return None
 
 
 def _run_id(context: dg.InputContext) -> str:
@@ -132,7 +134,7 @@ def _run_id(context: dg.InputContext) -> str:
 
 def _job_name(context: dg.OutputContext) -> Optional[str]:
     try:
-        return context.step_context.job_name
+        return context.job_name
     except Exception:
         return None
 
@@ -145,7 +147,7 @@ def _default_base(init_context: dg.InitResourceContext) -> str:
     return os.path.join(storage, "graphbook")
 
 
-@dg.io_manager(description="Graphbook notes: one immutable version per materialization, under "
+@dg.io_manager(config_schema={}, description="Graphbook notes: one immutable version per materialization, under "
                            "the code location's notes_dir or <instance storage>/graphbook")
 def notes_io_manager(init_context: dg.InitResourceContext) -> NotesStore:
     """No config on purpose: storage locations come from the code location or the instance."""

@@ -58,15 +58,32 @@ def test_kill_9_during_a_parquet_write_keeps_the_previous_table(tmp_path):
     assert pd.read_parquet(path).to_dict("records") == [{"value": 1, "name": "next"}]
 
 
-def test_a_failed_write_removes_its_temporary_file(tmp_path):
+def test_a_failed_write_removes_its_temporary_file(tmp_path, monkeypatch):
+    """Disk full in the middle of a table write: the previous table stays, no temporary file."""
+    path = tmp_path / "table.parquet"
+    write_table([{"value": -1}], UPath(str(path)))
+
+    def disk_full(self, f, **kw):
+        f.write(b"PAR1 partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        write_table([{"value": 1}], UPath(str(path)))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.parquet"]
+    assert pd.read_parquet(path).to_dict("records") == [{"value": -1}]
+
+
+def test_a_failed_notes_write_removes_its_temporary_file(tmp_path):
     path = UPath(str(tmp_path / "notes.pkl"))
     write_atomic(path, lambda f: f.write(b"previous"))
 
-    def disk_full(f):
+    def unpicklable(f):
         f.write(b"partial")
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise TypeError("cannot pickle '_thread.lock' object")
 
-    with pytest.raises(OSError, match="No space left"):
-        write_atomic(path, disk_full)
+    with pytest.raises(TypeError):
+        write_atomic(path, unpicklable)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.pkl"]
     assert (tmp_path / "notes.pkl").read_bytes() == b"previous"
