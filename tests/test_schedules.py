@@ -159,5 +159,5 @@ def test_partition_key_reaches_steps(tmp_path, wf_builders):
     assert result.success
     import pickle
 
-    notes = pickle.loads((tmp_path / "notes" / "days" / "DaySource" / "2026-02-03.pkl").read_bytes())
+    notes = pickle.loads((tmp_path / "notes" / "days" / "DaySource" / "2026-02-03" / f"{result.run_id}.pkl").read_bytes())
     assert notes == [{"path": "in/2026-02-03/x", "other": "set-2026-02-03", "key": "2026-02-03"}]
