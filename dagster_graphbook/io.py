@@ -97,7 +97,8 @@ class NotesStore(dg.IOManager):
         folder = versions.version_folder(self._base(upstream.definition_metadata if upstream else None), key, partition)
         instance = _instance(context)
         path = None
-        for run_id in versions.run_lineage(instance, _run_id(context)):
+        run_id = _run_id(context)
+        for run_id in versions.run_lineage(instance, run_id) if run_id else []:
             candidate = versions.notes_path(folder, run_id)
             if candidate.exists():
                 path = candidate  # the parent ran in this run (or in the run this one re-executes)
@@ -125,11 +126,12 @@ def _instance(context: Any) -> Optional[dg.DagsterInstance]:
     return None
 
 
-def _run_id(context: dg.InputContext) -> str:
-    step_context = getattr(context, "step_context", None)
-    if step_context is not None:
-        return step_context.run_id
-    return context.upstream_output.run_id if context.upstream_output else ""
+def _run_id(context: dg.InputContext) -> Optional[str]:
+    """The run loading the input; None outside a run (``Definitions.get_asset_value_loader``)."""
+    try:
+        return context.step_context.run_id
+    except Exception:
+        return None
 
 
 def _job_name(context: dg.OutputContext) -> Optional[str]:
