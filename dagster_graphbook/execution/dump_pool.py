@@ -113,5 +113,10 @@ class DumpPool:
                 for proc in list((getattr(self.executor, "_processes", None) or {}).values()):
                     if stuck and proc.is_alive():
                         proc.kill()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        if self.threads:
+            from .threads import shut_down_threads
+
+            shut_down_threads(self.executor, "graphbook-dump", grace_s=0 if abort else None)
+        else:
+            self.executor.shutdown(wait=True, cancel_futures=True)
         self.pending.clear()

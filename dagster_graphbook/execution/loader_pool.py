@@ -265,6 +265,12 @@ class ProcessLoader:
     def close(self) -> None:
         """Stop and join the workers now (not at garbage collection: a failed op may keep the iterator alive)."""
         shutdown = getattr(self._it, "_shutdown_workers", None)
+        if getattr(self._it, "_tasks_outstanding", 0):
+            # closed with batches still loading (the step failed or was interrupted): a worker stuck
+            # in load_fn would hold torch's shutdown for 5 s per worker; nothing it loads is needed
+            for worker in getattr(self._it, "_workers", None) or []:
+                if worker.is_alive():
+                    worker.terminate()
         if shutdown is not None:
             shutdown()
         self._it = None
@@ -326,7 +332,11 @@ class ThreadLoader:
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            # a load_fn stuck in C code (a read on a stalled mount) never returns: wait a little,
+            # then leave its thread behind rather than hang the step's end (see threads.py)
+            from .threads import shut_down_threads
+
+            shut_down_threads(self.pool, "graphbook-load")
             self.pool = None
         self.pending.clear()
 
