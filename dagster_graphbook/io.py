@@ -40,6 +40,18 @@ def pickle_notes(obj: Any, f: Any) -> None:
     pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _unpicklable(notes: Any) -> str:
+    """Which note and key cannot be pickled, as the start of an error message ('' if not found)."""
+    for index, note in enumerate(notes if isinstance(notes, list) else []):
+        for key, value in (note.items() if isinstance(note, dict) else [(None, note)]):
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                where = f"note {index}" + (f", key {key!r}" if key is not None else "")
+                return f"{where} ({type(value).__name__}) "
+    return ""
+
+
 def _partition(context: Any) -> Optional[str]:
     if not context.has_asset_partitions:
         return None
@@ -63,7 +75,10 @@ class NotesStore(dg.IOManager):
         partition = _partition(context)
         folder = versions.version_folder(self._base(context.definition_metadata), context.asset_key, partition)
         path = versions.notes_path(folder, context.run_id)
-        versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+        try:
+            versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+        except Exception as exc:
+            raise dg.Failure(f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: {type(exc).__name__}: {exc}") from exc
         meta: Dict[str, Any] = {
             "notes": dg.MetadataValue.int(len(obj)),
             "dagster/row_count": dg.MetadataValue.int(len(obj)),

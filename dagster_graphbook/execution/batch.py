@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
 from .device import contains_cuda, move, resolve_device
-from .errors import ItemError, StepFailure, short_repr
+from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .progress import Progress
 from .stall import StallWatchdog
 from .routing import Pins, StepResult
@@ -341,8 +341,8 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
         calls = _dump_calls(returned, len(indices), run.label)
     except StepFailure:
         raise
-    except Exception:
-        tb = traceback.format_exc()
+    except (Exception, SystemExit) as exc:
+        tb = traceback.format_exc() + exit_hint(exc, "on_item_batch")
         for i in indices:
             progress.add("failed")
             run.fail_item("on_item_batch", i, tb)  # raises under on_item_error=raise

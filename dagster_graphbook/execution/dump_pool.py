@@ -13,6 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .errors import exit_hint
 from .workers import init_worker, lower_priority
 
 _DUMP_FN: Optional[Callable[..., Any]] = None
@@ -49,8 +50,8 @@ def _call(args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None) -> Tup
     try:
         with time_limit(_CALL_TIMEOUT_S if fn is None else None, "dump_fn"):
             return None, _written((fn or _DUMP_FN)(*args))
-    except Exception:
-        return traceback.format_exc(), []
+    except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
+        return traceback.format_exc() + exit_hint(exc, "dump_fn"), []
 
 
 class DumpPool:

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
+from .errors import exit_hint
 from .workers import init_worker, lower_priority
 
 
@@ -61,8 +62,8 @@ class ItemDataset(Dataset):
         try:
             with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
                 return i, self.load_fn(self.items[i], **self.params), None
-        except Exception:
-            return i, None, traceback.format_exc()
+        except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
+            return i, None, traceback.format_exc() + exit_hint(exc, "load_fn")
 
 
 def _split(samples: List[Tuple[int, Any, Optional[str]]]) -> Tuple[List[int], List[Any], List[Tuple[int, str]]]:
