@@ -63,6 +63,7 @@ class HangDump(BatchStep):
 def hung_calls() -> None:
     print("\n1. hung call -> item error naming the item (process workers, on_item_error: skip)")
     print(f"{'call':<8} {'call_timeout_s':>14} {'seconds to error':>17} {'error names item':>17}")
+    run_batch_step(HangLoad(), [{"items": ["warm", "up"]}], BatchSettings(num_workers=2, device="cpu", stall_warning_s=0))  # torch import
     for cls, what in ((HangLoad, "load_fn"), (HangDump, "dump_fn")):
         for limit in (1.0, 5.0):
             notes = [{"items": ["a", "b", HANG, "c"]}]
