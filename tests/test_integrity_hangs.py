@@ -105,3 +105,39 @@ def test_too_many_skipped_items_fail_the_step():
     assert len(ok.errors) == 15  # without a limit the step reports success
     with pytest.raises(StepFailure, match=r"15 of 20 items \(75%\) were skipped.*max_skipped_fraction 0.5"):
         run_batch_step(Flaky(), [dict(n) for n in notes], BatchSettings(num_workers=0, device="cpu", on_item_error="skip", max_skipped_fraction=0.5))
+
+
+class OddLoad(BatchStep):
+    """``load_fn`` returns a 3x4 tensor, except None, a dict or another shape for some items."""
+
+    def __init__(self, batch_size=4, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.seen = []
+
+    @staticmethod
+    def load_fn(item):
+        import torch
+
+        odd = {"none.png": None, "dict.png": {"pixels": 1}, "big.png": torch.zeros(5, 5)}
+        return odd[item] if item in odd else torch.ones(3, 4)
+
+    def on_item_batch(self, outputs, items, notes):
+        import torch
+
+        self.seen += list(items)
+        torch.stack(list(outputs))  # what a model call does: fails on any odd value
+        return None
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_an_odd_load_fn_value_is_blamed_on_its_item_and_loses_only_it(worker_type):
+    notes = [{"items": ["a.png", "none.png", "b.png", "c.png"]}, {"items": ["d.png", "dict.png", "big.png", "e.png"]}]
+    step = OddLoad()
+    settings = BatchSettings(num_workers=2, worker_type=worker_type, device="cpu", on_item_error="skip", stall_warning_s=0)
+    result = run_batch_step(step, notes, settings, label="step 'Odd'")
+    assert sorted(e.item.strip("'") for e in result.errors) == ["big.png", "dict.png", "none.png"]
+    assert all(e.stage == "load_fn" for e in result.errors)
+    none_error = next(e for e in result.errors if "none.png" in e.item)
+    assert "load_fn returned NoneType None for this item" in none_error.headline() and "[3, 4]" in none_error.headline()
+    assert sorted(step.seen) == ["a.png", "b.png", "c.png", "d.png", "e.png"]  # every good item reached the model
+    assert [n[LOST_ITEMS_KEY] for n in result.outputs["out"]] == [[1], [1, 2]]

@@ -287,6 +287,8 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
                 run.fail_item("load_fn", index, tb)
                 run.waiting[run.owner[index]] -= 1
             indices = batch.indices
+            if has_load and batch.stacked is None and batch.values:
+                batch, indices = _drop_odd_values(run, batch, progress)
             if indices:
                 _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress)
             if dumps is not None:
@@ -327,6 +329,46 @@ def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
         shown = ", ".join(f"item {i} {short_repr(run.items[i], 60)}" for i in pending[:3])
         parts.append(f"{len(pending)} dump_fn call(s) pending: {shown}{', ...' if len(pending) > 3 else ''}")
     return "; ".join(parts)
+
+
+def _signature(value: Any) -> Optional[Tuple[Any, ...]]:
+    if type(value).__name__ == "Tensor":
+        return ("Tensor", tuple(value.shape), str(value.dtype))
+    return None
+
+
+def _describe(value: Any) -> str:
+    sig = _signature(value)
+    return f"a tensor of shape {list(sig[1])} ({sig[2]})" if sig else f"{type(value).__name__} {short_repr(value, 60)}"
+
+
+def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress) -> Tuple[Any, List[int]]:
+    """Items whose ``load_fn`` value does not match the rest of the batch (None, a dict, another
+    shape, where the others are same-shape tensors) fail on their own, named, so ``on_item_batch``
+    never fails the whole batch for them (the most common tensor shape is taken as the expected one).
+    """
+    sigs = [_signature(v) for v in batch.values]
+    counts: Dict[Any, int] = {}
+    for sig in sigs:
+        if sig is not None:
+            counts[sig] = counts.get(sig, 0) + 1
+    if not counts or (len(counts) == 1 and None not in sigs):
+        return batch, batch.indices
+    expected = max(counts, key=lambda k: counts[k])
+    keep = [pos for pos, sig in enumerate(sigs) if sig == expected]
+    for pos, sig in enumerate(sigs):
+        if sig != expected:
+            index = batch.indices[pos]
+            progress.add("failed")
+            run.fail_item("load_fn", index, f"load_fn returned {_describe(batch.values[pos])} for this item, while the other items "
+                                            f"of its batch returned {_describe_sig(expected)}\n")
+            run.waiting[run.owner[index]] -= 1
+    indices = [batch.indices[pos] for pos in keep]
+    return batch._replace(indices=indices, values=[batch.values[pos] for pos in keep]), indices
+
+
+def _describe_sig(sig: Tuple[Any, ...]) -> str:
+    return f"tensors of shape {list(sig[1])} ({sig[2]})"
 
 
 def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress) -> None:
