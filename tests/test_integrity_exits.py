@@ -38,6 +38,7 @@ def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
 
 
 NODES = '''
+import threading
 from graphbook.steps import SourceStep
 
 class Locky(SourceStep):
