@@ -67,6 +67,7 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
     """Load, validate and translate one workflow."""
     translator = translator or GraphbookTranslator()
     workflow = load(spec)
+    _check_depth(workflow)
     names = translator.step_names(workflow)
     deps = {}
     for ref, keys in spec.external_deps.items():
@@ -86,6 +87,23 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
     if storage:
         defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
     return defs
+
+
+# Dagster's asset job resolution recurses once per step of the longest dependency chain: a chain of
+# 2,000 steps failed with RecursionError (1,000 built). Refuse deeper workflows here, at validate time.
+MAX_CHAIN_DEPTH = 1000
+
+
+def _check_depth(workflow: Workflow) -> None:
+    """Refuse a workflow whose longest chain of steps Dagster cannot build, naming the chain's end."""
+    depth: Dict[str, int] = {}
+    for node in workflow.steps():  # topological order: parents first
+        depth[node.id] = 1 + max((depth.get(src, 0) for src, _ in node.inputs), default=0)
+    if depth and max(depth.values()) > MAX_CHAIN_DEPTH:
+        end = max(depth, key=lambda k: depth[k])
+        raise WorkflowError(workflow.source, [
+            f"the longest chain of steps is {depth[end]} steps deep (ending at node {end}); Dagster builds jobs up to "
+            f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows joined by external_deps, or merge steps"])
 
 
 def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.AssetsDefinition:

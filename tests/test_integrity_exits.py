@@ -58,3 +58,31 @@ def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path,
     assert not run.success
     assert "locky/Locky: note 1, key 'lock' (lock) cannot be stored" in run.failure
     assert not [p for p in (tmp_path / "notes").rglob("*") if p.is_file()]  # nothing half-written left
+
+
+def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
+    """11.9: a 2,000-step chain validated, then failed to build with RecursionError."""
+    from dagster_graphbook import GraphbookWorkflow, WorkflowError
+    from dagster_graphbook.definitions import build_workflow
+
+    nodes = write_nodes(tmp_path / "nodes", "chain.py", '''
+        from graphbook.steps import SourceStep, Step
+
+        class Start(SourceStep):
+            RequiresInput = False
+            Outputs = ["out"]
+            Parameters = {}
+
+            def load(self):
+                return {"out": [{"v": 0}]}
+
+        class Inc(Step):
+            RequiresInput = True
+            Outputs = ["out"]
+            Parameters = {}
+    ''')
+    n = 1002
+    steps = [step_node("0", "Start", {}, source=True)] + [step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)]
+    wf = write_workflow(tmp_path, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)])
+    with pytest.raises(WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"):
+        build_workflow(GraphbookWorkflow(wf, custom_nodes=[nodes]))
