@@ -63,13 +63,26 @@ class HangDump(BatchStep):
 def hung_calls() -> None:
     print("\n1. hung call -> item error naming the item (process workers, on_item_error: skip)")
     print(f"{'call':<8} {'call_timeout_s':>14} {'seconds to error':>17} {'error names item':>17}")
-    run_batch_step(HangLoad(), [{"items": ["warm", "up"]}], BatchSettings(num_workers=2, device="cpu", stall_warning_s=0))  # torch import
+    run_batch_step(
+        HangLoad(),
+        [{"items": ["warm", "up"]}],
+        BatchSettings(num_workers=2, device="cpu", stall_warning_s=0),
+    )  # torch import
     for cls, what in ((HangLoad, "load_fn"), (HangDump, "dump_fn")):
         for limit in (1.0, 5.0):
             notes = [{"items": ["a", "b", HANG, "c"]}]
             start = time.perf_counter()
-            result = run_batch_step(cls(), notes, BatchSettings(num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=limit,
-                                                                  stall_warning_s=0))
+            result = run_batch_step(
+                cls(),
+                notes,
+                BatchSettings(
+                    num_workers=2,
+                    device="cpu",
+                    on_item_error="skip",
+                    call_timeout_s=limit,
+                    stall_warning_s=0,
+                ),
+            )
             seconds = time.perf_counter() - start
             named = bool(result.errors) and HANG in result.errors[0].item
             print(f"{what:<8} {limit:>14.1f} {seconds:>17.2f} {str(named):>17}")
@@ -111,14 +124,41 @@ def signals() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         nodes = write_nodes(root / "nodes", "stuck_nodes.py", textwrap.dedent(NODES))
-        wf = write_workflow(root, "stuck", [step_node("0", "Items", {}, source=True), step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"})],
-                            [edge("0", "out", "1")])
+        wf = write_workflow(
+            root,
+            "stuck",
+            [
+                step_node("0", "Items", {}, source=True),
+                step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"}),
+            ],
+            [edge("0", "out", "1")],
+        )
         for worker_type in ("thread", "process"):
             for sig in (signal.SIGINT, signal.SIGTERM):
                 home = root / f"home_{worker_type}_{sig.name}"
-                cmd = [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes", str(nodes), "--dagster-home", str(home),
-                       "--set", f"Stuck.runtime.worker_type={worker_type}", "--set", "Stuck.runtime.num_workers=1", "--no-progress"]
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "dagster_graphbook.cli",
+                    "run",
+                    str(wf),
+                    "--custom-nodes",
+                    str(nodes),
+                    "--dagster-home",
+                    str(home),
+                    "--set",
+                    f"Stuck.runtime.worker_type={worker_type}",
+                    "--set",
+                    "Stuck.runtime.num_workers=1",
+                    "--no-progress",
+                ]
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
                 for line in proc.stdout:
                     if "LOADING" in line:
                         break
@@ -133,7 +173,9 @@ def signals() -> None:
                     seconds = ">60"
                 with dg.DagsterInstance.from_config(str(home)) as instance:
                     status = instance.get_runs()[0].status.value
-                print(f"{worker_type:<8} {sig.name:<8} {seconds:>8} {proc.returncode:>5} {status:>11}")
+                print(
+                    f"{worker_type:<8} {sig.name:<8} {seconds:>8} {proc.returncode:>5} {status:>11}"
+                )
 
 
 def storage(notes_dir: Path, keep: int) -> None:
@@ -163,7 +205,10 @@ def storage(notes_dir: Path, keep: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--notes-dir", default=str(REPO / ".dagster_home" / "storage" / "graphbook" / "nightly_shapes"))
+    parser.add_argument(
+        "--notes-dir",
+        default=str(REPO / ".dagster_home" / "storage" / "graphbook" / "nightly_shapes"),
+    )
     parser.add_argument("--keep", type=int, default=3)
     parser.add_argument("--skip", nargs="*", default=[], choices=["hung", "signals", "storage"])
     args = parser.parse_args()

@@ -30,9 +30,13 @@ def is_flat_table(notes: List[Any]) -> bool:
     """Notes that make a table: dicts whose values are scalars or lists of scalars."""
 
     def flat(v: Any) -> bool:
-        return isinstance(v, _SCALARS) or (isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v))
+        return isinstance(v, _SCALARS) or (
+            isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v)
+        )
 
-    return bool(notes) and all(isinstance(n, dict) and all(flat(v) for v in n.values()) for n in notes)
+    return bool(notes) and all(
+        isinstance(n, dict) and all(flat(v) for v in n.values()) for n in notes
+    )
 
 
 def pickle_notes(obj: Any, f: Any) -> None:
@@ -43,7 +47,7 @@ def pickle_notes(obj: Any, f: Any) -> None:
 def _unpicklable(notes: Any) -> str:
     """Which note and key cannot be pickled, as the start of an error message ('' if not found)."""
     for index, note in enumerate(notes if isinstance(notes, list) else []):
-        for key, value in (note.items() if isinstance(note, dict) else [(None, note)]):
+        for key, value in note.items() if isinstance(note, dict) else [(None, note)]:
             try:
                 pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:
@@ -57,8 +61,10 @@ def _partition(context: Any) -> Optional[str]:
         return None
     keys = list(context.asset_partition_keys)
     if len(keys) != 1:
-        raise dg.Failure(f"{context.asset_key.to_user_string()}: notes are stored per partition; a run over "
-                         f"{len(keys)} partitions at once is not supported (run one partition per run)")
+        raise dg.Failure(
+            f"{context.asset_key.to_user_string()}: notes are stored per partition; a run over "
+            f"{len(keys)} partitions at once is not supported (run one partition per run)"
+        )
     return keys[0]
 
 
@@ -73,12 +79,17 @@ class NotesStore(dg.IOManager):
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         partition = _partition(context)
-        folder = versions.version_folder(self._base(context.definition_metadata), context.asset_key, partition)
+        folder = versions.version_folder(
+            self._base(context.definition_metadata), context.asset_key, partition
+        )
         path = versions.notes_path(folder, context.run_id)
         try:
             versions.write_atomic(path, lambda f: pickle_notes(obj, f))
         except Exception as exc:
-            raise dg.Failure(f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: {type(exc).__name__}: {exc}") from exc
+            raise dg.Failure(
+                f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         meta: Dict[str, Any] = {
             "notes": dg.MetadataValue.int(len(obj)),
             "dagster/row_count": dg.MetadataValue.int(len(obj)),
@@ -94,12 +105,16 @@ class NotesStore(dg.IOManager):
             meta.update(write_table(obj, folder / f"{context.run_id}{versions.TABLE_SUFFIX}"))
         context.add_output_metadata(meta)
         instance = _instance(context)
-        others = versions.other_runs_in_progress(instance, context.run_id, _job_name(context), partition)
+        others = versions.other_runs_in_progress(
+            instance, context.run_id, _job_name(context), partition
+        )
         if others:
             context.log.warning(
                 f"{context.asset_key.to_user_string()}"
-                f"{f' (partition {partition})' if partition else ''}: run(s) {', '.join(others)} of this "
-                "job are in progress too; each run reads and writes only its own notes, and the asset's "
+                f"{f' (partition {partition})' if partition else ''}: run(s) {', '.join(others)} "
+                "of this job are in progress too; each run reads and writes only its own notes, "
+                "and "
+                "the asset's "
                 "latest materialization is whichever run writes last"
             )
         keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
@@ -109,7 +124,9 @@ class NotesStore(dg.IOManager):
         key = context.asset_key
         partition = _partition(context)
         upstream = context.upstream_output
-        folder = versions.version_folder(self._base(upstream.definition_metadata if upstream else None), key, partition)
+        folder = versions.version_folder(
+            self._base(upstream.definition_metadata if upstream else None), key, partition
+        )
         instance = _instance(context)
         path = None
         run_id = _run_id(context)
@@ -123,13 +140,18 @@ class NotesStore(dg.IOManager):
             path = UPath(recorded) if recorded else None
         where = f"{key.to_user_string()}{f' (partition {partition})' if partition else ''}"
         if path is None:
-            raise dg.Failure(f"no stored notes for {where}: materialize it first (its step has not run for this partition)")
+            raise dg.Failure(
+                f"no stored notes for {where}: materialize it first "
+                "(its step has not run for this partition)"
+            )
         try:
             with path.open("rb") as f:
                 return pickle.load(f)
         except FileNotFoundError as exc:
-            raise dg.Failure(f"the notes recorded for {where} ({path}) are gone (deleted by hand, or by the "
-                             "notes_keep retention); materialize it again") from exc
+            raise dg.Failure(
+                f"the notes recorded for {where} ({path}) are gone (deleted by hand, or by the "
+                "notes_keep retention); materialize it again"
+            ) from exc
 
 
 def _instance(context: Any) -> Optional[dg.DagsterInstance]:
@@ -164,8 +186,11 @@ def _default_base(init_context: dg.InitResourceContext) -> str:
     return os.path.join(storage, "graphbook")
 
 
-@dg.io_manager(config_schema={}, description="Graphbook notes: one immutable version per materialization, under "
-                           "the code location's notes_dir or <instance storage>/graphbook")
+@dg.io_manager(
+    config_schema={},
+    description="Graphbook notes: one immutable version per materialization, under "
+    "the code location's notes_dir or <instance storage>/graphbook",
+)
 def notes_io_manager(init_context: dg.InitResourceContext) -> NotesStore:
     """No config on purpose: storage locations come from the code location or the instance."""
     return NotesStore(_default_base(init_context))

@@ -75,7 +75,7 @@ def sweep_local_temporaries(folder: str) -> None:
     for name in os.listdir(folder):
         if not name.startswith(_TMP_PREFIX):
             continue
-        pid = name[len(_TMP_PREFIX):].split("-", 1)[0]
+        pid = name[len(_TMP_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             try:
                 os.unlink(os.path.join(folder, name))
@@ -93,7 +93,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def recorded_path(instance: dg.DagsterInstance, key: dg.AssetKey, partition: Optional[str]) -> Optional[str]:
+def recorded_path(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: Optional[str]
+) -> Optional[str]:
     """``notes_path`` of the latest materialization of ``key`` (in ``partition``), if any."""
     partitions = [partition] if partition is not None else None
     records_filter = dg.AssetRecordsFilter(asset_key=key, asset_partitions=partitions)
@@ -118,7 +120,7 @@ def run_lineage(instance: Optional[dg.DagsterInstance], run_id: str) -> List[str
 def prune(
     folder: UPath, keep: int, instance: Optional[dg.DagsterInstance], protect: Iterable[str] = ()
 ) -> List[str]:
-    """Delete all but the ``keep`` newest versions in ``folder``; never a version of an unfinished run.
+    """Delete all but the ``keep`` newest versions in ``folder``; never one of an unfinished run.
 
     Returns the run ids whose versions were deleted.
     """
@@ -157,12 +159,17 @@ def _unfinished(instance: Optional[dg.DagsterInstance], run_id: str) -> bool:
 
 
 def other_runs_in_progress(
-    instance: Optional[dg.DagsterInstance], run_id: str, job_name: Optional[str], partition: Optional[str]
+    instance: Optional[dg.DagsterInstance],
+    run_id: str,
+    job_name: Optional[str],
+    partition: Optional[str],
 ) -> List[str]:
     """Ids of other unfinished runs of this job (and partition)."""
     if instance is None or not job_name:
         return []
     tags = {"dagster/partition": partition} if partition is not None else {}
     statuses = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]
-    runs = instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=statuses, tags=tags), limit=20)
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(job_name=job_name, statuses=statuses, tags=tags), limit=20
+    )
     return [r.run_id for r in runs if r.run_id != run_id]

@@ -29,7 +29,13 @@ class Exits(BatchStep):
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
     notes = [{"items": ["a.png", "bad.png", "c.png"]}]
-    settings = BatchSettings(num_workers=2, worker_type=worker_type, device="cpu", on_item_error="skip", stall_warning_s=0)
+    settings = BatchSettings(
+        num_workers=2,
+        worker_type=worker_type,
+        device="cpu",
+        on_item_error="skip",
+        stall_warning_s=0,
+    )
     result = run_batch_step(Exits(), notes, settings, label="step 'Exits'")
     [error] = result.errors
     assert error.stage == "load_fn" and "bad.png" in error.item and error.item_index == 1
@@ -37,7 +43,7 @@ def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
     assert result.outputs["out"][0]["graphbook_lost_items"] == [1]
 
 
-NODES = '''
+NODES = """
 import threading
 from graphbook.steps import SourceStep
 
@@ -48,7 +54,7 @@ class Locky(SourceStep):
 
     def load(self):
         return {"out": [{"id": 0}, {"id": 1, "lock": threading.Lock()}]}
-'''
+"""
 
 
 def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path, run_wf):
@@ -57,7 +63,9 @@ def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path,
     run = run_wf(wf, [nodes], notes_dir=str(tmp_path / "notes"))
     assert not run.success
     assert "locky/Locky: note 1, key 'lock' (lock) cannot be stored" in run.failure
-    assert not [p for p in (tmp_path / "notes").rglob("*") if p.is_file()]  # nothing half-written left
+    assert not [
+        p for p in (tmp_path / "notes").rglob("*") if p.is_file()
+    ]  # nothing half-written left
 
 
 def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
@@ -65,7 +73,10 @@ def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
     from dagster_graphbook import GraphbookWorkflow, WorkflowError
     from dagster_graphbook.definitions import build_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "chain.py", '''
+    nodes = write_nodes(
+        tmp_path / "nodes",
+        "chain.py",
+        """
         from graphbook.steps import SourceStep, Step
 
         class Start(SourceStep):
@@ -80,9 +91,16 @@ def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
             RequiresInput = True
             Outputs = ["out"]
             Parameters = {}
-    ''')
+    """,
+    )
     n = 1002
-    steps = [step_node("0", "Start", {}, source=True)] + [step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)]
-    wf = write_workflow(tmp_path, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)])
-    with pytest.raises(WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"):
+    steps = [step_node("0", "Start", {}, source=True)] + [
+        step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)
+    ]
+    wf = write_workflow(
+        tmp_path, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)]
+    )
+    with pytest.raises(
+        WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"
+    ):
         build_workflow(GraphbookWorkflow(wf, custom_nodes=[nodes]))

@@ -49,12 +49,18 @@ class HangingDump(BatchStep):
 
 
 def _notes():
-    return [{"id": 0, "items": ["a.png", "b.png"]}, {"id": 1, "items": [HANG, "c.png"]}, {"id": 2, "items": ["d.png"]}]
+    return [
+        {"id": 0, "items": ["a.png", "b.png"]},
+        {"id": 1, "items": [HANG, "c.png"]},
+        {"id": 2, "items": ["d.png"]},
+    ]
 
 
 @pytest.mark.parametrize("cls", [HangingLoad, HangingDump], ids=["load_fn", "dump_fn"])
 def test_a_hung_call_becomes_an_item_error_naming_the_item(cls):
-    settings = BatchSettings(num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=1.0, stall_warning_s=0)
+    settings = BatchSettings(
+        num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=1.0, stall_warning_s=0
+    )
     start = time.perf_counter()
     result = run_batch_step(cls(), _notes(), settings, label="workflow 'w', step 'Hang' (node 1)")
     seconds = time.perf_counter() - start
@@ -65,7 +71,11 @@ def test_a_hung_call_becomes_an_item_error_naming_the_item(cls):
     assert "did not return within 1 s" in error.headline() and "time.sleep(3600)" in error.error
     notes = result.outputs["out"]
     assert [n["id"] for n in notes] == [0, 1, 2]  # only the stuck item is lost, every note leaves
-    assert notes[1][LOST_ITEMS_KEY] == [0] and LOST_ITEMS_KEY not in notes[0] and LOST_ITEMS_KEY not in notes[2]
+    assert (
+        notes[1][LOST_ITEMS_KEY] == [0]
+        and LOST_ITEMS_KEY not in notes[0]
+        and LOST_ITEMS_KEY not in notes[2]
+    )
 
 
 def test_a_hung_call_under_raise_fails_the_step_naming_the_item():
@@ -76,8 +86,16 @@ def test_a_hung_call_under_raise_fails_the_step_naming_the_item():
 
 def test_the_stall_watchdog_names_the_stuck_items():
     lines = []
-    settings = BatchSettings(num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=4.0, stall_warning_s=1.0)
-    result = run_batch_step(HangingDump(), _notes(), settings, label="step 'Hang'", emit=lambda level, msg: lines.append((level, msg)))
+    settings = BatchSettings(
+        num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=4.0, stall_warning_s=1.0
+    )
+    result = run_batch_step(
+        HangingDump(),
+        _notes(),
+        settings,
+        label="step 'Hang'",
+        emit=lambda level, msg: lines.append((level, msg)),
+    )
     assert len(result.errors) == 1
     stalls = [m for level, m in lines if level == "warning" and "no progress" in m]
     assert stalls and HANG in stalls[0] and "dump_fn" in stalls[0], lines
@@ -101,10 +119,22 @@ class Flaky(BatchStep):
 
 def test_too_many_skipped_items_fail_the_step():
     notes = [{"items": [f"x{i}" if i % 4 else f"ok{i}" for i in range(20)]}]
-    ok = run_batch_step(Flaky(), [dict(n) for n in notes], BatchSettings(num_workers=0, device="cpu", on_item_error="skip"))
+    ok = run_batch_step(
+        Flaky(),
+        [dict(n) for n in notes],
+        BatchSettings(num_workers=0, device="cpu", on_item_error="skip"),
+    )
     assert len(ok.errors) == 15  # without a limit the step reports success
-    with pytest.raises(StepFailure, match=r"15 of 20 items \(75%\) were skipped.*max_skipped_fraction 0.5"):
-        run_batch_step(Flaky(), [dict(n) for n in notes], BatchSettings(num_workers=0, device="cpu", on_item_error="skip", max_skipped_fraction=0.5))
+    with pytest.raises(
+        StepFailure, match=r"15 of 20 items \(75%\) were skipped.*max_skipped_fraction 0.5"
+    ):
+        run_batch_step(
+            Flaky(),
+            [dict(n) for n in notes],
+            BatchSettings(
+                num_workers=0, device="cpu", on_item_error="skip", max_skipped_fraction=0.5
+            ),
+        )
 
 
 class OddLoad(BatchStep):
@@ -131,13 +161,31 @@ class OddLoad(BatchStep):
 
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_an_odd_load_fn_value_is_blamed_on_its_item_and_loses_only_it(worker_type):
-    notes = [{"items": ["a.png", "none.png", "b.png", "c.png"]}, {"items": ["d.png", "dict.png", "big.png", "e.png"]}]
+    notes = [
+        {"items": ["a.png", "none.png", "b.png", "c.png"]},
+        {"items": ["d.png", "dict.png", "big.png", "e.png"]},
+    ]
     step = OddLoad()
-    settings = BatchSettings(num_workers=2, worker_type=worker_type, device="cpu", on_item_error="skip", stall_warning_s=0)
+    settings = BatchSettings(
+        num_workers=2,
+        worker_type=worker_type,
+        device="cpu",
+        on_item_error="skip",
+        stall_warning_s=0,
+    )
     result = run_batch_step(step, notes, settings, label="step 'Odd'")
     assert sorted(e.item.strip("'") for e in result.errors) == ["big.png", "dict.png", "none.png"]
     assert all(e.stage == "load_fn" for e in result.errors)
     none_error = next(e for e in result.errors if "none.png" in e.item)
-    assert "load_fn returned NoneType None for this item" in none_error.headline() and "[3, 4]" in none_error.headline()
-    assert sorted(step.seen) == ["a.png", "b.png", "c.png", "d.png", "e.png"]  # every good item reached the model
+    assert (
+        "load_fn returned NoneType None for this item" in none_error.headline()
+        and "[3, 4]" in none_error.headline()
+    )
+    assert sorted(step.seen) == [
+        "a.png",
+        "b.png",
+        "c.png",
+        "d.png",
+        "e.png",
+    ]  # every good item reached the model
     assert [n[LOST_ITEMS_KEY] for n in result.outputs["out"]] == [[1], [1, 2]]

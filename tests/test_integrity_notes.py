@@ -27,7 +27,8 @@ from graphbook.steps import SourceStep, Step
 class Emit(SourceStep):
     RequiresInput = False
     Outputs = ["out"]
-    Parameters = {"tag": {"type": "string", "default": "a"}, "count": {"type": "number", "default": 3}}
+    Parameters = {"tag": {"type": "string", "default": "a"},
+                  "count": {"type": "number", "default": 3}}
 
     def __init__(self, tag="a", count=3):
         super().__init__()
@@ -40,7 +41,8 @@ class Barrier(Step):
     """Waits until ``parties`` runs reached it (files in ``folder``), so both sources are stored."""
     RequiresInput = True
     Outputs = ["out"]
-    Parameters = {"folder": {"type": "string", "default": ""}, "parties": {"type": "number", "default": 1},
+    Parameters = {"folder": {"type": "string", "default": ""},
+                  "parties": {"type": "number", "default": 1},
                   "tag": {"type": "string", "default": "a"}}
 
     def __init__(self, folder="", parties=1, tag="a"):
@@ -80,13 +82,15 @@ def _code_location(tmp_path: Path, notes: Path) -> str:
     nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
     wf = _workflow(tmp_path)
     module = tmp_path / "iso_location.py"
-    module.write_text(textwrap.dedent(f"""
+    module.write_text(
+        textwrap.dedent(f"""
         from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
         defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}],
                                                     partitions_def=daily_partitions("2026-01-01"),
                                                     executor="in_process")],
                                  notes_dir={str(notes)!r})
-    """))
+    """)
+    )
     return "iso_location"
 
 
@@ -109,12 +113,20 @@ def _warnings(instance: dg.DagsterInstance, run_id: str) -> str:
 
 def test_two_concurrent_runs_of_one_partition_see_only_their_own_notes(tmp_path, dagster_home):
     notes = tmp_path / "notes"
-    module = _code_location(tmp_path, notes)
+    _code_location(tmp_path, notes)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     barrier = tmp_path / "barrier"
-    procs = {tag: subprocess.Popen([sys.executable, "-c", RUNNER, tag, str(barrier), dagster_home], cwd=tmp_path, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for tag in ("a", "b")}
+    procs = {
+        tag: subprocess.Popen(
+            [sys.executable, "-c", RUNNER, tag, str(barrier), dagster_home],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("a", "b")
+    }
     results = {}
     for tag, proc in procs.items():
         out, err = proc.communicate(timeout=240)
@@ -128,21 +140,32 @@ def test_two_concurrent_runs_of_one_partition_see_only_their_own_notes(tmp_path,
     assert results["b"]["tags"] == ["b"] * 10
     # each materialization recorded its own immutable version, and both versions are stored
     folder = notes / "iso" / "Emit" / "2026-02-01"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{r['run_id']}.pkl" for r in results.values())
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        f"{r['run_id']}.pkl" for r in results.values()
+    )
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         for res in results.values():
             records = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=dg.AssetKey(["iso", "Emit"]), asset_partitions=["2026-02-01"]), limit=10
+                dg.AssetRecordsFilter(
+                    asset_key=dg.AssetKey(["iso", "Emit"]), asset_partitions=["2026-02-01"]
+                ),
+                limit=10,
             ).records
             by_run = {r.run_id: r.asset_materialization.metadata for r in records}
             assert by_run[res["run_id"]]["notes_path"].value == str(folder / f"{res['run_id']}.pkl")
         # the runs overlapped: at least one of them was warned, naming the other
         ids = {tag: res["run_id"] for tag, res in results.items()}
-        warned = [tag for tag, other in (("a", "b"), ("b", "a")) if ids[other] in _warnings(instance, ids[tag])]
+        warned = [
+            tag
+            for tag, other in (("a", "b"), ("b", "a"))
+            if ids[other] in _warnings(instance, ids[tag])
+        ]
         assert warned, "neither run was warned about the other"
 
 
-def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recorded(tmp_path, dagster_home):
+def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recorded(
+    tmp_path, dagster_home
+):
     """Re-materializing Join alone reads Emit's recorded version, not a newer unrecorded file."""
     from dagster_graphbook.runner import run_job
 
@@ -151,8 +174,20 @@ def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recor
     sys.path.insert(0, str(tmp_path))
     try:
         with dg.DagsterInstance.from_config(dagster_home) as instance:
-            first = run_job("iso", {"Emit.tag": "first"}, module=module, partition_key="2026-02-02", instance=instance)
-            second = run_job("iso", {"Emit.tag": "second"}, module=module, partition_key="2026-02-02", instance=instance)
+            first = run_job(
+                "iso",
+                {"Emit.tag": "first"},
+                module=module,
+                partition_key="2026-02-02",
+                instance=instance,
+            )
+            second = run_job(
+                "iso",
+                {"Emit.tag": "second"},
+                module=module,
+                partition_key="2026-02-02",
+                instance=instance,
+            )
             assert first.success and second.success
             # a stray file under Emit's folder that no materialization recorded is never read
             folder = notes / "iso" / "Emit" / "2026-02-02"
@@ -161,8 +196,11 @@ def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recor
             os.utime(folder / "zzzz-stray.pkl", (time.time() + 60, time.time() + 60))
             defs = sys.modules[module].defs
             job = defs.resolve_implicit_global_asset_job_def()
-            result = job.get_subset(asset_selection={dg.AssetKey(["iso", "Join"])}).execute_in_process(
-                instance=instance, partition_key="2026-02-02", raise_on_error=False)
+            result = job.get_subset(
+                asset_selection={dg.AssetKey(["iso", "Join"])}
+            ).execute_in_process(
+                instance=instance, partition_key="2026-02-02", raise_on_error=False
+            )
             assert result.success
             joined = result.output_for_node("iso__Join", "out")
             assert [n["tag"] for n in joined] == ["second"] * 6
@@ -177,13 +215,24 @@ def test_retention_keeps_the_newest_versions(tmp_path, dagster_home):
     nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
     wf = _workflow(tmp_path)
     notes = tmp_path / "notes"
-    defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01"), notes_keep=2)],
-                             notes_dir=str(notes))
+    defs = build_definitions(
+        [
+            GraphbookWorkflow(
+                wf,
+                custom_nodes=[nodes],
+                partitions_def=daily_partitions("2026-01-01"),
+                notes_keep=2,
+            )
+        ],
+        notes_dir=str(notes),
+    )
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         run_ids = []
         for tag in ("r1", "r2", "r3"):
             config = {"ops": {"iso__Emit": {"config": {"tag": tag}}}}
-            result = defs.resolve_job_def("iso").execute_in_process(instance=instance, partition_key="2026-02-03", run_config=config)
+            result = defs.resolve_job_def("iso").execute_in_process(
+                instance=instance, partition_key="2026-02-03", run_config=config
+            )
             assert result.success
             run_ids.append(result.run_id)
     folder = notes / "iso" / "Emit" / "2026-02-03"
@@ -191,12 +240,14 @@ def test_retention_keeps_the_newest_versions(tmp_path, dagster_home):
 
 
 def test_notes_location_cannot_be_set_from_run_config(tmp_path, dagster_home):
-    """13.1: ``resources.graphbook_notes.config.base_dir`` pointed at a prepared folder is refused."""
+    """13.1: ``resources.graphbook_notes.config.base_dir`` (a prepared folder) is refused."""
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
     nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
     wf = _workflow(tmp_path)
-    defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes])], notes_dir=str(tmp_path / "notes"))
+    defs = build_definitions(
+        [GraphbookWorkflow(wf, custom_nodes=[nodes])], notes_dir=str(tmp_path / "notes")
+    )
     evil = tmp_path / "evil"
     config = {"resources": {"graphbook_notes": {"config": {"base_dir": str(evil)}}}}
     with dg.DagsterInstance.from_config(dagster_home) as instance:
@@ -205,8 +256,10 @@ def test_notes_location_cannot_be_set_from_run_config(tmp_path, dagster_home):
     assert not evil.exists()
 
 
-def test_two_components_and_python_with_their_own_notes_dirs_load_into_one_location(tmp_path, dagster_home):
-    """13.7: workflows with the same or different notes_dir, from YAML and Python, in one code location."""
+def test_two_components_and_python_with_their_own_notes_dirs_load_into_one_location(
+    tmp_path, dagster_home
+):
+    """13.7: workflows with the same or other notes_dirs, from YAML and Python, in one location."""
     from dagster_graphbook import GraphbookWorkflow, GraphbookWorkflowComponent, build_definitions
 
     nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
@@ -214,9 +267,15 @@ def test_two_components_and_python_with_their_own_notes_dirs_load_into_one_locat
     shared, other = tmp_path / "shared_notes", tmp_path / "other_notes"
     parts = []
     for name, notes_dir in (("yaml_one", shared), ("yaml_two", shared), ("yaml_three", other)):
-        component = GraphbookWorkflowComponent(workflow=str(wf), custom_nodes=[str(nodes)], name=name, notes_dir=str(notes_dir))
+        component = GraphbookWorkflowComponent(
+            workflow=str(wf), custom_nodes=[str(nodes)], name=name, notes_dir=str(notes_dir)
+        )
         parts.append(build_definitions([component.workflow_spec(tmp_path)]))
-    parts.append(build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes], name="py_one")], notes_dir=str(shared)))
+    parts.append(
+        build_definitions(
+            [GraphbookWorkflow(wf, custom_nodes=[nodes], name="py_one")], notes_dir=str(shared)
+        )
+    )
     defs = dg.Definitions.merge(*parts)
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         for name in ("yaml_one", "yaml_three", "py_one"):

@@ -1,4 +1,5 @@
-"""The folder sensor under bad folder names (issue 11.6, 13.4): impossible dates, late days, links."""
+"""The folder sensor under bad folder names (issue 11.6, 13.4): impossible dates, late days,
+links."""
 
 from __future__ import annotations
 
@@ -18,13 +19,20 @@ SAMPLE_NODES = REPO / "custom_nodes" / "sample"
 def _sensor(tmp_path):
     incoming = tmp_path / "incoming"
     incoming.mkdir()
-    spec = GraphbookWorkflow(SAMPLE, custom_nodes=[SAMPLE_NODES], partitions_def=daily_partitions("2026-01-01"), sensor=FolderSensor(incoming))
+    spec = GraphbookWorkflow(
+        SAMPLE,
+        custom_nodes=[SAMPLE_NODES],
+        partitions_def=daily_partitions("2026-01-01"),
+        sensor=FolderSensor(incoming),
+    )
     defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"))
     return incoming, defs.resolve_sensor_def("sample_new_folder"), defs
 
 
 def _tick(sensor, defs, instance, cursor=None):
-    return sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
+    return sensor.evaluate_tick(
+        dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor)
+    )
 
 
 def test_an_impossible_date_is_skipped_and_reported_not_a_stall(tmp_path):
@@ -35,7 +43,9 @@ def test_an_impossible_date_is_skipped_and_reported_not_a_stall(tmp_path):
         tick = _tick(sensor, defs, instance)
     assert [r.partition_key for r in tick.run_requests] == ["2026-02-27", "2026-03-01"]
     assert "2026-02-30" not in tick.cursor
-    assert day_folders(incoming)[1] == ["2026-02-30: not a date"]  # what the sensor logs as a warning
+    assert day_folders(incoming)[1] == [
+        "2026-02-30: not a date"
+    ]  # what the sensor logs as a warning
 
 
 def test_a_day_that_arrives_late_is_picked_up(tmp_path):

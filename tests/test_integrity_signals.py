@@ -11,14 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from conftest import edge, step_node, write_nodes, write_workflow
 
-NODES = '''
+NODES = """
 import time
 from graphbook.steps import SourceStep, BatchStep
 
@@ -33,7 +32,8 @@ class Items(SourceStep):
 class Stuck(BatchStep):
     RequiresInput = True
     Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2}, "item_key": {"type": "string", "default": "items"}}
+    Parameters = {"batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"}}
 
     def __init__(self, batch_size=2, item_key="items"):
         super().__init__(batch_size, item_key)
@@ -46,17 +46,46 @@ class Stuck(BatchStep):
 
     def on_item_batch(self, outputs, items, notes):
         return None
-'''
+"""
 
 
-@pytest.mark.parametrize("worker_type, sig", [("thread", signal.SIGINT), ("process", signal.SIGTERM)], ids=["thread-SIGINT", "process-SIGTERM"])
-def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(tmp_path, dagster_home, worker_type, sig):
+@pytest.mark.parametrize(
+    "worker_type, sig",
+    [("thread", signal.SIGINT), ("process", signal.SIGTERM)],
+    ids=["thread-SIGINT", "process-SIGTERM"],
+)
+def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
+    tmp_path, dagster_home, worker_type, sig
+):
     nodes = write_nodes(tmp_path / "nodes", "hang_nodes.py", NODES)
-    wf = write_workflow(tmp_path, "hang", [step_node("0", "Items", {}, source=True), step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"})],
-                        [edge("0", "out", "1")])
-    cmd = [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes", str(nodes), "--dagster-home", dagster_home,
-           "--set", f"Stuck.runtime.worker_type={worker_type}", "--set", "Stuck.runtime.num_workers=1", "--no-progress"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    wf = write_workflow(
+        tmp_path,
+        "hang",
+        [
+            step_node("0", "Items", {}, source=True),
+            step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"}),
+        ],
+        [edge("0", "out", "1")],
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "dagster_graphbook.cli",
+        "run",
+        str(wf),
+        "--custom-nodes",
+        str(nodes),
+        "--dagster-home",
+        dagster_home,
+        "--set",
+        f"Stuck.runtime.worker_type={worker_type}",
+        "--set",
+        "Stuck.runtime.num_workers=1",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         lines = []
         for line in proc.stdout:

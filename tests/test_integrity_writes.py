@@ -43,7 +43,9 @@ HALF_WRITER = textwrap.dedent("""
 def test_kill_9_during_a_parquet_write_keeps_the_previous_table(tmp_path):
     path = tmp_path / "table.parquet"
     write_table([{"value": -1, "name": "previous"}], UPath(str(path)))
-    proc = subprocess.Popen([sys.executable, "-c", HALF_WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HALF_WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "HALF"
         os.kill(proc.pid, signal.SIGKILL)
@@ -54,7 +56,9 @@ def test_kill_9_during_a_parquet_write_keeps_the_previous_table(tmp_path):
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "table.parquet"]
     assert len(leftovers) == 1 and leftovers[0].startswith(".tmp-")  # what SIGKILL leaves...
     write_table([{"value": 1, "name": "next"}], UPath(str(path)))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.parquet"]  # ...the next write sweeps
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "table.parquet"
+    ]  # ...the next write sweeps
     assert pd.read_parquet(path).to_dict("records") == [{"value": 1, "name": "next"}]
 
 

@@ -32,8 +32,10 @@ def time_limit(seconds: Optional[float], what: str) -> Iterator[None]:
         return
 
     def expire(signum: int, frame: object) -> None:
-        raise CallTimeout(f"{what} did not return within {seconds:g} s (runtime.call_timeout_s); "
-                          "its traceback shows where it was stuck")
+        raise CallTimeout(
+            f"{what} did not return within {seconds:g} s (runtime.call_timeout_s); "
+            "its traceback shows where it was stuck"
+        )
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, float(seconds))

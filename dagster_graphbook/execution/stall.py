@@ -15,11 +15,19 @@ from typing import Callable
 class StallWatchdog:
     """Call ``touch()`` on progress; ``describe()`` says what the step waits for."""
 
-    def __init__(self, label: str, interval_s: float, describe: Callable[[], str], warn: Callable[[str], None]):
+    def __init__(
+        self,
+        label: str,
+        interval_s: float,
+        describe: Callable[[], str],
+        warn: Callable[[str], None],
+    ):
         self.label, self.interval_s, self.describe, self.warn = label, interval_s, describe, warn
         self.last = time.monotonic()
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._watch, name="graphbook-stall-watchdog", daemon=True)
+        self.thread = threading.Thread(
+            target=self._watch, name="graphbook-stall-watchdog", daemon=True
+        )
 
     def __enter__(self) -> "StallWatchdog":
         if self.interval_s > 0:
@@ -38,9 +46,14 @@ class StallWatchdog:
         reported = self.last
         while not self.stopped.wait(min(1.0, self.interval_s / 4)):
             now = time.monotonic()
-            if now - self.last >= self.interval_s and now - max(reported, self.last) >= self.interval_s:
+            if (
+                now - self.last >= self.interval_s
+                and now - max(reported, self.last) >= self.interval_s
+            ):
                 reported = now
                 try:
-                    self.warn(f"{self.label}: no progress for {now - self.last:.0f} s; {self.describe()}")
+                    self.warn(
+                        f"{self.label}: no progress for {now - self.last:.0f} s; {self.describe()}"
+                    )
                 except Exception:  # a watchdog must never break the step
                     pass

@@ -18,7 +18,9 @@ GRACE_S = 2.0
 _PREFIXES = ("graphbook-load", "graphbook-dump")
 
 
-def shut_down_threads(pool: ThreadPoolExecutor, prefix: str, grace_s: Optional[float] = None) -> None:
+def shut_down_threads(
+    pool: ThreadPoolExecutor, prefix: str, grace_s: Optional[float] = None
+) -> None:
     """Cancel queued calls, let running ones finish within ``grace_s``, then stop waiting."""
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + (GRACE_S if grace_s is None else grace_s)
