@@ -40,6 +40,12 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
             "max_dumps_in_flight": dg.Field(int, default_value=64, description="dump calls pending before on_item_batch waits"),
             "progress_interval_s": dg.Field(float, default_value=5.0, description="seconds between progress lines in the event log"),
             "worker_nice": dg.Field(int, default_value=0, description="added to the nice value of loader and dump workers, so a CPU-bound model in the step keeps its core"),
+            # integrity settings (issue 11)
+            "max_skipped_fraction": dg.Field(dg.Noneable(float), default_value=None,
+                                             description="under skip: fail the step when a larger share of its items was lost to errors"),
+            "call_timeout_s": dg.Field(dg.Noneable(float), default_value=None,
+                                       description="a load_fn/dump_fn call running longer fails its item (worker processes and in-step loading)"),
+            "stall_warning_s": dg.Field(float, default_value=60.0, description="log the stuck items when a batch step makes no progress for this long (0: never)"),
         })
     return fields
 

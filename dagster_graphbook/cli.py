@@ -188,7 +188,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    code = args.func(args)
+    _exit_past_stuck_threads(code)
+    return code
+
+
+def _exit_past_stuck_threads(code: int) -> None:
+    """A load_fn/dump_fn thread stuck in C code would keep the interpreter from exiting (it joins
+    every thread); the run is recorded already, so say so and exit without waiting for it."""
+    from .execution.threads import stuck_threads
+
+    stuck = stuck_threads()
+    if stuck:
+        print(f"{len(stuck)} load/dump thread(s) still stuck in a call that never returned ({', '.join(stuck)}); "
+              "exiting without waiting for them", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import os
+
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,11 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         "default: in one process unless a run's execution config picks multiprocess; "
         "multiprocess: one process per step by default", "multiprocess")] = None
     notes_dir: Annotated[Optional[str], _doc(
-        "where steps' notes are stored (any fsspec URL; default: the instance's storage)",
-        "s3://bucket/notes")] = None
+        "where steps' notes are stored: relative to this file's folder, or any fsspec URL "
+        "(default: the instance's storage); several components may share one",
+        "../../notes", "s3://bucket/notes")] = None
+    notes_keep: Annotated[Optional[int], _doc(
+        "stored note versions kept per asset and partition (default 3)", 3)] = None
     checks: Annotated[List[StepCheck], _doc(
         "asset checks on steps' figures, evaluated on each run's own partition",
         [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}])] = []
@@ -122,7 +125,9 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             streaming=self.streaming,
             gpus=self.gpus,
             checks=list(self.checks),
+            notes_dir=str(path(self.notes_dir)) if self.notes_dir and "://" not in self.notes_dir else self.notes_dir,
+            notes_keep=self.notes_keep,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return build_definitions([self.workflow_spec(Path(context.path))], notes_dir=self.notes_dir)
+        return build_definitions([self.workflow_spec(Path(context.path))])

@@ -13,7 +13,7 @@ from .assets import WorkflowDefs, build_workflow_defs
 from .authoring.graph import Graph
 from .checks import StepCheck, bind_checks
 from .executor import resolve_executor
-from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
+from .io import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
 from .registry import NodeRegistry
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, load_workflow
@@ -21,9 +21,10 @@ from .workflow import Workflow, WorkflowError, load_workflow
 logger = logging.getLogger("dagster_graphbook")
 
 WorkflowSource = Union[str, Path, Graph, Workflow]
-# One object for the default store: Dagster merges Definitions (Python modules and YAML components
-# of one code location) only when a resource key maps to the very same object.
-_DEFAULT_NOTES_IO = NotesIOManager()
+# One IO manager object for every workflow: Dagster merges Definitions (Python modules and YAML
+# components of one code location) only when a resource key maps to the very same object. Each
+# workflow's own notes_dir travels in its assets' definition metadata instead (see io.py).
+_NOTES_IO = notes_io_manager
 
 
 @dataclass
@@ -53,6 +54,9 @@ class GraphbookWorkflow:
     streaming: bool = False  # all steps as one op passing notes step to step (README "Streaming")
     # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
     gpus: Any = None
+    # where this workflow's notes go (default: build_definitions', else the instance's storage)
+    notes_dir: Optional[str] = None
+    notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -77,6 +81,7 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
     """Load, validate and translate one workflow."""
     translator = translator or GraphbookTranslator()
     workflow = load(spec)
+    _check_depth(workflow)
     names = translator.step_names(workflow)
     deps = {}
     for ref, keys in spec.external_deps.items():
@@ -94,20 +99,50 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
         checks = bind_checks(spec.checks, refs, pins, workflow.name)
     except ValueError as exc:
         raise WorkflowError(workflow.source, [str(exc)]) from exc
-    return build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
+    defs = build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
                                external_deps=deps, executor_def=executor_def, checks=checks,
                                streaming=spec.streaming)
+    storage = notes_metadata(spec.notes_dir, spec.notes_keep)
+    if storage:
+        defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
+    return defs
+
+
+# Dagster's asset job resolution recurses once per step of the longest dependency chain: a chain of
+# 2,000 steps failed with RecursionError (1,000 built). Refuse deeper workflows here, at validate time.
+MAX_CHAIN_DEPTH = 1000
+
+
+def _check_depth(workflow: Workflow) -> None:
+    """Refuse a workflow whose longest chain of steps Dagster cannot build, naming the chain's end."""
+    depth: Dict[str, int] = {}
+    for node in workflow.steps():  # topological order: parents first
+        depth[node.id] = 1 + max((depth.get(src, 0) for src, _ in node.inputs), default=0)
+    if depth and max(depth.values()) > MAX_CHAIN_DEPTH:
+        end = max(depth, key=lambda k: depth[k])
+        raise WorkflowError(workflow.source, [
+            f"the longest chain of steps is {depth[end]} steps deep (ending at node {end}); Dagster builds jobs up to "
+            f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows joined by external_deps, or merge steps"])
+
+
+def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.AssetsDefinition:
+    """The asset with its storage settings in each output's definition metadata."""
+    return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
 
 
 def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,
-                      notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None) -> dg.Definitions:
-    """Dagster definitions for ``workflows`` (a workflow that is invalid raises, naming file and node)."""
+                      notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None,
+                      notes_keep: Optional[int] = None) -> dg.Definitions:
+    """Dagster definitions for ``workflows`` (a workflow that is invalid raises, naming file and node).
+
+    ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
+    """
     from .schedules import schedules_and_sensors
 
     translator = translator or GraphbookTranslator()
     assets: List[Any] = []
     jobs: List[Any] = []
-    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir) if notes_dir else _DEFAULT_NOTES_IO, **(extra_resources or {})}
+    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: _NOTES_IO, **(extra_resources or {})}
     schedules: List[Any] = []
     sensors: List[Any] = []
     external: List[dg.AssetSpec] = []
@@ -115,6 +150,10 @@ def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSourc
         spec = item if isinstance(item, GraphbookWorkflow) else GraphbookWorkflow(item, custom_nodes=custom_nodes)
         if not spec.custom_nodes and custom_nodes:
             spec.custom_nodes = custom_nodes
+        if spec.notes_dir is None and notes_dir is not None:
+            spec.notes_dir = notes_dir
+        if spec.notes_keep is None and notes_keep is not None:
+            spec.notes_keep = notes_keep
         defs = build_workflow(spec, translator)
         assets += defs.assets
         jobs.append(defs.job)

@@ -1,70 +1,207 @@
-"""The notes IO manager: each pin's notes pickled per asset (and partition), so any step can be
-re-materialized from its stored parents. Sink pins whose notes are flat dicts are also written as
-a Parquet table (through pandas) that users can open."""
+"""The notes IO manager: each materialization pickles its pin's notes as a new immutable version
+under its run id (see ``versions``), so runs never read each other's data and any step can be
+re-materialized from its parents' recorded versions. Sink pins whose notes are flat dicts are also
+written as a Parquet table (through pandas) that users can open.
+
+Where notes live comes from the code location (``notes_dir`` on ``build_definitions``,
+``GraphbookWorkflow`` or the YAML component, carried in each asset's definition metadata) or the
+instance (``<storage>/graphbook``), never from run config: the IO manager has no config.
+"""
 
 from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import dagster as dg
 from upath import UPath
 
 from . import notes_codec
+from . import versions
 
 NOTES_IO_MANAGER_KEY = "graphbook_notes"
+NOTES_DIR_META = "dagster_graphbook/notes_dir"
+NOTES_KEEP_META = "dagster_graphbook/notes_keep"
+DEFAULT_KEEP = 3
 _SCALARS = (str, int, float, bool, type(None))
 
 
 def is_flat_table(notes: List[Any]) -> bool:
     """Notes that make a table: dicts whose values are scalars or lists of scalars."""
+
+    def flat(v: Any) -> bool:
+        return isinstance(v, _SCALARS) or (
+            isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v)
+        )
+
     return bool(notes) and all(
-        isinstance(n, dict) and all(isinstance(v, _SCALARS) or (isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v)) for v in n.values())
-        for n in notes
+        isinstance(n, dict) and all(flat(v) for v in n.values()) for n in notes
     )
 
 
-def _write_atomic(path: UPath, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.protocol in ("", "file", "local"):
-        tmp = f"{path.path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path.path)
-    else:  # object stores write whole objects anyway
-        path.write_bytes(data)
+def pickle_notes(obj: Any, f: Any) -> None:
+    """The one place notes are pickled: a tensor view costs its own bytes (notes_codec)."""
+    notes_codec.dump(obj, f)
 
 
-class NotesStore(dg.UPathIOManager):
-    """Pickled note lists under ``<base>/<asset key path>[/<partition>].pkl``."""
+def _unpicklable(notes: Any) -> str:
+    """Which note and key cannot be pickled, as the start of an error message ('' if not found)."""
+    for index, note in enumerate(notes if isinstance(notes, list) else []):
+        for key, value in note.items() if isinstance(note, dict) else [(None, note)]:
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                where = f"note {index}" + (f", key {key!r}" if key is not None else "")
+                return f"{where} ({type(value).__name__}) "
+    return ""
 
-    extension = ".pkl"
 
-    def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
-        _write_atomic(path, notes_codec.dumps(obj))  # a tensor view costs its own bytes
-        meta: Dict[str, Any] = {"notes": dg.MetadataValue.int(len(obj)), "dagster/row_count": dg.MetadataValue.int(len(obj)), "notes_path": dg.MetadataValue.path(str(path))}
+def _partition(context: Any) -> Optional[str]:
+    if not context.has_asset_partitions:
+        return None
+    keys = list(context.asset_partition_keys)
+    if len(keys) != 1:
+        raise dg.Failure(
+            f"{context.asset_key.to_user_string()}: notes are stored per partition; a run over "
+            f"{len(keys)} partitions at once is not supported (run one partition per run)"
+        )
+    return keys[0]
+
+
+class NotesStore(dg.IOManager):
+    """Versioned, run-isolated note lists (see the module docstring)."""
+
+    def __init__(self, default_base: str) -> None:
+        self.default_base = default_base
+
+    def _base(self, metadata: Optional[Mapping[str, Any]]) -> UPath:
+        return UPath((metadata or {}).get(NOTES_DIR_META) or self.default_base)
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        partition = _partition(context)
+        folder = versions.version_folder(
+            self._base(context.definition_metadata), context.asset_key, partition
+        )
+        path = versions.notes_path(folder, context.run_id)
+        try:
+            versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+        except Exception as exc:
+            raise dg.Failure(
+                f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        meta: Dict[str, Any] = {
+            "notes": dg.MetadataValue.int(len(obj)),
+            "dagster/row_count": dg.MetadataValue.int(len(obj)),
+            "notes_path": dg.MetadataValue.path(str(path)),
+            "notes_version": dg.MetadataValue.text(context.run_id),
+        }
+        lost = sum(1 for n in obj if isinstance(n, dict) and n.get("graphbook_lost_items"))
+        if lost:
+            meta["notes_with_lost_items"] = dg.MetadataValue.int(lost)
         if (context.definition_metadata or {}).get("dagster_graphbook/sink") and is_flat_table(obj):
             from .tables import write_table
 
-            meta.update(write_table(obj, path.with_suffix(".parquet")))
+            meta.update(write_table(obj, folder / f"{context.run_id}{versions.TABLE_SUFFIX}"))
         context.add_output_metadata(meta)
+        instance = _instance(context)
+        others = versions.other_runs_in_progress(
+            instance, context.run_id, _job_name(context), partition
+        )
+        if others:
+            context.log.warning(
+                f"{context.asset_key.to_user_string()}"
+                f"{f' (partition {partition})' if partition else ''}: run(s) {', '.join(others)} "
+                "of this job are in progress too; each run reads and writes only its own notes, "
+                "and "
+                "the asset's "
+                "latest materialization is whichever run writes last"
+            )
+        keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
+        versions.prune(folder, keep, instance, protect=[context.run_id])
 
-    def load_from_path(self, context: dg.InputContext, path: UPath) -> Any:
-        with path.open("rb") as f:
-            return pickle.load(f)
+    def load_input(self, context: dg.InputContext) -> Any:
+        key = context.asset_key
+        partition = _partition(context)
+        upstream = context.upstream_output
+        folder = versions.version_folder(
+            self._base(upstream.definition_metadata if upstream else None), key, partition
+        )
+        instance = _instance(context)
+        path = None
+        run_id = _run_id(context)
+        for run_id in versions.run_lineage(instance, run_id) if run_id else []:
+            candidate = versions.notes_path(folder, run_id)
+            if candidate.exists():
+                path = candidate  # the parent ran in this run (or in the run this one re-executes)
+                break
+        if path is None and instance is not None:
+            recorded = versions.recorded_path(instance, key, partition)
+            path = UPath(recorded) if recorded else None
+        where = f"{key.to_user_string()}{f' (partition {partition})' if partition else ''}"
+        if path is None:
+            raise dg.Failure(
+                f"no stored notes for {where}: materialize it first "
+                "(its step has not run for this partition)"
+            )
+        try:
+            with path.open("rb") as f:
+                return pickle.load(f)
+        except FileNotFoundError as exc:
+            raise dg.Failure(
+                f"the notes recorded for {where} ({path}) are gone (deleted by hand, or by the "
+                "notes_keep retention); materialize it again"
+            ) from exc
 
 
+def _instance(context: Any) -> Optional[dg.DagsterInstance]:
+    for get in (lambda: context.instance, lambda: context.step_context.instance):
+        try:
+            return get()
+        except Exception:  # OutputContext has no .instance; contexts built by hand have none
+            continue
+    return None
 
-class NotesIOManager(dg.ConfigurableIOManagerFactory):
-    """Where notes live: ``base_dir`` (a local path or any fsspec URL, e.g. ``s3://bucket/notes``
-    for runs spread over machines), by default ``<instance storage>/graphbook``."""
 
-    base_dir: Optional[str] = None
+def _run_id(context: dg.InputContext) -> Optional[str]:
+    """The run loading the input; None outside a run (``Definitions.get_asset_value_loader``)."""
+    try:
+        return context.step_context.run_id
+    except Exception:
+        return None
 
-    def create_io_manager(self, context: dg.InitResourceContext) -> NotesStore:
-        base = self.base_dir
-        if base is None:
-            storage = context.instance.storage_directory() if context.instance is not None else os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage")
-            base = os.path.join(storage, "graphbook")
-        return NotesStore(base_path=UPath(base))
+
+def _job_name(context: dg.OutputContext) -> Optional[str]:
+    try:
+        return context.job_name
+    except Exception:
+        return None
+
+
+def _default_base(init_context: dg.InitResourceContext) -> str:
+    if init_context.instance is not None:
+        storage = init_context.instance.storage_directory()
+    else:
+        storage = os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage")
+    return os.path.join(storage, "graphbook")
+
+
+@dg.io_manager(
+    config_schema={},
+    description="Graphbook notes: one immutable version per materialization, under "
+    "the code location's notes_dir or <instance storage>/graphbook",
+)
+def notes_io_manager(init_context: dg.InitResourceContext) -> NotesStore:
+    """No config on purpose: storage locations come from the code location or the instance."""
+    return NotesStore(_default_base(init_context))
+
+
+def notes_metadata(notes_dir: Optional[str] = None, keep: Optional[int] = None) -> Dict[str, Any]:
+    """Asset definition metadata that places a workflow's notes (set by the code location)."""
+    meta: Dict[str, Any] = {}
+    if notes_dir is not None:
+        meta[NOTES_DIR_META] = str(notes_dir)
+    if keep is not None:
+        meta[NOTES_KEEP_META] = int(keep)
+    return meta

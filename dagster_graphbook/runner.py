@@ -15,7 +15,7 @@ from upath import UPath
 
 from .authoring.graph import Graph
 from .definitions import GraphbookWorkflow, build_workflow
-from .io import NOTES_IO_MANAGER_KEY, NotesIOManager
+from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError
 
@@ -40,7 +40,25 @@ def default_dagster_home(dagster_home: Optional[str] = None) -> str:
 
 
 def get_instance(dagster_home: Optional[str] = None) -> dg.DagsterInstance:
-    return dg.DagsterInstance.from_config(default_dagster_home(dagster_home))
+    """The instance at ``dagster_home``; its storage is set up under a file lock.
+
+    Two processes opening a fresh instance at once (a sensor's run and a CLI run) would both create
+    the SQLite tables and stamp them, leaving two alembic heads and every later run failing.
+    """
+    import fcntl
+
+    home = default_dagster_home(dagster_home)
+    with open(os.path.join(home, ".graphbook-setup.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            instance = dg.DagsterInstance.from_config(home)
+            instance.get_runs(limit=1)  # run storage set up (tables created and stamped) now
+            instance.event_log_storage.get_asset_records([])  # and the event log's index
+            if instance.schedule_storage is not None:
+                instance.schedule_storage.all_instigator_state()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return instance
 
 
 @dataclass
@@ -115,8 +133,9 @@ def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[
 
 
 def _definitions(spec: GraphbookWorkflow, notes_dir: Optional[str]) -> Tuple[dg.Definitions, Any]:
+    spec.notes_dir = notes_dir
     wdefs = build_workflow(spec)
-    defs = dg.Definitions(assets=wdefs.assets, jobs=[wdefs.job], resources={NOTES_IO_MANAGER_KEY: NotesIOManager(base_dir=notes_dir), **wdefs.resources})
+    defs = dg.Definitions(assets=wdefs.assets, jobs=[wdefs.job], resources={NOTES_IO_MANAGER_KEY: notes_io_manager, **wdefs.resources})
     return defs, wdefs
 
 

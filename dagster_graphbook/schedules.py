@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -56,16 +58,58 @@ def latest_partition_schedule(job: Any, partitions_def: dg.PartitionsDefinition,
                                  description=f"Runs the latest partition of {job.name} on '{cron_schedule}' ({timezone})")
 
 
-def new_day_folders(folder: Union[str, Path], cursor: Optional[str]) -> List[str]:
-    """Names of the ``YYYY-MM-DD`` folders in ``folder`` later than ``cursor``, oldest first.
+def day_folders(folder: Union[str, Path]) -> Tuple[List[str], List[str]]:
+    """``(days, problems)``: the ``YYYY-MM-DD`` folders of ``folder``, oldest first, and why others
+    that look like days were left out (an impossible date, a link that leads outside ``folder``).
 
     Hidden folders (a day still being written under a temporary name) are not listed.
     """
+    days, problems = [], []
     try:
-        names = [e.name for e in os.scandir(folder) if e.is_dir() and _DAY.match(e.name)]
+        entries = list(os.scandir(folder))
     except FileNotFoundError:
-        return []
-    return sorted(n for n in names if cursor is None or n > cursor)
+        return [], []
+    root = os.path.realpath(folder)
+    for e in entries:
+        if not _DAY.match(e.name) or not e.is_dir():
+            continue
+        try:
+            dt.date.fromisoformat(e.name)
+        except ValueError:
+            problems.append(f"{e.name}: not a date")
+            continue
+        if e.is_symlink() and os.path.dirname(os.path.realpath(e.path)) != root:
+            problems.append(f"{e.name}: a link to {os.path.realpath(e.path)}, outside {root}")
+            continue
+        days.append(e.name)
+    return sorted(days), sorted(problems)
+
+
+def new_day_folders(folder: Union[str, Path], cursor: Optional[str]) -> List[str]:
+    """Day folders of ``folder`` not yet in ``cursor`` (see ``done_days``), oldest first."""
+    done = done_days(cursor)
+    return [d for d in day_folders(folder)[0] if d not in done]
+
+
+def done_days(cursor: Optional[str]) -> set:
+    """The days a sensor cursor says were requested (a JSON list). A cursor of an older version
+    (one day: the latest requested) stands for every day up to it."""
+    if not cursor:
+        return set()
+    if cursor.startswith("["):
+        return set(json.loads(cursor))
+    return _UpTo(cursor)
+
+
+class _UpTo(set):
+    """An old-style cursor: every day up to and including ``last`` counts as done."""
+
+    def __init__(self, last: str):
+        super().__init__()
+        self.last = last
+
+    def __contains__(self, day: object) -> bool:
+        return (isinstance(day, str) and day <= self.last) or set.__contains__(self, day)
 
 
 @dataclass
@@ -93,15 +137,18 @@ class FolderSensor:
         def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             requests: List[dg.RunRequest] = []
             arrived: List[dg.AssetMaterialization] = []
-            cursor = context.cursor
-            for day in new_day_folders(folder, context.cursor):
+            done = done_days(context.cursor)
+            days, problems = day_folders(folder)
+            for problem in problems:
+                context.log.warning(f"{self.name or job.name}: skipping {folder}/{problem}")
+            for day in (d for d in days if d not in done):
                 partition_key = None
                 if partitions_def is not None:
                     if not partitions_def.has_partition_key(day):
                         if day >= (partitions_def.get_first_partition_key() or ""):
-                            break  # its partition does not exist yet (today): ask again on a later tick
+                            continue  # its partition does not exist yet (today): ask again on a later tick
                         context.log.info(f"skipping {folder / day}: before the first partition")
-                        cursor = day
+                        done.add(day)
                         continue
                     partition_key = day
                 requests.append(dg.RunRequest(run_key=day, partition_key=partition_key, tags={"dagster_graphbook/folder": str(folder / day)}))
@@ -109,7 +156,9 @@ class FolderSensor:
                     files = [e for e in os.scandir(folder / day) if e.is_file()]
                     arrived.append(dg.AssetMaterialization(asset_key, description=f"new folder {folder / day}", metadata={
                         "day": day, "path": dg.MetadataValue.path(str(folder / day)), "files": len(files), "bytes": sum(e.stat().st_size for e in files)}))
-                cursor = day
+                done.add(day)
+            done_here = sorted(d for d in days if d in done)
+            cursor = json.dumps(done_here, separators=(",", ":")) if done_here else context.cursor
             skip = None if requests else f"no new dated folder in {folder}" + (f" after {context.cursor}" if context.cursor else "")
             return dg.SensorResult(run_requests=requests or None, cursor=cursor, skip_reason=skip, asset_events=arrived or None)
 

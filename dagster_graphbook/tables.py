@@ -10,13 +10,13 @@ _PREVIEW_ROWS = 5
 
 
 def write_table(notes: List[dict], path: Any) -> Dict[str, Any]:
-    """Write notes as Parquet at ``path``; return row count, column schema, preview and path."""
+    """Write notes as Parquet at ``path`` (atomically); return row count, schema, preview, path."""
     import pandas as pd
 
+    from .versions import write_atomic
+
     df = pd.DataFrame.from_records(notes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
-        df.to_parquet(f, index=False)
+    write_atomic(path, lambda f: df.to_parquet(f, index=False))
     schema = dg.TableSchema(columns=[dg.TableColumn(str(c), str(t)) for c, t in df.dtypes.items()])
     preview = df.head(_PREVIEW_ROWS).astype(str)
     return {

@@ -33,10 +33,20 @@ class GraphbookTranslator:
         return safe_name(node.label or node.name)
 
     def step_names(self, workflow: Workflow) -> Dict[str, str]:
-        """Step names for every node, made unique with the node id where two collide."""
+        """Step names for every node, made unique with the node id where two collide.
+
+        Computed once per workflow (every key and op name asks for it: per node it made building a
+        big workflow quadratic).
+        """
+        cache = self.__dict__.setdefault("_step_names_cache", {})
+        hit = cache.get(id(workflow))
+        if hit is not None and hit[0] is workflow:
+            return hit[1]
         names = {n.id: self.get_step_name(workflow, n) for n in workflow.nodes.values()}
         counts = Counter(names.values())
-        return {nid: f"{name}_{safe_name(nid)}" if counts[name] > 1 else name for nid, name in names.items()}
+        unique = {nid: f"{name}_{safe_name(nid)}" if counts[name] > 1 else name for nid, name in names.items()}
+        cache[id(workflow)] = (workflow, unique)
+        return unique
 
     def get_asset_key(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetKey:
         """``[workflow, step, pin]``, or ``[workflow, step]`` for a step whose only pin is ``out``."""

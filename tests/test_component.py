@@ -103,7 +103,7 @@ def test_component_paths_resolve_from_its_folder_and_the_job_runs(tmp_path):
         result = job.execute_in_process(instance=instance, run_config={"ops": {"sample_from_yaml__GenerateNumbers": {"config": {"amount": 20, "seed": 1}}}})
     assert result.success
     stored = sorted(p.relative_to(notes).as_posix() for p in notes.rglob("*.pkl"))
-    assert "sample_from_yaml/GenerateNumbers.pkl" in stored and "sample_from_yaml/Split/A.pkl" in stored
+    assert f"sample_from_yaml/GenerateNumbers/{result.run_id}.pkl" in stored and f"sample_from_yaml/Split/A/{result.run_id}.pkl" in stored
 
 
 def test_component_with_a_missing_workflow_names_the_file(tmp_path):

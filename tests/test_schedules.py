@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -71,14 +72,14 @@ def test_folder_sensor_starts_one_run_per_new_day(tmp_path):
     with dg.instance_for_test() as instance:
         first = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
         assert [(r.run_key, r.partition_key) for r in first.run_requests] == [("2026-02-01", "2026-02-01"), ("2026-02-02", "2026-02-02")]
-        assert first.cursor == "2026-02-02"
+        assert json.loads(first.cursor) == ["2026-02-01", "2026-02-02"]  # the days requested
 
         again = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor))
         assert again.run_requests == [] and "no new dated folder" in (again.skip_message or "")
 
         (incoming / "2026-02-03").mkdir()
         new = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor))
-        assert [r.partition_key for r in new.run_requests] == ["2026-02-03"] and new.cursor == "2026-02-03"
+        assert [r.partition_key for r in new.run_requests] == ["2026-02-03"] and json.loads(new.cursor)[-1] == "2026-02-03"
         assert new.run_requests[0].tags["dagster_graphbook/folder"] == str(incoming / "2026-02-03")
 
 
@@ -92,9 +93,9 @@ def test_folder_sensor_waits_for_todays_partition_and_skips_days_before_the_firs
         tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
         # 2026-01-15 precedes the partitions: skipped; today has no partition yet: left for a later tick
         assert [r.partition_key for r in tick.run_requests] == [yesterday]
-        assert tick.cursor == yesterday
+        assert json.loads(tick.cursor) == ["2026-01-15", yesterday]
         later = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs, cursor=tick.cursor))
-        assert later.run_requests == [] and later.cursor == yesterday
+        assert later.run_requests == [] and json.loads(later.cursor) == ["2026-01-15", yesterday]
 
 
 def test_folder_sensor_records_each_new_day_as_the_external_asset(tmp_path):
@@ -159,5 +160,5 @@ def test_partition_key_reaches_steps(tmp_path, wf_builders):
     assert result.success
     import pickle
 
-    notes = pickle.loads((tmp_path / "notes" / "days" / "DaySource" / "2026-02-03.pkl").read_bytes())
+    notes = pickle.loads((tmp_path / "notes" / "days" / "DaySource" / "2026-02-03" / f"{result.run_id}.pkl").read_bytes())
     assert notes == [{"path": "in/2026-02-03/x", "other": "set-2026-02-03", "key": "2026-02-03"}]

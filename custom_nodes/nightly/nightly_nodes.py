@@ -176,7 +176,8 @@ class ReviewSplit(Split):
     Parameters = {"threshold": {"type": "number", "default": 0.9, "description": "Lowest confidence that needs no review"}}
 
     def __init__(self, threshold=0.9):
-        super().__init__(split_fn=f"def split_fn(note):\n    return note['confidence'] >= {float(threshold)!r}\n")
+        # a note whose image was lost under on_item_error: skip has no confidence: it needs review
+        super().__init__(split_fn=f"def split_fn(note):\n    return note.get('confidence', -1.0) >= {float(threshold)!r}\n")
         self.threshold = float(threshold)
 
     def route(self, data):
@@ -227,7 +228,7 @@ class SaveResized(BatchStep):
         out = os.path.abspath(self.output_dir)
         dumps = []
         for item, note in zip(items, notes):
-            dst = os.path.join(out, note["label"], f"{note['name']}.png")
+            dst = os.path.join(out, note.get("label", "unclassified"), f"{note['name']}.png")
             note["output_path"] = dst
             dumps.append((item, dst, self.size))
         return dumps

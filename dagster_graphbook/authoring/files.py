@@ -5,20 +5,28 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Iterator, Union
+from typing import Iterator, Set, Union
+
+_SWEPT: Set[str] = set()
 
 
 @contextlib.contextmanager
 def atomic_path(path: Union[str, "os.PathLike[str]"]) -> Iterator[str]:
     """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds.
 
-    A retried or killed op then never leaves a half-written file under the final name.
+    A retried or killed op then never leaves a half-written file under the final name; the
+    temporary name carries the writer's pid, so a later write here removes what a ``kill -9`` left.
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     suffix = os.path.splitext(path)[1]
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
+    if folder not in _SWEPT:  # once per folder and process: output folders can hold many files
+        from ..versions import sweep_local_temporaries
+
+        sweep_local_temporaries(folder)  # what a killed writer (kill -9) left here
+        _SWEPT.add(folder)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.getpid()}-", suffix=suffix)
     os.close(fd)
     try:
         yield tmp

@@ -19,13 +19,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..authoring import steps as gb_steps
 from ..notes_codec import compact
 from .device import contains_cuda, move, resolve_device
-from .errors import ItemError, StepFailure, short_repr
+from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .progress import Progress
+from .stall import StallWatchdog
 from .routing import Pins, StepResult
 from .workers import start_method_problem
 
 Emit = Callable[[str, str], None]
 
+LOST_ITEMS_KEY = "graphbook_lost_items"
 _CUDA_FORK_HINT = "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into on_item_batch"
 
 
@@ -43,6 +45,9 @@ class BatchSettings:
     max_dumps_in_flight: int = 64
     progress_interval_s: float = 5.0
     worker_nice: int = 0  # added to the nice value of loader and dump workers (see workers.lower_priority)
+    max_skipped_fraction: Optional[float] = None  # under skip: fail when a larger share of items is lost
+    call_timeout_s: Optional[float] = None  # a load_fn/dump_fn call running longer is an item error
+    stall_warning_s: float = 60.0  # no progress for this long: log what is stuck (0: never)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "BatchSettings":
@@ -112,6 +117,8 @@ class _BatchRun:
         self.position: List[int] = []  # index of each item inside its note
         self.waiting = [0] * len(notes)  # items not yet processed + dumps not yet done, per note
         self.valid = [True] * len(notes)
+        self.stage = "start"  # what the step waits for now (the stall watchdog reports it)
+        self.lost: Dict[int, List[int]] = {}  # note index -> positions of its items lost under skip
         self.released = 0
 
     # -- errors ----------------------------------------------------------------------------------
@@ -123,6 +130,9 @@ class _BatchRun:
         if not self.skip:
             raise StepFailure(self.label, f"{stage} failed on item {short_repr(self.items[index])} (note {note_index}, item {self.position[index]})", error)
         self.errors.append(error)
+        lost = self.lost.setdefault(note_index, [])
+        if self.position[index] not in lost:
+            lost.append(self.position[index])
 
     # -- setup -----------------------------------------------------------------------------------
     def flatten(self) -> None:
@@ -153,6 +163,8 @@ class _BatchRun:
             if not self.valid[ni]:
                 continue
             note = self.notes[ni]
+            if ni in self.lost:
+                mark_lost(note, self.lost[ni])
             try:
                 self.step.on_after_item(note)
                 routed = self.step.route(note)
@@ -172,6 +184,24 @@ class _BatchRun:
         self.files += done.files
         if done.error:
             self.fail_item("dump_fn", index, done.error)
+
+
+def mark_lost(note: Any, positions: List[int]) -> None:
+    """Mark a note released with items lost under ``skip``: ``note[LOST_ITEMS_KEY]`` lists their
+    positions in the note's item list, so downstream steps can tell (``note.get(LOST_ITEMS_KEY)``)."""
+    try:
+        previous = list(note.get(LOST_ITEMS_KEY) or [])
+        note[LOST_ITEMS_KEY] = sorted({*previous, *positions})
+    except (AttributeError, TypeError):  # a note that is not a mutable mapping keeps no mark
+        pass
+
+
+def check_skipped_share(label: str, skipped: int, total: int, limit: Optional[float]) -> None:
+    """Fail the step when the share of skipped items exceeds ``limit`` (``max_skipped_fraction``)."""
+    if limit is None or total <= 0 or skipped / total <= limit:
+        return
+    raise StepFailure(label, f"{skipped} of {total} items ({skipped / total:.0%}) were skipped by errors, more than "
+                      f"runtime.max_skipped_fraction {limit:g}; see the warnings above for each item")
 
 
 def _has_own(step: Any, name: str, placeholders: set) -> bool:
@@ -221,21 +251,26 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         loader: Any = SyncBatches(run.items, batch_size)
     else:
         dataset = ItemDataset(run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {}))
+        dataset.call_timeout_s = settings.call_timeout_s
         if processes:
             loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node, settings.worker_nice)
             loader.warn = lambda m: emit("warning", f"{label}: {m}")  # e.g. /dev/shm too small
         else:
             loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.worker_nice, stack=device != "cpu")
     dump_workers = settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
-    dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node, nice=settings.worker_nice) if has_dump else None
+    dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node, nice=settings.worker_nice,
+                      call_timeout_s=settings.call_timeout_s) if has_dump else None
 
     progress = Progress(label, len(run.items), len(notes), device, lambda m: emit("info", m), settings.progress_interval_s)
+    watchdog = StallWatchdog(label, settings.stall_warning_s, lambda: _stuck(run, progress, dumps), lambda m: emit("warning", m))
     failed = True
     try:
+        watchdog.__enter__()
         run.release_ready(progress)  # notes with no items leave at once (in order)
         batches = iter(loader)
         while True:
             t0 = time.perf_counter()
+            run.stage = "load_fn"
             try:
                 batch = next(batches, None)
             except RuntimeError as exc:
@@ -244,14 +279,18 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
                     raise StepFailure(label, f"a loader worker process died (killed by a signal: out of memory, segfault or kill) while loading items {done}.. of {len(run.items)}: {exc}") from exc
                 raise
             progress.loader_wait_s += time.perf_counter() - t0
+            watchdog.touch()
             if batch is None:
                 break
+            run.stage = "on_item_batch"
             progress.add("batches")
             for index, tb in batch.errors:
                 progress.add("failed")
                 run.fail_item("load_fn", index, tb)
                 run.waiting[run.owner[index]] -= 1
             indices = batch.indices
+            if has_load and batch.stacked is None and batch.values:
+                batch, indices = _drop_odd_values(run, batch, progress)
             if indices:
                 _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress)
             if dumps is not None:
@@ -260,21 +299,78 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
             run.release_ready(progress)
             progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
         if dumps is not None:
+            run.stage = "dump_fn"
             for done in dumps.drain():
                 run.dump_done(done, progress)
+                watchdog.touch()
         run.release_ready(progress)
         if run.released != len(notes):  # pragma: no cover - would be a bug in the accounting above
             raise StepFailure(label, f"internal error: {len(notes) - run.released} notes were never released")
+        check_skipped_share(label, len(run.errors), max(len(run.items), len(notes)), settings.max_skipped_fraction)
         failed = False
     except BrokenProcessPool as exc:
         raise StepFailure(label, str(exc)) from exc
     finally:
+        watchdog.__exit__()
         loader.close()
         if dumps is not None:
             dumps.close(abort=failed)
     emit("info", progress.line(0, 0))
     stats: Dict[str, Any] = {**progress.stats(), "device": device, "worker_type": settings.worker_type, "num_workers": settings.num_workers, "items_skipped": len(run.errors)}
     return StepResult(run.out.notes, {**stats, **run.out.dropped_stats()}, run.errors, run.files)
+
+
+def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
+    """What a stalled step waits for: the stage and the items (for the stall watchdog)."""
+    done = progress.counts["processed"] + progress.counts["failed"]
+    parts = [f"waiting in {run.stage}"]
+    if run.stage == "load_fn" and done < len(run.items):
+        parts.append(f"for the batch from item {done} {short_repr(run.items[done], 80)} (note {run.owner[done]})")
+    pending = list(dumps.pending.values()) if dumps is not None else []
+    if pending:
+        shown = ", ".join(f"item {i} {short_repr(run.items[i], 60)}" for i in pending[:3])
+        parts.append(f"{len(pending)} dump_fn call(s) pending: {shown}{', ...' if len(pending) > 3 else ''}")
+    return "; ".join(parts)
+
+
+def _signature(value: Any) -> Optional[Tuple[Any, ...]]:
+    if type(value).__name__ == "Tensor":
+        return ("Tensor", tuple(value.shape), str(value.dtype))
+    return None
+
+
+def _describe(value: Any) -> str:
+    sig = _signature(value)
+    return f"a tensor of shape {list(sig[1])} ({sig[2]})" if sig else f"{type(value).__name__} {short_repr(value, 60)}"
+
+
+def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress) -> Tuple[Any, List[int]]:
+    """Items whose ``load_fn`` value does not match the rest of the batch (None, a dict, another
+    shape, where the others are same-shape tensors) fail on their own, named, so ``on_item_batch``
+    never fails the whole batch for them (the most common tensor shape is taken as the expected one).
+    """
+    sigs = [_signature(v) for v in batch.values]
+    counts: Dict[Any, int] = {}
+    for sig in sigs:
+        if sig is not None:
+            counts[sig] = counts.get(sig, 0) + 1
+    if not counts or (len(counts) == 1 and None not in sigs):
+        return batch, batch.indices
+    expected = max(counts, key=lambda k: counts[k])
+    keep = [pos for pos, sig in enumerate(sigs) if sig == expected]
+    for pos, sig in enumerate(sigs):
+        if sig != expected:
+            index = batch.indices[pos]
+            progress.add("failed")
+            run.fail_item("load_fn", index, f"load_fn returned {_describe(batch.values[pos])} for this item, while the other items "
+                                            f"of its batch returned {_describe_sig(expected)}\n")
+            run.waiting[run.owner[index]] -= 1
+    indices = [batch.indices[pos] for pos in keep]
+    return batch._replace(indices=indices, values=[batch.values[pos] for pos in keep]), indices
+
+
+def _describe_sig(sig: Tuple[Any, ...]) -> str:
+    return f"tensors of shape {list(sig[1])} ({sig[2]})"
 
 
 def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress) -> None:
@@ -289,8 +385,8 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
         calls = _dump_calls(returned, len(indices), run.label)
     except StepFailure:
         raise
-    except Exception:
-        tb = traceback.format_exc()
+    except (Exception, SystemExit) as exc:
+        tb = traceback.format_exc() + exit_hint(exc, "on_item_batch")
         for i in indices:
             progress.add("failed")
             run.fail_item("on_item_batch", i, tb)  # raises under on_item_error=raise

@@ -13,9 +13,11 @@ from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .errors import exit_hint
 from .workers import init_worker, lower_priority
 
 _DUMP_FN: Optional[Callable[..., Any]] = None
+_CALL_TIMEOUT_S: Optional[float] = None
 ABORT_GRACE_S = 5.0  # how long a failing step lets dump calls under way finish
 
 
@@ -25,10 +27,11 @@ class DumpDone(NamedTuple):
     files: List[Tuple[str, int]]  # (path, bytes) of files dump_fn says it wrote
 
 
-def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str, nice: int = 0) -> None:
-    global _DUMP_FN
+def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str, nice: int = 0, call_timeout_s: Optional[float] = None) -> None:
+    global _DUMP_FN, _CALL_TIMEOUT_S
     init_worker(node_id, node_name, nice)
     _DUMP_FN = dump_fn
+    _CALL_TIMEOUT_S = call_timeout_s
 
 
 def _written(result: Any) -> List[Tuple[str, int]]:
@@ -42,16 +45,20 @@ def _written(result: Any) -> List[Tuple[str, int]]:
 
 
 def _call(args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None) -> Tuple[Optional[str], List[Tuple[str, int]]]:
+    from .call_timeout import time_limit
+
     try:
-        return None, _written((fn or _DUMP_FN)(*args))
-    except Exception:
-        return traceback.format_exc(), []
+        with time_limit(_CALL_TIMEOUT_S if fn is None else None, "dump_fn"):
+            return None, _written((fn or _DUMP_FN)(*args))
+    except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
+        return traceback.format_exc() + exit_hint(exc, "dump_fn"), []
 
 
 class DumpPool:
     """Runs dump calls; ``submit`` blocks while ``max_in_flight`` calls are pending."""
 
-    def __init__(self, dump_fn: Callable[..., Any], *, worker_type: str, num_workers: int, start_method: str, max_in_flight: int, node: Tuple[str, str], nice: int = 0):
+    def __init__(self, dump_fn: Callable[..., Any], *, worker_type: str, num_workers: int, start_method: str, max_in_flight: int, node: Tuple[str, str], nice: int = 0,
+                 call_timeout_s: Optional[float] = None):
         self.dump_fn = dump_fn
         self.max_in_flight = max(1, max_in_flight)
         self.pending: Dict[Future, Any] = {}
@@ -59,7 +66,7 @@ class DumpPool:
             self.executor: Any = ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="graphbook-dump", initializer=lower_priority, initargs=(nice, True))
             self.threads = True
         else:
-            self.executor = ProcessPoolExecutor(max(1, num_workers), mp_context=multiprocessing.get_context(start_method), initializer=_init, initargs=(dump_fn, *node, nice))
+            self.executor = ProcessPoolExecutor(max(1, num_workers), mp_context=multiprocessing.get_context(start_method), initializer=_init, initargs=(dump_fn, *node, nice, call_timeout_s))
             self.threads = False
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
@@ -107,5 +114,10 @@ class DumpPool:
                 for proc in list((getattr(self.executor, "_processes", None) or {}).values()):
                     if stuck and proc.is_alive():
                         proc.kill()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        if self.threads:
+            from .threads import shut_down_threads
+
+            shut_down_threads(self.executor, "graphbook-dump", grace_s=0 if abort else None)
+        else:
+            self.executor.shutdown(wait=True, cancel_futures=True)
         self.pending.clear()

@@ -11,6 +11,14 @@ def short_repr(obj: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def exit_hint(exc: BaseException, where: str) -> str:
+    """A line after the traceback when user code called ``sys.exit()`` instead of raising."""
+    if not isinstance(exc, SystemExit):
+        return ""
+    return (f"{where} called sys.exit({exc.code!r}) (SystemExit): treated as this item's error; "
+            "raise an exception instead\n")
+
+
 @dataclass(frozen=True)
 class ItemError:
     """One note or item that failed, kept when ``on_item_error: skip`` lets the run go on."""

@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
+from .errors import exit_hint
 from .workers import init_worker, lower_priority
 
 
@@ -54,11 +55,16 @@ class ItemDataset(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
+    call_timeout_s: Optional[float] = None  # runtime.call_timeout_s (see call_timeout.py)
+
     def __getitem__(self, i: int) -> Tuple[int, Any, Optional[str]]:
+        from .call_timeout import time_limit
+
         try:
-            return i, self.load_fn(self.items[i], **self.params), None
-        except Exception:
-            return i, None, traceback.format_exc()
+            with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
+                return i, self.load_fn(self.items[i], **self.params), None
+        except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
+            return i, None, traceback.format_exc() + exit_hint(exc, "load_fn")
 
 
 def _split(samples: List[Tuple[int, Any, Optional[str]]]) -> Tuple[List[int], List[Any], List[Tuple[int, str]]]:
@@ -324,6 +330,12 @@ class ProcessLoader:
     def close(self) -> None:
         """Stop and join the workers now (not at garbage collection: a failed op may keep the iterator alive)."""
         shutdown = getattr(self._it, "_shutdown_workers", None)
+        if getattr(self._it, "_tasks_outstanding", 0):
+            # closed with batches still loading (the step failed or was interrupted): a worker stuck
+            # in load_fn would hold torch's shutdown for 5 s per worker; nothing it loads is needed
+            for worker in getattr(self._it, "_workers", None) or []:
+                if worker.is_alive():
+                    worker.terminate()
         if shutdown is not None:
             shutdown()
         self._it = None
@@ -385,7 +397,11 @@ class ThreadLoader:
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            # a load_fn stuck in C code (a read on a stalled mount) never returns: wait a little,
+            # then leave its thread behind rather than hang the step's end (see threads.py)
+            from .threads import shut_down_threads
+
+            shut_down_threads(self.pool, "graphbook-load")
             self.pool = None
         self.pending.clear()
 

@@ -182,6 +182,12 @@ def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapp
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
     meta = {**_stats_metadata(result.stats, result.files), **_error_metadata(result.errors), "notes_in": dg.MetadataValue.int(len(notes))}
+    if result.files:  # which files this materialization wrote (issue 11.5)
+        from ..manifests import write_manifest
+
+        storage = context.instance.storage_directory()
+        manifest = write_manifest(result.files, storage, context.op_execution_context.op_def.name, context.run_id)
+        meta["files_manifest"] = dg.MetadataValue.path(manifest)
     meta.update(_stats_metadata(dict(getattr(step, "dagster_metadata", None) or {}), []))  # figures the step reports (e.g. accuracy), plotted by the UI
     for pin in plan.pins:
         notes_out = result.outputs.get(pin, [])

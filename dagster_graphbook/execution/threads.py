@@ -1,0 +1,33 @@
+"""Ending thread pools whose threads may be stuck for good.
+
+A thread blocked in C code (``time.sleep``, a read on a network mount that stopped answering)
+cannot be interrupted or killed. ``ThreadPoolExecutor.shutdown(wait=True)`` would then wait
+forever, so a failed or interrupted step would never end. Here the pool is shut down without
+waiting, the threads get a short grace, and any still running are reported by
+``stuck_threads()``, so an entry point (the CLI) can exit without waiting for them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Optional
+
+GRACE_S = 2.0
+_PREFIXES = ("graphbook-load", "graphbook-dump")
+
+
+def shut_down_threads(
+    pool: ThreadPoolExecutor, prefix: str, grace_s: Optional[float] = None
+) -> None:
+    """Cancel queued calls, let running ones finish within ``grace_s``, then stop waiting."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + (GRACE_S if grace_s is None else grace_s)
+    for thread in [t for t in threading.enumerate() if t.name.startswith(prefix)]:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def stuck_threads() -> List[str]:
+    """Names of load/dump threads still running (stuck in a call that never returned)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith(_PREFIXES) and t.is_alive()]

@@ -1,0 +1,106 @@
+"""User code that exits, and notes that cannot be stored (issue 11.7): named, not a worker death."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from dagster_graphbook import BatchStep
+from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+
+from conftest import edge, step_node, write_nodes, write_workflow
+
+
+class Exits(BatchStep):
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        if item == "bad.png":
+            sys.exit(3)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
+    notes = [{"items": ["a.png", "bad.png", "c.png"]}]
+    settings = BatchSettings(
+        num_workers=2,
+        worker_type=worker_type,
+        device="cpu",
+        on_item_error="skip",
+        stall_warning_s=0,
+    )
+    result = run_batch_step(Exits(), notes, settings, label="step 'Exits'")
+    [error] = result.errors
+    assert error.stage == "load_fn" and "bad.png" in error.item and error.item_index == 1
+    assert "load_fn called sys.exit(3)" in error.headline()
+    assert result.outputs["out"][0]["graphbook_lost_items"] == [1]
+
+
+NODES = """
+import threading
+from graphbook.steps import SourceStep
+
+class Locky(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"id": 0}, {"id": 1, "lock": threading.Lock()}]}
+"""
+
+
+def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path, run_wf):
+    nodes = write_nodes(tmp_path / "nodes", "locky.py", NODES)
+    wf = write_workflow(tmp_path, "locky", [step_node("0", "Locky", {}, source=True)], [])
+    run = run_wf(wf, [nodes], notes_dir=str(tmp_path / "notes"))
+    assert not run.success
+    assert "locky/Locky: note 1, key 'lock' (lock) cannot be stored" in run.failure
+    assert not [
+        p for p in (tmp_path / "notes").rglob("*") if p.is_file()
+    ]  # nothing half-written left
+
+
+def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
+    """11.9: a 2,000-step chain validated, then failed to build with RecursionError."""
+    from dagster_graphbook import GraphbookWorkflow, WorkflowError
+    from dagster_graphbook.definitions import build_workflow
+
+    nodes = write_nodes(
+        tmp_path / "nodes",
+        "chain.py",
+        """
+        from graphbook.steps import SourceStep, Step
+
+        class Start(SourceStep):
+            RequiresInput = False
+            Outputs = ["out"]
+            Parameters = {}
+
+            def load(self):
+                return {"out": [{"v": 0}]}
+
+        class Inc(Step):
+            RequiresInput = True
+            Outputs = ["out"]
+            Parameters = {}
+    """,
+    )
+    n = 1002
+    steps = [step_node("0", "Start", {}, source=True)] + [
+        step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)
+    ]
+    wf = write_workflow(
+        tmp_path, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)]
+    )
+    with pytest.raises(
+        WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"
+    ):
+        build_workflow(GraphbookWorkflow(wf, custom_nodes=[nodes]))

@@ -1,0 +1,191 @@
+"""Hangs and skips (issue 11.3/11.4): calls that really hang, in real worker processes.
+
+A ``load_fn``/``dump_fn`` blocked in ``time.sleep`` (a blocking system call, like a read on a
+stalled mount) for an hour must become an item error naming the item within the call limit.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dagster_graphbook import BatchStep
+from dagster_graphbook.execution.batch import LOST_ITEMS_KEY, BatchSettings, run_batch_step
+from dagster_graphbook.execution.errors import StepFailure
+
+HANG = "stalled-mount/img_0007.png"
+
+
+class HangingLoad(BatchStep):
+    """``load_fn`` never returns for the item named HANG."""
+
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        if item == HANG:
+            time.sleep(3600)
+        return len(item)
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("loaded", []).append(out)
+        return None
+
+
+class HangingDump(BatchStep):
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def dump_fn(item):
+        if item == HANG:
+            time.sleep(3600)
+
+    def on_item_batch(self, outputs, items, notes):
+        return [(item,) for item in items]
+
+
+def _notes():
+    return [
+        {"id": 0, "items": ["a.png", "b.png"]},
+        {"id": 1, "items": [HANG, "c.png"]},
+        {"id": 2, "items": ["d.png"]},
+    ]
+
+
+@pytest.mark.parametrize("cls", [HangingLoad, HangingDump], ids=["load_fn", "dump_fn"])
+def test_a_hung_call_becomes_an_item_error_naming_the_item(cls):
+    settings = BatchSettings(
+        num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=1.0, stall_warning_s=0
+    )
+    start = time.perf_counter()
+    result = run_batch_step(cls(), _notes(), settings, label="workflow 'w', step 'Hang' (node 1)")
+    seconds = time.perf_counter() - start
+    assert seconds < 15, seconds
+    assert len(result.errors) == 1
+    error = result.errors[0]
+    assert HANG in error.item and error.note_index == 1 and error.item_index == 0
+    assert "did not return within 1 s" in error.headline() and "time.sleep(3600)" in error.error
+    notes = result.outputs["out"]
+    assert [n["id"] for n in notes] == [0, 1, 2]  # only the stuck item is lost, every note leaves
+    assert (
+        notes[1][LOST_ITEMS_KEY] == [0]
+        and LOST_ITEMS_KEY not in notes[0]
+        and LOST_ITEMS_KEY not in notes[2]
+    )
+
+
+def test_a_hung_call_under_raise_fails_the_step_naming_the_item():
+    settings = BatchSettings(num_workers=2, device="cpu", call_timeout_s=1.0, stall_warning_s=0)
+    with pytest.raises(StepFailure, match="stalled-mount/img_0007.png"):
+        run_batch_step(HangingLoad(), _notes(), settings, label="step 'Hang'")
+
+
+def test_the_stall_watchdog_names_the_stuck_items():
+    lines = []
+    settings = BatchSettings(
+        num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=4.0, stall_warning_s=1.0
+    )
+    result = run_batch_step(
+        HangingDump(),
+        _notes(),
+        settings,
+        label="step 'Hang'",
+        emit=lambda level, msg: lines.append((level, msg)),
+    )
+    assert len(result.errors) == 1
+    stalls = [m for level, m in lines if level == "warning" and "no progress" in m]
+    assert stalls and HANG in stalls[0] and "dump_fn" in stalls[0], lines
+
+
+class Flaky(BatchStep):
+    """``load_fn`` raises MemoryError for every item whose name starts with 'x'."""
+
+    def __init__(self, batch_size=4, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        if item.startswith("x"):
+            raise MemoryError(item)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+
+
+def test_too_many_skipped_items_fail_the_step():
+    notes = [{"items": [f"x{i}" if i % 4 else f"ok{i}" for i in range(20)]}]
+    ok = run_batch_step(
+        Flaky(),
+        [dict(n) for n in notes],
+        BatchSettings(num_workers=0, device="cpu", on_item_error="skip"),
+    )
+    assert len(ok.errors) == 15  # without a limit the step reports success
+    with pytest.raises(
+        StepFailure, match=r"15 of 20 items \(75%\) were skipped.*max_skipped_fraction 0.5"
+    ):
+        run_batch_step(
+            Flaky(),
+            [dict(n) for n in notes],
+            BatchSettings(
+                num_workers=0, device="cpu", on_item_error="skip", max_skipped_fraction=0.5
+            ),
+        )
+
+
+class OddLoad(BatchStep):
+    """``load_fn`` returns a 3x4 tensor, except None, a dict or another shape for some items."""
+
+    def __init__(self, batch_size=4, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.seen = []
+
+    @staticmethod
+    def load_fn(item):
+        import torch
+
+        odd = {"none.png": None, "dict.png": {"pixels": 1}, "big.png": torch.zeros(5, 5)}
+        return odd[item] if item in odd else torch.ones(3, 4)
+
+    def on_item_batch(self, outputs, items, notes):
+        import torch
+
+        self.seen += list(items)
+        torch.stack(list(outputs))  # what a model call does: fails on any odd value
+        return None
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_an_odd_load_fn_value_is_blamed_on_its_item_and_loses_only_it(worker_type):
+    notes = [
+        {"items": ["a.png", "none.png", "b.png", "c.png"]},
+        {"items": ["d.png", "dict.png", "big.png", "e.png"]},
+    ]
+    step = OddLoad()
+    settings = BatchSettings(
+        num_workers=2,
+        worker_type=worker_type,
+        device="cpu",
+        on_item_error="skip",
+        stall_warning_s=0,
+    )
+    result = run_batch_step(step, notes, settings, label="step 'Odd'")
+    assert sorted(e.item.strip("'") for e in result.errors) == ["big.png", "dict.png", "none.png"]
+    assert all(e.stage == "load_fn" for e in result.errors)
+    none_error = next(e for e in result.errors if "none.png" in e.item)
+    assert (
+        "load_fn returned NoneType None for this item" in none_error.headline()
+        and "[3, 4]" in none_error.headline()
+    )
+    assert sorted(step.seen) == [
+        "a.png",
+        "b.png",
+        "c.png",
+        "d.png",
+        "e.png",
+    ]  # every good item reached the model
+    assert [n[LOST_ITEMS_KEY] for n in result.outputs["out"]] == [[1], [1, 2]]

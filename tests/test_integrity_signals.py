@@ -1,0 +1,110 @@
+"""SIGINT/SIGTERM stop the CLI within 10 s while a load_fn hangs for real (issue 11.3).
+
+The hang is ``time.sleep(3600)`` in a thread-pool thread (cannot be interrupted) or in a DataLoader
+worker process; the run record must end FAILURE or CANCELED, never stay STARTED.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pytest
+
+from conftest import edge, step_node, write_nodes, write_workflow
+
+NODES = """
+import time
+from graphbook.steps import SourceStep, BatchStep
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
+
+class Stuck(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"}}
+
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        print("LOADING", item, flush=True)
+        time.sleep(3600)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+"""
+
+
+@pytest.mark.parametrize(
+    "worker_type, sig",
+    [("thread", signal.SIGINT), ("process", signal.SIGTERM)],
+    ids=["thread-SIGINT", "process-SIGTERM"],
+)
+def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
+    tmp_path, dagster_home, worker_type, sig
+):
+    nodes = write_nodes(tmp_path / "nodes", "hang_nodes.py", NODES)
+    wf = write_workflow(
+        tmp_path,
+        "hang",
+        [
+            step_node("0", "Items", {}, source=True),
+            step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"}),
+        ],
+        [edge("0", "out", "1")],
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "dagster_graphbook.cli",
+        "run",
+        str(wf),
+        "--custom-nodes",
+        str(nodes),
+        "--dagster-home",
+        dagster_home,
+        "--set",
+        f"Stuck.runtime.worker_type={worker_type}",
+        "--set",
+        "Stuck.runtime.num_workers=1",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "LOADING" in line:
+                break
+        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
+        start = time.monotonic()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert seconds < 10, f"took {seconds:.1f} s\n{out[-3000:]}"
+    assert proc.returncode == 1
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        [run] = instance.get_runs()
+    assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+    with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
+        os.killpg(proc.pid, 0)
