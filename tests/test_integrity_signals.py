@@ -108,3 +108,58 @@ def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
     assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
     with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
         os.killpg(proc.pid, 0)
+
+
+def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path, dagster_home):
+    """What a run worker of a UI launch does: Dagster's own entry point (``dagster job execute``),
+    no CLI of ours. After SIGTERM (what Terminate sends) the process must end too, not wait
+    forever at exit for the load_fn thread stuck in ``time.sleep``."""
+    nodes = write_nodes(tmp_path / "nodes", "hang_nodes.py", NODES)
+    wf = write_workflow(
+        tmp_path,
+        "hang",
+        [
+            step_node("0", "Items", {}, source=True),
+            step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"}),
+        ],
+        [edge("0", "out", "1")],
+    )
+    defs = tmp_path / "hang_defs.py"
+    defs.write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])])\n"
+    )
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "ops:\n  hang__Stuck:\n    config:\n      runtime: {worker_type: thread, num_workers: 1}\n"
+    )
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    proc = subprocess.Popen(
+        [dagster, "job", "execute", "-f", str(defs), "-j", "hang", "-c", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "DAGSTER_HOME": dagster_home},
+    )
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "LOADING" in line:
+                break
+        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out = "(still running 30 s after SIGTERM)"
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert seconds < 10, f"took {seconds:.1f} s\n{out[-3000:]}"
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        [run] = instance.get_runs()
+    assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+    with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
+        os.killpg(proc.pid, 0)

@@ -4,11 +4,14 @@ A thread blocked in C code (``time.sleep``, a read on a network mount that stopp
 cannot be interrupted or killed. ``ThreadPoolExecutor.shutdown(wait=True)`` would then wait
 forever, so a failed or interrupted step would never end. Here the pool is shut down without
 waiting, the threads get a short grace, and any still running are reported by
-``stuck_threads()``, so an entry point (the CLI) can exit without waiting for them.
+``stuck_threads()`` and let go of: the interpreter no longer waits for them at exit, so a process
+whose step was interrupted (a run worker after the UI's Terminate, ``dagster job execute`` after
+SIGTERM) ends instead of hanging at exit.
 """
 
 from __future__ import annotations
 
+import concurrent.futures.thread as futures_thread
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +29,20 @@ def shut_down_threads(
     deadline = time.monotonic() + (GRACE_S if grace_s is None else grace_s)
     for thread in [t for t in threading.enumerate() if t.name.startswith(prefix)]:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            _let_go(thread)
+
+
+def _let_go(thread: threading.Thread) -> None:
+    """Stop the interpreter from joining ``thread`` at exit (CPython 3.10-3.12 internals: the
+    executors' exit hook joins every pool thread, ``threading._shutdown`` every non-daemon one).
+    ``tests/test_integrity_signals.py`` fails where these internals differ."""
+    getattr(futures_thread, "_threads_queues", {}).pop(thread, None)
+    locks = getattr(threading, "_shutdown_locks", None)
+    lock = getattr(thread, "_tstate_lock", None)
+    if locks is not None and lock is not None:
+        with threading._shutdown_locks_lock:  # type: ignore[attr-defined]
+            locks.discard(lock)
 
 
 def stuck_threads() -> List[str]:
