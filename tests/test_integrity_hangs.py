@@ -154,8 +154,8 @@ class OddLoad(BatchStep):
     def on_item_batch(self, outputs, items, notes):
         import torch
 
-        self.seen += list(items)
         torch.stack(list(outputs))  # what a model call does: fails on any odd value
+        self.seen += list(items)  # items the model processed
         return None
 
 
@@ -189,3 +189,33 @@ def test_an_odd_load_fn_value_is_blamed_on_its_item_and_loses_only_it(worker_typ
         "e.png",
     ]  # every good item reached the model
     assert [n[LOST_ITEMS_KEY] for n in result.outputs["out"]] == [[1], [1, 2]]
+
+
+class SizedImages(BatchStep):
+    """Images of many sizes, as real folders hold: ``on_item_batch`` handles each on its own."""
+
+    def __init__(self, batch_size=4, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        import torch
+
+        return torch.zeros(3, item, item) if item else None
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note.setdefault("sizes", []).append(None if out is None else out.shape[-1])
+        return None
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_values_of_many_shapes_reach_on_item_batch_when_it_copes(worker_type):
+    """Odd values are blamed only when on_item_batch fails on them: a batch of images of several
+    sizes (16, 16, 17, ...), or a None the step handles itself, loses nothing."""
+    notes = [{"items": [16, 16, 17, 0]}, {"items": [18, 16, 16, 19]}]
+    settings = BatchSettings(num_workers=2, worker_type=worker_type, device="cpu",
+                             on_item_error="raise", stall_warning_s=0)
+    result = run_batch_step(SizedImages(), notes, settings, label="step 'Sized'")
+    assert not result.errors
+    assert [n["sizes"] for n in result.outputs["out"]] == [[16, 16, 17, None], [18, 16, 16, 19]]

@@ -288,11 +288,8 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
                 progress.add("failed")
                 run.fail_item("load_fn", index, tb)
                 run.waiting[run.owner[index]] -= 1
-            indices = batch.indices
-            if has_load and batch.stacked is None and batch.values:
-                batch, indices = _drop_odd_values(run, batch, progress)
-            if indices:
-                _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress)
+            if batch.indices:
+                _process_batch(run, batch, batch.indices, has_load, has_dump, device, dumps, progress)
             if dumps is not None:
                 for done in dumps.poll():
                     run.dump_done(done, progress)
@@ -344,27 +341,37 @@ def _describe(value: Any) -> str:
     return f"a tensor of shape {list(sig[1])} ({sig[2]})" if sig else f"{type(value).__name__} {short_repr(value, 60)}"
 
 
-def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress) -> Tuple[Any, List[int]]:
-    """Items whose ``load_fn`` value does not match the rest of the batch (None, a dict, another
-    shape, where the others are same-shape tensors) fail on their own, named, so ``on_item_batch``
-    never fails the whole batch for them (the most common tensor shape is taken as the expected one).
-    """
+def _odd_positions(batch: Any) -> Tuple[List[int], Optional[Tuple[Any, ...]]]:
+    """Positions whose ``load_fn`` value does not match the rest of the batch: a value that is no
+    tensor (None, a dict) among tensors, or a tensor of another shape than the one most items share
+    (only when at least two share it: in a batch of images of many sizes no shape is odd)."""
+    if batch.stacked is not None or not batch.values:
+        return [], None
     sigs = [_signature(v) for v in batch.values]
     counts: Dict[Any, int] = {}
     for sig in sigs:
         if sig is not None:
             counts[sig] = counts.get(sig, 0) + 1
-    if not counts or (len(counts) == 1 and None not in sigs):
-        return batch, batch.indices
+    if not counts:
+        return [], None
     expected = max(counts, key=lambda k: counts[k])
-    keep = [pos for pos, sig in enumerate(sigs) if sig == expected]
-    for pos, sig in enumerate(sigs):
-        if sig != expected:
-            index = batch.indices[pos]
-            progress.add("failed")
-            run.fail_item("load_fn", index, f"load_fn returned {_describe(batch.values[pos])} for this item, while the other items "
-                                            f"of its batch returned {_describe_sig(expected)}\n")
-            run.waiting[run.owner[index]] -= 1
+    if counts[expected] < 2 and len(counts) > 1:
+        return [pos for pos, sig in enumerate(sigs) if sig is None], expected
+    return [pos for pos, sig in enumerate(sigs) if sig != expected], expected
+
+
+def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress, why: str) -> Tuple[Any, List[int]]:
+    """After ``on_item_batch`` failed on a batch holding odd values (``_odd_positions``), fail
+    those items, named, and return the batch without them, so only they are lost."""
+    odd, expected = _odd_positions(batch)
+    for pos in odd:
+        index = batch.indices[pos]
+        progress.add("failed")
+        run.fail_item("load_fn", index, f"load_fn returned {_describe(batch.values[pos])} for this item, while the other "
+                                        f"items of its batch returned {_describe_sig(expected)}; on_item_batch failed on "
+                                        f"the batch with it: {why}\n")
+        run.waiting[run.owner[index]] -= 1
+    keep = [pos for pos in range(len(batch.indices)) if pos not in set(odd)]
     indices = [batch.indices[pos] for pos in keep]
     return batch._replace(indices=indices, values=[batch.values[pos] for pos in keep]), indices
 
@@ -373,12 +380,14 @@ def _describe_sig(sig: Tuple[Any, ...]) -> str:
     return f"tensors of shape {list(sig[1])} ({sig[2]})"
 
 
-def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress) -> None:
+def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress,
+                   retried: bool = False) -> None:
     step = run.step
     outputs = batch.outputs(device) if has_load else None
     items = [run.items[i] for i in indices]
     notes = [run.notes[run.owner[i]] for i in indices]
-    progress.add("loaded", len(indices))
+    if not retried:
+        progress.add("loaded", len(indices))
     t0 = time.perf_counter()
     try:
         returned = step.on_item_batch(outputs, items, notes)
@@ -387,6 +396,12 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
         raise
     except (Exception, SystemExit) as exc:
         tb = traceback.format_exc() + exit_hint(exc, "on_item_batch")
+        if has_load and _odd_positions(batch)[0] and not isinstance(exc, SystemExit):
+            # blame the odd values, not the whole batch, and run the rest again without them
+            batch, indices = _drop_odd_values(run, batch, progress, f"{type(exc).__name__}: {exc}")
+            if indices:
+                _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress, retried=True)
+            return
         for i in indices:
             progress.add("failed")
             run.fail_item("on_item_batch", i, tb)  # raises under on_item_error=raise
