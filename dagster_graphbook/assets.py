@@ -175,7 +175,7 @@ def _plan_and_config(workflow: Workflow, node: WorkflowNode, translator: Graphbo
         resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
         function_params=_function_params(node), overridable=_overridable(workflow, node),
     )
-    runtime = dg.Field(runtime_fields(kind), is_required=False)
+    runtime = dg.Field(runtime_fields(kind))  # all fields default: the launchpad shows the block
     return plan, {**param_fields(workflow, node), RUNTIME_KEY: runtime}
 
 

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import yaml
 
+from .execution.progress import PROGRESS_LINE
 from .runner import RUN_TOKEN_TAG, get_instance, run_workflow
 
 
@@ -31,6 +32,7 @@ class LiveDisplay:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.started: Dict[str, float] = {}
+        self.open_line = False  # a progress line printed in place, not ended yet
 
     def __enter__(self) -> "LiveDisplay":
         self.thread.start()
@@ -39,6 +41,7 @@ class LiveDisplay:
     def __exit__(self, *exc: Any) -> None:
         self.stop.set()
         self.thread.join(timeout=5)
+        self._line(None)
 
     def _run_id(self) -> Optional[str]:
         import dagster as dg
@@ -63,13 +66,29 @@ class LiveDisplay:
                 return
             self.stop.wait(self.interval_s)
 
+    def _line(self, text: Optional[str], in_place: Any = False) -> None:
+        """Print ``text``; on a terminal a progress line replaces the previous progress line."""
+        tty = getattr(self.out, "isatty", lambda: False)()
+        if self.open_line and (text is None or not (tty and in_place)):
+            print(file=self.out)  # end the progress line left open
+            self.open_line = False
+        if text is None:
+            return
+        if tty and in_place:
+            print(f"\r\x1b[K{text}", end="", file=self.out, flush=True)
+            self.open_line = True
+        else:
+            print(text, file=self.out)
+
     def _show(self, entry: Any) -> None:
         event = entry.dagster_event
         step = entry.step_key or ""
         if event is None:
             if entry.user_message and entry.level >= 20:
-                print(f"  {step}: {entry.user_message}", file=self.out)
+                where = f"{step}: " if step else ""  # resource set-up logs belong to no step
+                self._line(f"  {where}{entry.user_message}", PROGRESS_LINE.match(entry.user_message))
             return
+        self._line(None)
         kind = event.event_type_value
         if kind == "STEP_START":
             self.started[step] = entry.timestamp

@@ -1,9 +1,18 @@
-"""Progress lines for long steps: items done, items/s and queue depths, every few seconds."""
+"""Progress lines for long steps: items done, percent, items/s, ETA and queue depths.
+
+The first line comes after about a second, then one every ``interval_s``. Lines are short and
+start with ``done/total (pct%)`` (``PROGRESS_LINE``): the op name beside them in the event log
+already says which step, and the CLI rewrites such a line in place on a terminal.
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable, Dict, Optional
+
+FIRST_REPORT_S = 1.0
+PROGRESS_LINE = re.compile(r"^\d+/\d+ \(\d+%\) · ")
 
 
 class Progress:
@@ -14,7 +23,7 @@ class Progress:
         self.total_items, self.total_notes = total_items, total_notes
         self.counts: Dict[str, int] = {"loaded": 0, "processed": 0, "failed": 0, "dumps_submitted": 0, "dumps_done": 0, "notes_released": 0, "batches": 0}
         self.start = time.perf_counter()
-        self.last = self.start
+        self.next_report = self.start + min(FIRST_REPORT_S, interval_s)
         self.loader_wait_s = 0.0
         self.on_item_batch_s = 0.0
 
@@ -28,19 +37,24 @@ class Progress:
         return self.counts["processed"] / max(self.elapsed(), 1e-9)
 
     def line(self, loader_in_flight: Optional[int], dumps_in_flight: int) -> str:
+        """``1152/3000 (38%) · 52.6 items/s · ETA 35 s · 0 failed · queues: ...``."""
         c = self.counts
+        done = c["processed"] + c["failed"]
+        pct = 100 * done // self.total_items if self.total_items else 100
+        rate = self.items_per_s()
+        left = self.total_items - done
+        eta = f"ETA {left / rate:.0f} s" if rate > 0 else "ETA ?"
         loader = "?" if loader_in_flight is None else str(loader_in_flight)
         return (
-            f"{self.label}: {c['processed']}/{self.total_items} items processed "
-            f"({c['loaded']} loaded, {c['failed']} failed), {c['dumps_done']}/{c['dumps_submitted']} dumps done, "
-            f"{c['notes_released']}/{self.total_notes} notes released, {self.items_per_s():.1f} items/s, "
-            f"queues: loader {loader} batches, dumps {dumps_in_flight} in flight, device {self.device}"
+            f"{done}/{self.total_items} ({pct}%) · {rate:.1f} items/s · {eta} · {c['failed']} failed"
+            f" · queues: loader {loader} batches, dumps {dumps_in_flight} · "
+            f"{c['notes_released']}/{self.total_notes} notes out · {self.device}"
         )
 
     def maybe_report(self, loader_in_flight: Optional[int], dumps_in_flight: int) -> None:
         now = time.perf_counter()
-        if now - self.last >= self.interval_s:
-            self.last = now
+        if now >= self.next_report:
+            self.next_report = now + self.interval_s
             self.emit(self.line(loader_in_flight, dumps_in_flight))
 
     def stats(self) -> Dict[str, float]:
