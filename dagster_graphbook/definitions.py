@@ -14,6 +14,7 @@ from .authoring.graph import Graph
 from .checks import StepCheck, bind_checks
 from .executor import resolve_executor
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
+from .load_errors import load_error_job
 from .registry import NodeRegistry
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, load_workflow
@@ -132,10 +133,12 @@ def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.Ass
 
 def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,
                       notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None,
-                      notes_keep: Optional[int] = None) -> dg.Definitions:
-    """Dagster definitions for ``workflows`` (a workflow that is invalid raises, naming file and node).
+                      notes_keep: Optional[int] = None, strict: bool = False) -> dg.Definitions:
+    """Dagster definitions for ``workflows``.
 
-    ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
+    A workflow that fails to load is logged and kept as a job of its name whose description and
+    run give the error (file, node, reason), so the other workflows stay loaded; with ``strict``
+    it raises instead. ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
     """
     from .schedules import schedules_and_sensors
 
@@ -154,7 +157,14 @@ def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSourc
             spec.notes_dir = notes_dir
         if spec.notes_keep is None and notes_keep is not None:
             spec.notes_keep = notes_keep
-        defs = build_workflow(spec, translator)
+        try:
+            defs = build_workflow(spec, translator)
+        except WorkflowError as exc:
+            if strict:
+                raise
+            logger.error("%s\n(the other workflows are loaded; this one shows as a job that fails)", exc)
+            jobs.append(load_error_job(spec, exc))
+            continue
         assets += defs.assets
         jobs.append(defs.job)
         resources.update(defs.resources)

@@ -53,7 +53,7 @@ def checked(tmp_path: Path):
     def make(checks):
         spec = GraphbookWorkflow(wf, custom_nodes=[nodes], checks=checks,
                                  partitions_def=daily_partitions("2026-01-01"))
-        return build_definitions([spec], notes_dir=str(tmp_path / "notes"))
+        return build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
 
     return make, marker
 

@@ -53,9 +53,9 @@ def test_per_step_gpus_and_errors():
     ] == {"nvidia.com/gpu": "2"}
     assert "dagster-dask/resource_requirements" not in tags["SaveResized"]
     with pytest.raises(WorkflowError, match="gpus names step 'Nope'"):
-        build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"Nope": 1})])
+        build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"Nope": 1})], strict=True)
     with pytest.raises(WorkflowError, match="whole number of GPUs"):
-        build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=-1)])
+        build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=-1)], strict=True)
 
 
 def test_gpus_in_the_yaml_component(tmp_path):

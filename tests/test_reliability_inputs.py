@@ -95,11 +95,24 @@ def test_broken_node_file_in_a_code_location_other_workflows_still_load(tmp_path
     assert run.success, run.failure
     assert [n["i2"] for n in run.notes["Double"]["out"]] == [0, 2, 4]
 
+    both = [GraphbookWorkflow(good, custom_nodes=[folder]), GraphbookWorkflow(needs_broken, custom_nodes=[folder])]
     with pytest.raises(WorkflowError) as info:
-        build_definitions([GraphbookWorkflow(good, custom_nodes=[folder]), GraphbookWorkflow(needs_broken, custom_nodes=[folder])])
+        build_definitions(both, strict=True)
     message = str(info.value)
     assert str(needs_broken) in message and "node 2" in message and "'Broken'" in message
     assert f"{folder / 'broken.py'}, line 5" in message
+
+    # by default the code location keeps the good workflow; the broken one is a job saying why
+    defs = build_definitions(both)
+    assert defs.resolve_job_def("good_flow") is not None
+    broken = defs.resolve_job_def("broken_flow")
+    assert message in broken.description and broken.description.startswith("FAILED TO LOAD")
+    with dg.instance_for_test() as instance:
+        result = broken.execute_in_process(instance=instance, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert f"{folder / 'broken.py'}, line 5" in failure.step_failure_data.error.message + str(
+        failure.step_failure_data.user_failure_data.description)
 
 
 def _bad(tmp_path: Path, nodes: list, edges: list, name: str = "bad") -> str:
@@ -163,7 +176,7 @@ def test_more_bad_workflows_name_file_and_node(tmp_path, case, expected):
         path = _bad(tmp_path, [src, dbl], good_edges)
     with pytest.raises(WorkflowError) as info:
         if case == "reserved_runtime_param":  # found when the op's config schema is built
-            build_definitions([GraphbookWorkflow(path, custom_nodes=[folder])])
+            build_definitions([GraphbookWorkflow(path, custom_nodes=[folder])], strict=True)
         else:
             load_workflow(path, registry)
     message = str(info.value)
