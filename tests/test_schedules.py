@@ -130,8 +130,12 @@ def test_folder_sensor_without_partitions_and_missing_folder(tmp_path):
 def test_bad_executor_is_a_clear_error(tmp_path):
     from dagster_graphbook import WorkflowError
 
+    spec = GraphbookWorkflow(SAMPLE, custom_nodes=[SAMPLE_NODES], executor="threads")
     with pytest.raises(WorkflowError, match="executor must be one of in_process, multiprocess"):
-        _defs(tmp_path, executor="threads")
+        build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+    # without strict the code location loads, and the job says why it cannot run
+    job = build_definitions([spec], notes_dir=str(tmp_path / "notes")).resolve_job_def("sample")
+    assert "executor must be one of in_process, multiprocess" in job.description
 
 
 def test_partition_key_reaches_steps(tmp_path, wf_builders):
