@@ -49,14 +49,8 @@ class Stuck(BatchStep):
 """
 
 
-@pytest.mark.parametrize(
-    "worker_type, sig",
-    [("thread", signal.SIGINT), ("process", signal.SIGTERM)],
-    ids=["thread-SIGINT", "process-SIGTERM"],
-)
-def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
-    tmp_path, dagster_home, worker_type, sig
-):
+def _hang_workflow(tmp_path):
+    """A source feeding ``Stuck``, whose load_fn hangs: (node folder, workflow file)."""
     nodes = write_nodes(tmp_path / "nodes", "hang_nodes.py", NODES)
     wf = write_workflow(
         tmp_path,
@@ -67,6 +61,47 @@ def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
         ],
         [edge("0", "out", "1")],
     )
+    return nodes, wf
+
+
+def _signal_when_loading(proc, sig, dagster_home):
+    """Send ``sig`` once the load_fn hangs; the process and its group must be gone within 10 s
+    and the run record ended FAILURE or CANCELED."""
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "LOADING" in line:
+                break
+        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
+        start = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out = "(still running 30 s after the signal)"
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert seconds < 10, f"took {seconds:.1f} s\n{out[-3000:]}"
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        [run] = instance.get_runs()
+    assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+    with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
+        os.killpg(proc.pid, 0)
+
+
+@pytest.mark.parametrize(
+    "worker_type, sig",
+    [("thread", signal.SIGINT), ("process", signal.SIGTERM)],
+    ids=["thread-SIGINT", "process-SIGTERM"],
+)
+def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
+    tmp_path, dagster_home, worker_type, sig
+):
+    nodes, wf = _hang_workflow(tmp_path)
     cmd = [
         sys.executable,
         "-m",
@@ -86,44 +121,15 @@ def test_a_signal_ends_a_run_with_a_hung_load_fn_within_10_s(
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-    try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "LOADING" in line:
-                break
-        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
-        start = time.monotonic()
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=30)
-        seconds = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert seconds < 10, f"took {seconds:.1f} s\n{out[-3000:]}"
+    _signal_when_loading(proc, sig, dagster_home)
     assert proc.returncode == 1
-    with dg.DagsterInstance.from_config(dagster_home) as instance:
-        [run] = instance.get_runs()
-    assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-    with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
-        os.killpg(proc.pid, 0)
 
 
 def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path, dagster_home):
     """What a run worker of a UI launch does: Dagster's own entry point (``dagster job execute``),
     no CLI of ours. After SIGTERM (what Terminate sends) the process must end too, not wait
     forever at exit for the load_fn thread stuck in ``time.sleep``."""
-    nodes = write_nodes(tmp_path / "nodes", "hang_nodes.py", NODES)
-    wf = write_workflow(
-        tmp_path,
-        "hang",
-        [
-            step_node("0", "Items", {}, source=True),
-            step_node("1", "Stuck", {"batch_size": 2, "item_key": "items"}),
-        ],
-        [edge("0", "out", "1")],
-    )
+    nodes, wf = _hang_workflow(tmp_path)
     defs = tmp_path / "hang_defs.py"
     defs.write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
@@ -139,27 +145,4 @@ def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         env={**os.environ, "DAGSTER_HOME": dagster_home},
     )
-    try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "LOADING" in line:
-                break
-        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            out = "(still running 30 s after SIGTERM)"
-        seconds = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert seconds < 10, f"took {seconds:.1f} s\n{out[-3000:]}"
-    with dg.DagsterInstance.from_config(dagster_home) as instance:
-        [run] = instance.get_runs()
-    assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-    with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
-        os.killpg(proc.pid, 0)
+    _signal_when_loading(proc, signal.SIGTERM, dagster_home)

@@ -360,10 +360,10 @@ def _odd_positions(batch: Any) -> Tuple[List[int], Optional[Tuple[Any, ...]]]:
     return [pos for pos, sig in enumerate(sigs) if sig != expected], expected
 
 
-def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress, why: str) -> Tuple[Any, List[int]]:
+def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress, odd: List[int], expected: Any,
+                     why: str) -> Tuple[Any, List[int]]:
     """After ``on_item_batch`` failed on a batch holding odd values (``_odd_positions``), fail
     those items, named, and return the batch without them, so only they are lost."""
-    odd, expected = _odd_positions(batch)
     for pos in odd:
         index = batch.indices[pos]
         progress.add("failed")
@@ -371,7 +371,8 @@ def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress, why: str) -
                                         f"items of its batch returned {_describe_sig(expected)}; on_item_batch failed on "
                                         f"the batch with it: {why}\n")
         run.waiting[run.owner[index]] -= 1
-    keep = [pos for pos in range(len(batch.indices)) if pos not in set(odd)]
+    dropped = set(odd)
+    keep = [pos for pos in range(len(batch.indices)) if pos not in dropped]
     indices = [batch.indices[pos] for pos in keep]
     return batch._replace(indices=indices, values=[batch.values[pos] for pos in keep]), indices
 
@@ -396,9 +397,11 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
         raise
     except (Exception, SystemExit) as exc:
         tb = traceback.format_exc() + exit_hint(exc, "on_item_batch")
-        if has_load and _odd_positions(batch)[0] and not isinstance(exc, SystemExit):
+        odd, expected = _odd_positions(batch) if has_load else ([], None)
+        if odd and not isinstance(exc, SystemExit):
             # blame the odd values, not the whole batch, and run the rest again without them
-            batch, indices = _drop_odd_values(run, batch, progress, f"{type(exc).__name__}: {exc}")
+            why = f"{type(exc).__name__}: {exc}"
+            batch, indices = _drop_odd_values(run, batch, progress, odd, expected, why)
             if indices:
                 _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress, retried=True)
             return
