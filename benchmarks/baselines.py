@@ -4,6 +4,7 @@ Shared by bench_loader.py (project venv) and graphbook_baseline.py (graphbook ve
 configuration does exactly the same work: PIL open -> RGB -> 224x224 -> to_tensor, batches of 8,
 and a model that runs in the consuming (main) process.
 """
+
 from __future__ import annotations
 
 import resource
@@ -56,9 +57,13 @@ class ConvModel(torch.nn.Module):
         super().__init__()
         self.reps = reps
         self.net = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 16, 3, stride=4, padding=1), torch.nn.ReLU(),  # ~5 ms per batch of 8: fine steps
-            torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
-            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10),
+            torch.nn.Conv2d(3, 16, 3, stride=4, padding=1),
+            torch.nn.ReLU(),  # ~5 ms per batch of 8: fine steps
+            torch.nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(32, 10),
         ).eval()
 
     @torch.no_grad()
@@ -69,7 +74,9 @@ class ConvModel(torch.nn.Module):
         return float(y.sum())
 
 
-def calibrated_conv_model(paths: Sequence[str], samples: int = 10) -> tuple[ConvModel, float, float]:
+def calibrated_conv_model(
+    paths: Sequence[str], samples: int = 10
+) -> tuple[ConvModel, float, float]:
     """ConvModel whose per-batch time is about one batch's sequential load time; returns (model, load_s, compute_s).
 
     Loads and forwards alternate batch by batch and the reps come from the median ratio of pairs: this
@@ -82,7 +89,9 @@ def calibrated_conv_model(paths: Sequence[str], samples: int = 10) -> tuple[Conv
         out = []
         for i in range(samples):
             t0 = time.perf_counter()
-            batch = torch.stack([load_item(p) for p in paths[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]])
+            batch = torch.stack(
+                [load_item(p) for p in paths[i * BATCH_SIZE : (i + 1) * BATCH_SIZE]]
+            )
             t1 = time.perf_counter()
             model(batch)
             out.append((t1 - t0, time.perf_counter() - t1))
@@ -96,11 +105,14 @@ def calibrated_conv_model(paths: Sequence[str], samples: int = 10) -> tuple[Conv
 
 # ---- harness -------------------------------------------------------------------------------
 
+
 @contextmanager
 def bounded(seconds: float):
     """Raise TimeoutError in the main thread after `seconds`, so a hung pool cannot hang the benchmark."""
+
     def _alarm(signum, frame):
         raise TimeoutError(f"run took longer than {seconds:.0f}s")
+
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -116,7 +128,9 @@ def measure(run: Callable[[], None], repeats: int, timeout: float) -> list[float
     return times[1:]
 
 
-def measure_round_robin(runs: dict[str, Callable[[], None]], repeats: int, timeout: float, cpu: Optional[dict] = None) -> dict[str, Any]:
+def measure_round_robin(
+    runs: dict[str, Callable[[], None]], repeats: int, timeout: float, cpu: Optional[dict] = None
+) -> dict[str, Any]:
     """Like measure() for several configurations, interleaved run by run, so background load on a shared
     machine hits all of them alike. Returns label -> list of seconds, or the exception that stopped it.
     With `cpu`, also fills label -> list of CPU seconds of each timed run (this process and its children)."""
@@ -127,7 +141,9 @@ def measure_round_robin(runs: dict[str, Callable[[], None]], repeats: int, timeo
                 continue
             try:
                 elapsed, cpu_s = _bounded_run(run, timeout)
-            except Exception as e:  # a failed or timed-out configuration is reported; the others go on
+            except (
+                Exception
+            ) as e:  # a failed or timed-out configuration is reported; the others go on
                 out[label] = e
                 continue
             if i:
@@ -139,7 +155,10 @@ def measure_round_robin(runs: dict[str, Callable[[], None]], repeats: int, timeo
 
 def _cpu_s() -> float:
     """CPU seconds used so far by this process (all threads) and its waited-for children (pool workers)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -153,10 +172,11 @@ def _bounded_run(run: Callable[[], None], timeout: float) -> tuple[float, float]
 
 # ---- configurations a-d --------------------------------------------------------------------
 
+
 def run_sequential(paths: Sequence[str], model: Model = trivial_model) -> None:
     """(a) One process, plain loop."""
     for i in range(0, len(paths), BATCH_SIZE):
-        model([load_item(p) for p in paths[i:i + BATCH_SIZE]])
+        model([load_item(p) for p in paths[i : i + BATCH_SIZE]])
 
 
 class PathDataset(Dataset):
@@ -170,11 +190,17 @@ class PathDataset(Dataset):
         return load_item(self.paths[i])
 
 
-def run_dataloader(paths: Sequence[str], stack: bool, model: Model = trivial_model, timeout: float = 120) -> None:
+def run_dataloader(
+    paths: Sequence[str], stack: bool, model: Model = trivial_model, timeout: float = 120
+) -> None:
     """(b) collate_fn=list: what Graphbook-style on_item_batch(outputs=list) needs; (c) default collate stacks in the worker."""
     loader = DataLoader(
-        PathDataset(paths), batch_size=BATCH_SIZE, num_workers=NUM_WORKERS,
-        collate_fn=None if stack else list, multiprocessing_context="fork", timeout=timeout,
+        PathDataset(paths),
+        batch_size=BATCH_SIZE,
+        num_workers=NUM_WORKERS,
+        collate_fn=None if stack else list,
+        multiprocessing_context="fork",
+        timeout=timeout,
     )
     for batch in loader:
         model(batch)

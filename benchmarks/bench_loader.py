@@ -14,6 +14,7 @@ Each run includes starting and stopping its pool, as one Dagster op run would. C
 run interleaved, run by run, so background load on a shared machine hits them alike; the load
 average is printed with each table. Images come from benchmarks/.data/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,13 +32,23 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))  # the project, importable without installing it
 
+import torch  # noqa: E402
 from baselines import (  # noqa: E402
-    BATCH_SIZE, NUM_WORKERS, Model, as_batch, calibrated_conv_model, configure, load_item,
-    measure_round_robin, no_model, run_dataloader, run_sequential, run_threads, trivial_model,
+    BATCH_SIZE,
+    NUM_WORKERS,
+    Model,
+    as_batch,
+    calibrated_conv_model,
+    configure,
+    load_item,
+    measure_round_robin,
+    no_model,
+    run_dataloader,
+    run_sequential,
+    run_threads,
+    trivial_model,
 )
 from imageset import make_image_set  # noqa: E402
-
-import torch  # noqa: E402
 
 DATA = HERE / ".data"
 GRAPHBOOK_PY = HERE / ".venv-graphbook" / "bin" / "python"
@@ -52,6 +63,7 @@ except ImportError:
 
 
 # ---- (f) the project's batch op --------------------------------------------------------------
+
 
 class ImageBatchStep(BatchStep):
     """A Graphbook-style BatchStep doing the shared per-item work; `model` runs in on_item_batch."""
@@ -74,41 +86,78 @@ class ProjectUnavailable(Exception):
     pass
 
 
-def run_project(paths: Sequence[str], worker_type: str, model: Model = trivial_model, notes: Optional[list] = None, nice: int = 0):
+def run_project(
+    paths: Sequence[str],
+    worker_type: str,
+    model: Model = trivial_model,
+    notes: Optional[list] = None,
+    nice: int = 0,
+):
     """One run of the project's batch op over one note per path; returns its result (raises ProjectUnavailable)."""
     try:
         from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
     except ImportError as e:
         raise ProjectUnavailable(f"dagster_graphbook.execution.batch: {e}") from None
     notes = notes if notes is not None else [{"path": p} for p in paths]
-    settings = BatchSettings(num_workers=NUM_WORKERS, worker_type=worker_type, prefetch=2,
-                             start_method="fork", device="cpu", worker_nice=nice)
+    settings = BatchSettings(
+        num_workers=NUM_WORKERS,
+        worker_type=worker_type,
+        prefetch=2,
+        start_method="fork",
+        device="cpu",
+        worker_nice=nice,
+    )
     result = run_batch_step(ImageBatchStep(model), notes, settings=settings)
     released = sum(len(v) for v in result.outputs.values())
     if released != len(notes) or result.stats["items"] != len(notes):
-        raise RuntimeError(f"project released {released} notes, stats {result.stats}, expected {len(notes)}")
+        raise RuntimeError(
+            f"project released {released} notes, stats {result.stats}, expected {len(notes)}"
+        )
     return result
 
 
 # ---- (e) Graphbook, in its own venv ---------------------------------------------------------
 
-def run_graphbook_baseline(n: int, size: int, repeats: int, timeout: float) -> tuple[Optional[dict], str]:
+
+def run_graphbook_baseline(
+    n: int, size: int, repeats: int, timeout: float
+) -> tuple[Optional[dict], str]:
     """Run graphbook_baseline.py with the graphbook venv's python; returns (json or None, why not)."""
     if not GRAPHBOOK_PY.exists():
-        return None, (f"{GRAPHBOOK_PY} missing: python3.11 -m venv benchmarks/.venv-graphbook && "
-                      "benchmarks/.venv-graphbook/bin/pip install graphbook==0.13.3 torch==2.14.1 torchvision==0.29.1 pillow")
-    cmd = [str(GRAPHBOOK_PY), str(HERE / "graphbook_baseline.py"), "--root", str(DATA), "--items", str(n),
-           "--size", str(size), "--repeats", str(repeats), "--timeout", str(timeout)]
+        return None, (
+            f"{GRAPHBOOK_PY} missing: python3.11 -m venv benchmarks/.venv-graphbook && "
+            "benchmarks/.venv-graphbook/bin/pip install graphbook==0.13.3 torch==2.14.1 torchvision==0.29.1 pillow"
+        )
+    cmd = [
+        str(GRAPHBOOK_PY),
+        str(HERE / "graphbook_baseline.py"),
+        "--root",
+        str(DATA),
+        "--items",
+        str(n),
+        "--size",
+        str(size),
+        "--repeats",
+        str(repeats),
+        "--timeout",
+        str(timeout),
+    ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * (repeats + 1) * (timeout + 30))
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=2 * (repeats + 1) * (timeout + 30)
+        )
     except subprocess.TimeoutExpired:
         return None, "graphbook baseline timed out"
     if proc.returncode != 0:
-        return None, f"graphbook baseline failed (rc {proc.returncode}): {proc.stderr.strip()[-500:]}"
+        return (
+            None,
+            f"graphbook baseline failed (rc {proc.returncode}): {proc.stderr.strip()[-500:]}",
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1]), ""
 
 
 # ---- table helpers --------------------------------------------------------------------------
+
 
 def rate(n: int, times: Optional[list]) -> Optional[float]:
     return n / statistics.median(times) if times else None
@@ -116,7 +165,9 @@ def rate(n: int, times: Optional[list]) -> Optional[float]:
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    fmt = lambda r: "  ".join(
+        str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+    )  # noqa: E731
     print(fmt(header))
     print("  ".join("-" * w for w in widths))
     for r in rows:
@@ -137,7 +188,13 @@ TARGETS: list[list[str]] = []  # [target, measured, PASS/MISS] rows, printed at 
 
 
 def target(name: str, value: Optional[float], ok: Optional[bool], fmt: str = "{:.2f}x") -> None:
-    TARGETS.append([name, "n/a" if value is None else fmt.format(value), "n/a" if ok is None else "PASS" if ok else "MISS"])
+    TARGETS.append(
+        [
+            name,
+            "n/a" if value is None else fmt.format(value),
+            "n/a" if ok is None else "PASS" if ok else "MISS",
+        ]
+    )
 
 
 def load_avg() -> str:
@@ -148,30 +205,49 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
     n, R, T = len(paths), args.repeats, args.timeout
     configs = [
         ("a", "sequential (1 process)", lambda: run_sequential(paths)),
-        ("b", "DataLoader w=2, collate=list", lambda: run_dataloader(paths, stack=False, timeout=T)),
-        ("c", "DataLoader w=2, default collate", lambda: run_dataloader(paths, stack=True, timeout=T)),
+        (
+            "b",
+            "DataLoader w=2, collate=list",
+            lambda: run_dataloader(paths, stack=False, timeout=T),
+        ),
+        (
+            "c",
+            "DataLoader w=2, default collate",
+            lambda: run_dataloader(paths, stack=True, timeout=T),
+        ),
         ("d", "ThreadPoolExecutor 2 threads", lambda: run_threads(paths, timeout=T)),
         ("f", "dagster-graphbook batch op, process pool", lambda: run_project(paths, "process")),
         ("f", "dagster-graphbook batch op, thread pool", lambda: run_project(paths, "thread")),
     ]
-    print("  running " + ", ".join(l for k, l, _ in configs if k in args.configs) + " (interleaved) ...",
-          file=sys.stderr, flush=True)
+    print(
+        "  running "
+        + ", ".join(l for k, l, _ in configs if k in args.configs)
+        + " (interleaved) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     cpu: dict = {}
-    measured = measure_round_robin({l: run for k, l, run in configs if k in args.configs}, R, T, cpu)
+    measured = measure_round_robin(
+        {l: run for k, l, run in configs if k in args.configs}, R, T, cpu
+    )
     results, notes = {}, []
     for label, times in measured.items():
         results[label] = None if isinstance(times, BaseException) else times
         if isinstance(times, BaseException):
-            notes.append(f"{label}: n/a ({times if isinstance(times, ProjectUnavailable) else repr(times)})")
+            notes.append(
+                f"{label}: n/a ({times if isinstance(times, ProjectUnavailable) else repr(times)})"
+            )
     gb_label = "Graphbook 0.13.3 Dataloader w=2"
     if "e" in args.configs and with_graphbook:
         print(f"  running {gb_label} (subprocess) ...", file=sys.stderr, flush=True)
         gb, why = run_graphbook_baseline(n, size, args.gb_repeats, T)
         results[gb_label] = gb and gb["pool_times"]
         if gb:
-            notes.append(f"{gb_label}: its venv has pillow {gb['pillow']}; sequential there = "
-                         f"{gb['sequential_items_per_s']:.1f} items/s, pool/sequential (same venv) = "
-                         f"{gb['pool_items_per_s'] / gb['sequential_items_per_s']:.3f}x")
+            notes.append(
+                f"{gb_label}: its venv has pillow {gb['pillow']}; sequential there = "
+                f"{gb['sequential_items_per_s']:.1f} items/s, pool/sequential (same venv) = "
+                f"{gb['pool_items_per_s'] / gb['sequential_items_per_s']:.3f}x"
+            )
         else:
             notes.append(f"{gb_label}: n/a ({why})")
 
@@ -183,34 +259,84 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
     for label in (l for l in order if l in rates):
         r, times = rates[label], results[label]
         cpu_ms = 1e3 * statistics.median(cpu[label]) / n if cpu.get(label) else None
-        rows.append([label, f2(r, 1), f2(n / max(times), 1) if times else "n/a", f2(n / min(times), 1) if times else "n/a",
-                     ratio(r, seq), ratio(r, dl_stack), ratio(r, dl_list), ratio(r, gbr),
-                     f2(r / (2 * seq) if r and seq else None), f2(cpu_ms)])
-    print(f"\nThroughput: {n} JPEGs {size}x{size} -> 224x224 tensors, batch {BATCH_SIZE}, {NUM_WORKERS} workers, "
-          f"median of {R} runs after 1 warm-up (Graphbook: {args.gb_repeats}), {os.cpu_count()} CPUs, {load_avg()} at end")
-    print_table(["configuration", "items/s", "min", "max", "vs seq", "vs DL stack", "vs DL list",
-                 "vs Graphbook", "frac of ideal (2x seq)", "CPU ms/item"], rows)
-    print("  * CPU ms/item: CPU time of the run (step process, its threads and pool workers) per item, median;"
-          " unlike items/s it hardly depends on what else the machine runs")
+        rows.append(
+            [
+                label,
+                f2(r, 1),
+                f2(n / max(times), 1) if times else "n/a",
+                f2(n / min(times), 1) if times else "n/a",
+                ratio(r, seq),
+                ratio(r, dl_stack),
+                ratio(r, dl_list),
+                ratio(r, gbr),
+                f2(r / (2 * seq) if r and seq else None),
+                f2(cpu_ms),
+            ]
+        )
+    print(
+        f"\nThroughput: {n} JPEGs {size}x{size} -> 224x224 tensors, batch {BATCH_SIZE}, {NUM_WORKERS} workers, "
+        f"median of {R} runs after 1 warm-up (Graphbook: {args.gb_repeats}), {os.cpu_count()} CPUs, {load_avg()} at end"
+    )
+    print_table(
+        [
+            "configuration",
+            "items/s",
+            "min",
+            "max",
+            "vs seq",
+            "vs DL stack",
+            "vs DL list",
+            "vs Graphbook",
+            "frac of ideal (2x seq)",
+            "CPU ms/item",
+        ],
+        rows,
+    )
+    print(
+        "  * CPU ms/item: CPU time of the run (step process, its threads and pool workers) per item, median;"
+        " unlike items/s it hardly depends on what else the machine runs"
+    )
     for line in notes:
         print("  * " + line)
     if not with_graphbook:
         return  # the issue's targets are set on the 256x256 set; the 1024x1024 table is for reference
     proc, thr = rates.get(configs[4][1]), rates.get(configs[5][1])
     tag = f"{size}px"
-    target(f"{tag}: process pool >= 1.0x DataLoader stacked", proc / dl_stack if proc and dl_stack else None, proc >= dl_stack if proc and dl_stack else None)
-    target(f"{tag}: process pool >= 1.5x DataLoader list collate", proc / dl_list if proc and dl_list else None, proc >= 1.5 * dl_list if proc and dl_list else None)
-    target(f"{tag}: thread pool >= 0.85 of ideal (2x sequential)", thr / (2 * seq) if thr and seq else None, thr >= 0.85 * 2 * seq if thr and seq else None, "{:.2f}")
+    target(
+        f"{tag}: process pool >= 1.0x DataLoader stacked",
+        proc / dl_stack if proc and dl_stack else None,
+        proc >= dl_stack if proc and dl_stack else None,
+    )
+    target(
+        f"{tag}: process pool >= 1.5x DataLoader list collate",
+        proc / dl_list if proc and dl_list else None,
+        proc >= 1.5 * dl_list if proc and dl_list else None,
+    )
+    target(
+        f"{tag}: thread pool >= 0.85 of ideal (2x sequential)",
+        thr / (2 * seq) if thr and seq else None,
+        thr >= 0.85 * 2 * seq if thr and seq else None,
+        "{:.2f}",
+    )
     for label, r in (("process", proc), ("thread", thr)):
-        target(f"{tag}: {label} pool >= 10x Graphbook 0.13.3 pool", r / gbr if r and gbr else None, r >= 10 * gbr if r and gbr else None)
+        target(
+            f"{tag}: {label} pool >= 10x Graphbook 0.13.3 pool",
+            r / gbr if r and gbr else None,
+            r >= 10 * gbr if r and gbr else None,
+        )
 
 
 def compute_bound_mode(paths, args) -> None:
     n, R, T = len(paths), args.repeats, args.timeout
     model, load_s, compute_s = calibrated_conv_model(paths)
-    print(f"\nCompute-bound: ConvModel x{model.reps} = {compute_s * 1e3:.1f} ms/batch vs sequential load "
-          f"{load_s * 1e3:.1f} ms/batch when calibrated ({n} items, median of {R} interleaved runs after 1 warm-up)")
-    batches = [as_batch([load_item(p) for p in paths[i:i + BATCH_SIZE]]) for i in range(0, min(n, 800), BATCH_SIZE)]
+    print(
+        f"\nCompute-bound: ConvModel x{model.reps} = {compute_s * 1e3:.1f} ms/batch vs sequential load "
+        f"{load_s * 1e3:.1f} ms/batch when calibrated ({n} items, median of {R} interleaved runs after 1 warm-up)"
+    )
+    batches = [
+        as_batch([load_item(p) for p in paths[i : i + BATCH_SIZE]])
+        for i in range(0, min(n, 800), BATCH_SIZE)
+    ]
     n_batches = -(-n // BATCH_SIZE)
 
     def compute_only():
@@ -222,7 +348,10 @@ def compute_bound_mode(paths, args) -> None:
         ("DataLoader w=2, default collate", lambda m: run_dataloader(paths, True, m, timeout=T)),
         ("dagster-graphbook batch op, process pool", lambda m: run_project(paths, "process", m)),
         ("dagster-graphbook batch op, thread pool", lambda m: run_project(paths, "thread", m)),
-        ("batch op, process pool, worker_nice=5", lambda m: run_project(paths, "process", m, nice=5)),
+        (
+            "batch op, process pool, worker_nice=5",
+            lambda m: run_project(paths, "process", m, nice=5),
+        ),
         ("batch op, thread pool, worker_nice=5", lambda m: run_project(paths, "thread", m, nice=5)),
     ]
     # the niced pools are measured against the load-only time of the same pool at normal priority:
@@ -233,13 +362,26 @@ def compute_bound_mode(paths, args) -> None:
         runs[f"{label} | e2e"] = lambda run=run: run(model)
         if label not in anchor:
             runs[f"{label} | load"] = lambda run=run: run(no_model)
-    print("  running compute-only, end-to-end and load-only runs (interleaved) ...", file=sys.stderr, flush=True)
+    print(
+        "  running compute-only, end-to-end and load-only runs (interleaved) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     measured = measure_round_robin(runs, R, T)
     failed = {k: v for k, v in measured.items() if isinstance(v, BaseException)}
     rates = {k: None if k in failed else rate(n, v) for k, v in measured.items()}
     compute_rate = rates["compute-only"]
-    rows, notes = [], [f"{k}: n/a ({v!r})" for k, v in failed.items() if not isinstance(v, ProjectUnavailable)]
-    notes += sorted({f"{k.split(' | ')[0]}: n/a ({v})" for k, v in failed.items() if isinstance(v, ProjectUnavailable)})
+    rows, notes = (
+        [],
+        [f"{k}: n/a ({v!r})" for k, v in failed.items() if not isinstance(v, ProjectUnavailable)],
+    )
+    notes += sorted(
+        {
+            f"{k.split(' | ')[0]}: n/a ({v})"
+            for k, v in failed.items()
+            if isinstance(v, ProjectUnavailable)
+        }
+    )
     overlap = {}
     for label, _ in configs:
         e2e_r, load_r = rates[f"{label} | e2e"], rates[f"{anchor.get(label, label)} | load"]
@@ -250,21 +392,53 @@ def compute_bound_mode(paths, args) -> None:
     if seq_load and compute_rate:
         # CPU-seconds per item (one-core load + one-core model) spread over every core: no schedule does better
         best = (os.cpu_count() or 1) / (1 / seq_load + 1 / compute_rate)
-        floor = {label: max(1.0, min(rates[f"{anchor.get(label, label)} | load"] or 0, compute_rate) / best) for label, _ in configs[2:]}
-        print(f"  CPU floor: load ({1e3 / seq_load:.2f} ms/item on one core) + model ({1e3 / compute_rate:.2f} ms/item) on "
-              f"{os.cpu_count()} cores allow at most {best:.0f} it/s end-to-end: the ratio cannot go below "
-              + ", ".join(f"{v:.2f} ({k.replace('dagster-graphbook ', '').replace('batch op, ', '')})" for k, v in floor.items()))
+        floor = {
+            label: max(
+                1.0, min(rates[f"{anchor.get(label, label)} | load"] or 0, compute_rate) / best
+            )
+            for label, _ in configs[2:]
+        }
+        print(
+            f"  CPU floor: load ({1e3 / seq_load:.2f} ms/item on one core) + model ({1e3 / compute_rate:.2f} ms/item) on "
+            f"{os.cpu_count()} cores allow at most {best:.0f} it/s end-to-end: the ratio cannot go below "
+            + ", ".join(
+                f"{v:.2f} ({k.replace('dagster-graphbook ', '').replace('batch op, ', '')})"
+                for k, v in floor.items()
+            )
+        )
     print(f"  {load_avg()} at end")
-    print_table(["configuration", "end-to-end it/s", "load-only it/s", "compute-only it/s",
-                 "t_e2e / max(t_load, t_compute)"], rows)
-    print("  * 1.00 = loading fully hidden behind compute; 2.00 = no overlap at all; worker_nice rows use the"
-          " load-only time of the same pool at normal priority")
-    print("  * at equal priority, 2 workers + the model share 2 cores by thirds and the model waits for CPU: even with"
-          " no overhead the ratio cannot go below 1.25; worker_nice lets the model keep a whole core (on a machine"
-          " busy with other work, niced workers also yield to that work)")
-    for label, kind in ((configs[2][0], "process"), (configs[3][0], "thread"), (configs[4][0], "process, worker_nice=5"), (configs[5][0], "thread, worker_nice=5")):
+    print_table(
+        [
+            "configuration",
+            "end-to-end it/s",
+            "load-only it/s",
+            "compute-only it/s",
+            "t_e2e / max(t_load, t_compute)",
+        ],
+        rows,
+    )
+    print(
+        "  * 1.00 = loading fully hidden behind compute; 2.00 = no overlap at all; worker_nice rows use the"
+        " load-only time of the same pool at normal priority"
+    )
+    print(
+        "  * at equal priority, 2 workers + the model share 2 cores by thirds and the model waits for CPU: even with"
+        " no overhead the ratio cannot go below 1.25; worker_nice lets the model keep a whole core (on a machine"
+        " busy with other work, niced workers also yield to that work)"
+    )
+    for label, kind in (
+        (configs[2][0], "process"),
+        (configs[3][0], "thread"),
+        (configs[4][0], "process, worker_nice=5"),
+        (configs[5][0], "thread, worker_nice=5"),
+    ):
         v = overlap.get(label)
-        target(f"compute-bound: {kind} pool end-to-end <= 1.2 x max(load-only, compute-only)", v, v <= 1.2 if v else None, "{:.2f}")
+        target(
+            f"compute-bound: {kind} pool end-to-end <= 1.2 x max(load-only, compute-only)",
+            v,
+            v <= 1.2 if v else None,
+            "{:.2f}",
+        )
     for line in notes:
         print("  * " + line)
 
@@ -325,16 +499,27 @@ def memory_mode(args) -> None:
     sizes = (800, 8000)
     sets = {k: make_image_set(DATA, k, 256) for k in sizes}
     configs = [
-        ("dagster-graphbook batch op, process pool", lambda p, notes: run_project(p, "process", notes=notes)),
-        ("dagster-graphbook batch op, thread pool", lambda p, notes: run_project(p, "thread", notes=notes)),
-        ("DataLoader w=2, default collate (reference)", lambda p, notes: run_dataloader(p, True, timeout=args.timeout)),
+        (
+            "dagster-graphbook batch op, process pool",
+            lambda p, notes: run_project(p, "process", notes=notes),
+        ),
+        (
+            "dagster-graphbook batch op, thread pool",
+            lambda p, notes: run_project(p, "thread", notes=notes),
+        ),
+        (
+            "DataLoader w=2, default collate (reference)",
+            lambda p, notes: run_dataloader(p, True, timeout=args.timeout),
+        ),
     ]
     mib = lambda b: f"{b / 2**20:.0f}"  # noqa: E731
     rows, notes_out = [], []
     for label, run in configs:
         peaks = {}
         try:
-            run(sets[800][:80], [{"path": p} for p in sets[800][:80]])  # warm-up: imports, first fork
+            run(
+                sets[800][:80], [{"path": p} for p in sets[800][:80]]
+            )  # warm-up: imports, first fork
             for k in sizes:
                 gc.collect()
                 empty = tree_memory()
@@ -343,20 +528,57 @@ def memory_mode(args) -> None:
                 with PeakSampler() as sampler:
                     run(sets[k], notes)
                 notes_size = (max(0, built[0] - empty[0]), max(0, built[1] - empty[1]))
-                peaks[k] = (sampler.peak[0] - notes_size[0], sampler.peak[1] - notes_size[1], sampler.peak[0] - built[0])
+                peaks[k] = (
+                    sampler.peak[0] - notes_size[0],
+                    sampler.peak[1] - notes_size[1],
+                    sampler.peak[0] - built[0],
+                )
                 del notes
         except Exception as e:
             notes_out.append(f"{label}: n/a ({type(e).__name__}: {e})")
             rows.append([label] + ["n/a"] * 8)
             continue
         (r8, p8, g8), (r80, p80, g80) = peaks[800], peaks[8000]
-        rows.append([label, mib(r8), mib(r80), ratio(r80, r8), mib(g8), mib(g80), mib(p8), mib(p80), ratio(p80, p8)])
+        rows.append(
+            [
+                label,
+                mib(r8),
+                mib(r80),
+                ratio(r80, r8),
+                mib(g8),
+                mib(g80),
+                mib(p8),
+                mib(p80),
+                ratio(p80, p8),
+            ]
+        )
         if "reference" not in label:
             kind = "process" if "process" in label else "thread"
-            target(f"memory: {kind} pool peak RSS @8000 <= 1.3x @800 (notes excluded)", r80 / r8, r80 <= 1.3 * r8)
-    print(f"\nMemory: peak of main process + all its children during one run, notes excluded, MiB ({load_avg()})")
-    print_table(["configuration", "RSS @800", "RSS @8000", "ratio", "growth @800", "growth @8000", "PSS @800", "PSS @8000", "ratio"], rows)
-    print("  * RSS sums count pages shared with forked children once per process; PSS splits them between them")
+            target(
+                f"memory: {kind} pool peak RSS @8000 <= 1.3x @800 (notes excluded)",
+                r80 / r8,
+                r80 <= 1.3 * r8,
+            )
+    print(
+        f"\nMemory: peak of main process + all its children during one run, notes excluded, MiB ({load_avg()})"
+    )
+    print_table(
+        [
+            "configuration",
+            "RSS @800",
+            "RSS @8000",
+            "ratio",
+            "growth @800",
+            "growth @8000",
+            "PSS @800",
+            "PSS @8000",
+            "ratio",
+        ],
+        rows,
+    )
+    print(
+        "  * RSS sums count pages shared with forked children once per process; PSS splits them between them"
+    )
     print("  * growth = peak minus the memory before the run (after the notes were built)")
     for line in notes_out:
         print("  * " + line)
@@ -366,14 +588,36 @@ MODES = ("throughput", "big", "compute", "memory")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=800, help="images of the 256x256 set for throughput and compute")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--items",
+        type=int,
+        default=800,
+        help="images of the 256x256 set for throughput and compute",
+    )
     ap.add_argument("--big-items", type=int, default=200, help="images of the 1024x1024 set")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per configuration, after one warm-up")
-    ap.add_argument("--gb-repeats", type=int, default=1, help="timed runs of Graphbook's pool (slow: about 30 s per 800 items)")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per run before it is abandoned")
-    ap.add_argument("--configs", default="a,b,c,d,e,f", help="throughput configurations to run (letters a-f)")
-    ap.add_argument("--only", default=",".join(MODES), help=f"modes to run (comma-separated: {', '.join(MODES)})")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per configuration, after one warm-up"
+    )
+    ap.add_argument(
+        "--gb-repeats",
+        type=int,
+        default=1,
+        help="timed runs of Graphbook's pool (slow: about 30 s per 800 items)",
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=300, help="seconds per run before it is abandoned"
+    )
+    ap.add_argument(
+        "--configs", default="a,b,c,d,e,f", help="throughput configurations to run (letters a-f)"
+    )
+    ap.add_argument(
+        "--only",
+        default=",".join(MODES),
+        help=f"modes to run (comma-separated: {', '.join(MODES)})",
+    )
     args = ap.parse_args()
     args.configs = set(args.configs.split(","))
     modes = [m for m in args.only.split(",") if m]
@@ -381,15 +625,26 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown mode(s) {', '.join(sorted(unknown))}; choose from {', '.join(MODES)}")
     configure()
-    print(f"bench_loader: {os.cpu_count()} CPUs, torch {torch.__version__}, {load_avg()} at start", flush=True)
+    print(
+        f"bench_loader: {os.cpu_count()} CPUs, torch {torch.__version__}, {load_avg()} at start",
+        flush=True,
+    )
     if "throughput" in modes or "compute" in modes:
-        print(f"  preparing {args.items} images 256x256 under {DATA} ...", file=sys.stderr, flush=True)
+        print(
+            f"  preparing {args.items} images 256x256 under {DATA} ...", file=sys.stderr, flush=True
+        )
         paths = make_image_set(DATA, args.items, 256)
     if "throughput" in modes:
         throughput_mode(paths, 256, args)
     if "big" in modes:
-        print(f"  preparing {args.big_items} images 1024x1024 under {DATA} ...", file=sys.stderr, flush=True)
-        throughput_mode(make_image_set(DATA, args.big_items, 1024), 1024, args, with_graphbook=False)
+        print(
+            f"  preparing {args.big_items} images 1024x1024 under {DATA} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        throughput_mode(
+            make_image_set(DATA, args.big_items, 1024), 1024, args, with_graphbook=False
+        )
     if "compute" in modes:
         compute_bound_mode(paths, args)
     if "memory" in modes:

@@ -55,8 +55,10 @@ def main() -> None:
         rates["shared-memory ring"].append(_run(args.items, piped=False))
         rates["pipe fallback"].append(_run(args.items, piped=True))
     ring = statistics.median(rates["shared-memory ring"])
-    print(f"{args.items} items of 3x224x224 float32, batch 16, 2 worker processes, "
-          f"median of {args.repeats}")
+    print(
+        f"{args.items} items of 3x224x224 float32, batch 16, 2 worker processes, "
+        f"median of {args.repeats}"
+    )
     print("| transport | items/s | vs ring |")
     print("| --- | --- | --- |")
     for name, values in rates.items():

@@ -45,8 +45,19 @@ MODES = {
     "in_process": {"execution": {"config": {"in_process": {}}}},
     "multiprocess": {"execution": {"config": {"multiprocess": {}}}},
     # one process per step, forked from a server that imported these once
-    "forkserver": {"execution": {"config": {"multiprocess": {"start_method": {"forkserver": {
-        "preload_modules": ["torch", "dagster_graphbook", "definitions"]}}}}}},
+    "forkserver": {
+        "execution": {
+            "config": {
+                "multiprocess": {
+                    "start_method": {
+                        "forkserver": {
+                            "preload_modules": ["torch", "dagster_graphbook", "definitions"]
+                        }
+                    }
+                }
+            }
+        }
+    },
 }
 
 
@@ -54,13 +65,32 @@ def _ensure_inputs(day: str) -> None:
     """The demo's day of images and its model, made by the demo's own scripts when missing."""
     scripts = REPO / "examples" / "nightly"
     if not (REPO / "data" / "incoming" / day).is_dir():
-        subprocess.run([sys.executable, str(scripts / "shapes_data.py"), "--root",
-                        str(REPO / "data" / "incoming"), "--date", day, "--days", "1"],
-                       check=True, cwd=REPO)
+        subprocess.run(
+            [
+                sys.executable,
+                str(scripts / "shapes_data.py"),
+                "--root",
+                str(REPO / "data" / "incoming"),
+                "--date",
+                day,
+                "--days",
+                "1",
+            ],
+            check=True,
+            cwd=REPO,
+        )
     if not (REPO / "models" / "shapes_cnn.pt").is_file():
         print("[bench] training the shapes CNN (models/shapes_cnn.pt)", flush=True)
-        subprocess.run([sys.executable, str(scripts / "train_shapes_cnn.py"), "--out",
-                        str(REPO / "models" / "shapes_cnn.pt")], check=True, cwd=REPO)
+        subprocess.run(
+            [
+                sys.executable,
+                str(scripts / "train_shapes_cnn.py"),
+                "--out",
+                str(REPO / "models" / "shapes_cnn.pt"),
+            ],
+            check=True,
+            cwd=REPO,
+        )
 
 
 def _free_port() -> int:
@@ -78,16 +108,28 @@ class DagsterDev:
         self.log = open(home / "dagster_dev.log", "w")
         env = {**os.environ, "DAGSTER_HOME": str(home)}
         self.proc = subprocess.Popen(
-            [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
-             "-p", str(self.port)],
-            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                str(BIN / "dagster"),
+                "dev",
+                "-w",
+                "workspace.yaml",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
     def graphql(self, query: str, variables: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        body = requests.post(f"{self.url}/graphql", json={"query": query,
-                             "variables": variables or {}}, timeout=60).json()
+        body = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60
+        ).json()
         if "errors" in body:
             raise RuntimeError(body["errors"])
         return body["data"]
@@ -110,8 +152,11 @@ class DagsterDev:
     def run(self, day: str, run_config: Dict[str, Any]) -> Dict[str, float]:
         """Launch as the Launchpad does; seconds to SUCCESS and the run's own queue/run times."""
         params = {
-            "selector": {"repositoryLocationName": "graphbook",
-                         "repositoryName": "__repository__", "jobName": JOB},
+            "selector": {
+                "repositoryLocationName": "graphbook",
+                "repositoryName": "__repository__",
+                "jobName": JOB,
+            },
             "runConfigData": run_config,
             "executionMetadata": {"tags": [{"key": "dagster/partition", "value": day}]},
         }
@@ -128,8 +173,11 @@ class DagsterDev:
         total = time.time() - start
         if run["status"] != "SUCCESS":
             raise RuntimeError(f"UI run {run_id} ended {run['status']}")
-        return {"total": total, "queued": run["startTime"] - run["creationTime"],
-                "running": run["endTime"] - run["startTime"]}
+        return {
+            "total": total,
+            "queued": run["startTime"] - run["creationTime"],
+            "running": run["endTime"] - run["startTime"],
+        }
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGINT)
@@ -143,23 +191,33 @@ class DagsterDev:
 
 def _terminal(day: str, home: Path) -> float:
     start = time.time()
-    subprocess.run([str(BIN / "dagster-graphbook"), "materialize", JOB, "--partition", day,
-                    "--no-progress"], check=True, cwd=REPO, capture_output=True,
-                   env={**os.environ, "DAGSTER_HOME": str(home)})
+    subprocess.run(
+        [str(BIN / "dagster-graphbook"), "materialize", JOB, "--partition", day, "--no-progress"],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        env={**os.environ, "DAGSTER_HOME": str(home)},
+    )
     return time.time() - start
 
 
 def _row(name: str, values: List[float]) -> str:
-    return (f"| {name:<34} | {statistics.median(values):8.2f} | {min(values):6.2f} "
-            f"| {max(values):6.2f} |")
+    return (
+        f"| {name:<34} | {statistics.median(values):8.2f} | {min(values):6.2f} "
+        f"| {max(values):6.2f} |"
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="measured runs of each (median)")
     parser.add_argument("--day", default="2025-06-01", help="partition of nightly_shapes")
-    parser.add_argument("--ui-mode", action="append", choices=sorted(MODES),
-                        help="execution run config of the UI launch (repeatable; default: default)")
+    parser.add_argument(
+        "--ui-mode",
+        action="append",
+        choices=sorted(MODES),
+        help="execution run config of the UI launch (repeatable; default: default)",
+    )
     args = parser.parse_args(argv)
     modes = args.ui_mode or ["default"]
     _ensure_inputs(args.day)
@@ -174,9 +232,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             for i in range(args.runs + 1):  # the first round warms up and is not counted
                 t = _terminal(args.day, home)
                 r = {m: dev.run(args.day, MODES[m]) for m in modes}
-                print(f"[bench] round {i}{' (warm-up)' if i == 0 else ''}: terminal {t:.2f} s, "
-                      + ", ".join(f"ui[{m}] {v['total']:.2f} s" for m, v in r.items()),
-                      flush=True)
+                print(
+                    f"[bench] round {i}{' (warm-up)' if i == 0 else ''}: terminal {t:.2f} s, "
+                    + ", ".join(f"ui[{m}] {v['total']:.2f} s" for m, v in r.items()),
+                    flush=True,
+                )
                 if i:
                     terminal.append(t)
                     for m, v in r.items():
@@ -184,8 +244,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         finally:
             dev.stop()
     load = os.getloadavg()[0]
-    print(f"\nnightly_shapes {args.day}, {args.runs} runs each, load average {load:.1f}, "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"\nnightly_shapes {args.day}, {args.runs} runs each, load average {load:.1f}, "
+        f"{os.cpu_count()} CPUs"
+    )
     print(f"| {'how':<34} | median s |  min s |  max s |")
     print(f"| {'-' * 34} | -------- | ------ | ------ |")
     print(_row("terminal (materialize)", terminal))

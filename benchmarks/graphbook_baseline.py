@@ -13,6 +13,7 @@ Driving, as `WebInstanceProcessor.run` does (graphbook/core/processing/web_proce
 The rest of the executor (graph state, image logging, output copies) is left out: this is the
 pool's best case.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,20 @@ import time
 
 import PIL
 import torch
+from baselines import (
+    BATCH_SIZE,
+    NUM_WORKERS,
+    configure,
+    load_item,
+    measure,
+    run_sequential,
+    trivial_model,
+)
+from imageset import make_image_set
+
 from graphbook.core.dataloading import Dataloader
 from graphbook.core.steps import BatchStep
 from graphbook.core.utils import ExecutionContext
-
-from baselines import BATCH_SIZE, NUM_WORKERS, configure, load_item, measure, run_sequential, trivial_model
-from imageset import make_image_set
 
 
 class LoadImages(BatchStep):
@@ -58,7 +67,9 @@ def run_graphbook(dataloader: Dataloader, step: LoadImages, notes: list, deadlin
             collect(step())
         while step.is_active():  # upstream drained: the executor calls the flushing all()
             if dataloader.is_failed() or time.monotonic() > deadline:
-                raise RuntimeError("graphbook worker failed" if dataloader.is_failed() else "timeout")
+                raise RuntimeError(
+                    "graphbook worker failed" if dataloader.is_failed() else "timeout"
+                )
             collect(step.all())
     finally:
         dataloader.stop()
@@ -82,17 +93,28 @@ def main() -> None:
     ExecutionContext.update(dataloader=dataloader, node_id="load_images", node_name="LoadImages")
     step = LoadImages()
     try:
-        pool = measure(lambda: run_graphbook(dataloader, step, [{"path": p} for p in paths], args.timeout),
-                       args.repeats, args.timeout + 30)
+        pool = measure(
+            lambda: run_graphbook(dataloader, step, [{"path": p} for p in paths], args.timeout),
+            args.repeats,
+            args.timeout + 30,
+        )
     finally:
         dataloader.shutdown()
         dataloader.manager.shutdown()
-    print(json.dumps({
-        "graphbook": "0.13.3", "pillow": PIL.__version__, "torch": torch.__version__,
-        "items": len(paths), "pool_times": pool, "sequential_times": seq,
-        "pool_items_per_s": len(paths) / statistics.median(pool),
-        "sequential_items_per_s": len(paths) / statistics.median(seq),
-    }))
+    print(
+        json.dumps(
+            {
+                "graphbook": "0.13.3",
+                "pillow": PIL.__version__,
+                "torch": torch.__version__,
+                "items": len(paths),
+                "pool_times": pool,
+                "sequential_times": seq,
+                "pool_items_per_s": len(paths) / statistics.median(pool),
+                "sequential_items_per_s": len(paths) / statistics.median(seq),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

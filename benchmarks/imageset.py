@@ -4,6 +4,7 @@ Images are drawn from a per-index seed, so image i is the same whatever n is ask
 the 800-image set is the first 800 files of the 8000-image set, and only missing files are
 written. Shapes plus a little seeded noise keep JPEG decode cost close to a real photo's.
 """
+
 from __future__ import annotations
 
 import os

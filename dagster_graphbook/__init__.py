@@ -7,27 +7,95 @@ Dagster side: ``build_definitions``, ``GraphbookWorkflow``, ``GraphbookWorkflowC
 ``run_workflow``, ``load_workflow``.
 """
 
-from .authoring import Graph, Note, batch, event, log, output, param, prompt, resource, source, step
-from .authoring import prompts, resources, steps, utils
-from .authoring.steps import BatchStep, Copy, DumpJSONL, GeneratorSourceStep, LoadJSONL, SourceStep, Split, Step, StepOutput
-from .authoring.resources import DictResource, FunctionResource, ListResource, NumberResource, Resource
+from .authoring import (
+    Graph,
+    Note,
+    batch,
+    event,
+    log,
+    output,
+    param,
+    prompt,
+    prompts,
+    resource,
+    resources,
+    source,
+    step,
+    steps,
+    utils,
+)
 from .authoring.files import atomic_path
-from .definitions import GraphbookWorkflow, build_definitions
+from .authoring.resources import (
+    DictResource,
+    FunctionResource,
+    ListResource,
+    NumberResource,
+    Resource,
+)
+from .authoring.steps import (
+    BatchStep,
+    Copy,
+    DumpJSONL,
+    GeneratorSourceStep,
+    LoadJSONL,
+    SourceStep,
+    Split,
+    Step,
+    StepOutput,
+)
+from .checks import StepCheck
 from .component import GraphbookWorkflowComponent
-from .schedules import FolderSensor, daily_partitions
+from .definitions import GraphbookWorkflow, build_definitions
+from .executor import graphbook_executor
 from .registry import NodeRegistry
+from .runner import run_workflow
+from .schedules import FolderSensor, daily_partitions
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, load_workflow
-from .runner import run_workflow
-from .checks import StepCheck
-from .executor import graphbook_executor
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BatchStep", "Copy", "DictResource", "DumpJSONL", "FunctionResource", "GeneratorSourceStep", "Graph", "GraphbookTranslator",
-    "GraphbookWorkflow", "GraphbookWorkflowComponent", "FolderSensor", "ListResource", "LoadJSONL", "Note", "NodeRegistry", "NumberResource", "Resource", "SourceStep", "Split",
-    "Step", "StepOutput", "Workflow", "WorkflowError", "atomic_path", "batch", "build_definitions", "daily_partitions", "event", "load_workflow", "log",
-    "output", "param", "prompt", "prompts", "resource", "resources", "run_workflow", "source", "step", "steps", "utils",
+    "BatchStep",
+    "Copy",
+    "DictResource",
+    "DumpJSONL",
+    "FunctionResource",
+    "GeneratorSourceStep",
+    "Graph",
+    "GraphbookTranslator",
+    "GraphbookWorkflow",
+    "GraphbookWorkflowComponent",
+    "FolderSensor",
+    "ListResource",
+    "LoadJSONL",
+    "Note",
+    "NodeRegistry",
+    "NumberResource",
+    "Resource",
+    "SourceStep",
+    "Split",
+    "Step",
+    "StepOutput",
+    "Workflow",
+    "WorkflowError",
+    "atomic_path",
+    "batch",
+    "build_definitions",
+    "daily_partitions",
+    "event",
+    "load_workflow",
+    "log",
+    "output",
+    "param",
+    "prompt",
+    "prompts",
+    "resource",
+    "resources",
+    "run_workflow",
+    "source",
+    "step",
+    "steps",
+    "utils",
 ]
 __all__ += ["StepCheck", "graphbook_executor"]  # issue 14: asset checks, the jobs' executor

@@ -18,35 +18,94 @@ from .trust import code_params, locked_resource_params
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
 _WORKER_TYPE = dg.Enum("GraphbookWorkerType", [dg.EnumValue("process"), dg.EnumValue("thread")])
-_START_METHOD = dg.Enum("GraphbookStartMethod", [dg.EnumValue("fork"), dg.EnumValue("spawn"), dg.EnumValue("forkserver")])
+_START_METHOD = dg.Enum(
+    "GraphbookStartMethod",
+    [dg.EnumValue("fork"), dg.EnumValue("spawn"), dg.EnumValue("forkserver")],
+)
 _ON_ERROR = dg.Enum("GraphbookOnItemError", [dg.EnumValue("raise"), dg.EnumValue("skip")])
 
 
 def runtime_fields(kind: str) -> Dict[str, dg.Field]:
     """Run settings of a step op, next to its parameters (under ``runtime``)."""
     fields: Dict[str, dg.Field] = {
-        "on_item_error": dg.Field(_ON_ERROR, default_value="raise", description="raise: fail the op on a bad note or item; skip: record it (metadata 'errors') and go on"),
-        "retries": dg.Field(int, default_value=0, description="run the step again this many times when it fails (Dagster retry: the step restarts from its stored inputs)"),
-        "retry_delay_s": dg.Field(float, default_value=0.0, description="seconds to wait before each retry"),
+        "on_item_error": dg.Field(
+            _ON_ERROR,
+            default_value="raise",
+            description="raise: fail the op on a bad note or item; skip: record it (metadata 'errors') and go on",
+        ),
+        "retries": dg.Field(
+            int,
+            default_value=0,
+            description="run the step again this many times when it fails (Dagster retry: the step restarts from its stored inputs)",
+        ),
+        "retry_delay_s": dg.Field(
+            float, default_value=0.0, description="seconds to wait before each retry"
+        ),
     }
     if kind == "batch":
-        fields.update({
-            "num_workers": dg.Field(int, default_value=2, description="loader worker processes (or threads); 0 loads in the step process"),
-            "worker_type": dg.Field(_WORKER_TYPE, default_value="process", description="process: DataLoader workers (shared-memory tensors); thread: for load_fns that release the GIL"),
-            "prefetch": dg.Field(int, default_value=2, description="batches loaded ahead per worker"),
-            "start_method": dg.Field(_START_METHOD, default_value="fork", description="how worker processes start; spawn/forkserver need load_fn/dump_fn in an installed package"),
-            "device": dg.Field(str, default_value="auto", description="auto (CUDA when available), cpu, cuda or cuda:N"),
-            "dump_workers": dg.Field(dg.Noneable(int), default_value=None, description="dump_fn workers (default: num_workers)"),
-            "max_dumps_in_flight": dg.Field(int, default_value=64, description="dump calls pending before on_item_batch waits"),
-            "progress_interval_s": dg.Field(float, default_value=5.0, description="seconds between progress lines in the event log"),
-            "worker_nice": dg.Field(int, default_value=0, description="added to the nice value of loader and dump workers, so a CPU-bound model in the step keeps its core"),
-            # integrity settings (issue 11)
-            "max_skipped_fraction": dg.Field(dg.Noneable(float), default_value=None,
-                                             description="under skip: fail the step when a larger share of its items was lost to errors"),
-            "call_timeout_s": dg.Field(dg.Noneable(float), default_value=None,
-                                       description="a load_fn/dump_fn call running longer fails its item (worker processes and in-step loading)"),
-            "stall_warning_s": dg.Field(float, default_value=60.0, description="log the stuck items when a batch step makes no progress for this long (0: never)"),
-        })
+        fields.update(
+            {
+                "num_workers": dg.Field(
+                    int,
+                    default_value=2,
+                    description="loader worker processes (or threads); 0 loads in the step process",
+                ),
+                "worker_type": dg.Field(
+                    _WORKER_TYPE,
+                    default_value="process",
+                    description="process: DataLoader workers (shared-memory tensors); thread: for load_fns that release the GIL",
+                ),
+                "prefetch": dg.Field(
+                    int, default_value=2, description="batches loaded ahead per worker"
+                ),
+                "start_method": dg.Field(
+                    _START_METHOD,
+                    default_value="fork",
+                    description="how worker processes start; spawn/forkserver need load_fn/dump_fn in an installed package",
+                ),
+                "device": dg.Field(
+                    str,
+                    default_value="auto",
+                    description="auto (CUDA when available), cpu, cuda or cuda:N",
+                ),
+                "dump_workers": dg.Field(
+                    dg.Noneable(int),
+                    default_value=None,
+                    description="dump_fn workers (default: num_workers)",
+                ),
+                "max_dumps_in_flight": dg.Field(
+                    int,
+                    default_value=64,
+                    description="dump calls pending before on_item_batch waits",
+                ),
+                "progress_interval_s": dg.Field(
+                    float,
+                    default_value=5.0,
+                    description="seconds between progress lines in the event log",
+                ),
+                "worker_nice": dg.Field(
+                    int,
+                    default_value=0,
+                    description="added to the nice value of loader and dump workers, so a CPU-bound model in the step keeps its core",
+                ),
+                # integrity settings (issue 11)
+                "max_skipped_fraction": dg.Field(
+                    dg.Noneable(float),
+                    default_value=None,
+                    description="under skip: fail the step when a larger share of its items was lost to errors",
+                ),
+                "call_timeout_s": dg.Field(
+                    dg.Noneable(float),
+                    default_value=None,
+                    description="a load_fn/dump_fn call running longer fails its item (worker processes and in-step loading)",
+                ),
+                "stall_warning_s": dg.Field(
+                    float,
+                    default_value=60.0,
+                    description="log the stuck items when a batch step makes no progress for this long (0: never)",
+                ),
+            }
+        )
     return fields
 
 
@@ -57,7 +116,12 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
         if key in node.resource_params:
             continue
         if key == RUNTIME_KEY:
-            raise WorkflowError(workflow.source, [f"{node.describe()}: parameter name {RUNTIME_KEY!r} is reserved for run settings; rename it"])
+            raise WorkflowError(
+                workflow.source,
+                [
+                    f"{node.describe()}: parameter name {RUNTIME_KEY!r} is reserved for run settings; rename it"
+                ],
+            )
         value = node.values.get(key, spec.get("default"))
         fields[key] = ptypes.config_field(spec, value, has_default=value is not None)
     return fields
@@ -66,8 +130,11 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
 def _function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
     """The workflow's value of each parameter the step compiles (see ``trust.code_params``)."""
     code = code_params(node)
-    return {k: node.values.get(k, s.get("default")) for k, s in node.parameters.items()
-            if k in code and k not in node.resource_params}
+    return {
+        k: node.values.get(k, s.get("default"))
+        for k, s in node.parameters.items()
+        if k in code and k not in node.resource_params
+    }
 
 
 def _overridable(workflow: Workflow, node: WorkflowNode) -> tuple:
@@ -86,48 +153,92 @@ class WorkflowDefs:
     asset_keys: List[dg.AssetKey] = field(default_factory=list)
 
 
-def build_workflow_defs(workflow: Workflow, translator: Optional[GraphbookTranslator] = None, *, partitions_def: Optional[dg.PartitionsDefinition] = None,
-                        retry_policy: Optional[dg.RetryPolicy] = None, op_tags: Optional[Dict[str, Any]] = None, job_tags: Optional[Dict[str, str]] = None,
-                        external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None, executor_def: Optional[dg.ExecutorDefinition] = None,
-                        streaming: bool = False,
-                        checks: Optional[Dict[str, List[StepCheck]]] = None) -> WorkflowDefs:
+def build_workflow_defs(
+    workflow: Workflow,
+    translator: Optional[GraphbookTranslator] = None,
+    *,
+    partitions_def: Optional[dg.PartitionsDefinition] = None,
+    retry_policy: Optional[dg.RetryPolicy] = None,
+    op_tags: Optional[Dict[str, Any]] = None,
+    job_tags: Optional[Dict[str, str]] = None,
+    external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None,
+    executor_def: Optional[dg.ExecutorDefinition] = None,
+    streaming: bool = False,
+    checks: Optional[Dict[str, List[StepCheck]]] = None,
+) -> WorkflowDefs:
     """Translate one validated workflow (``streaming``: all steps as one streaming op)."""
     translator = translator or GraphbookTranslator()
     resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
-    resources = {resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator) for n in workflow.resources()}
+    resources = {
+        resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator)
+        for n in workflow.resources()
+    }
     assets, keys = [], []
     step_names = translator.step_names(workflow)
     if streaming:
         from .streaming.segment import segment_asset
 
         if checks:
-            raise WorkflowError(workflow.source, [
-                "asset checks are not supported on a streaming workflow yet; "
-                "drop streaming or the checks"])
+            raise WorkflowError(
+                workflow.source,
+                [
+                    "asset checks are not supported on a streaming workflow yet; "
+                    "drop streaming or the checks"
+                ],
+            )
         parts = {
             n.id: _plan_and_config(workflow, n, translator, resource_keys, step_names[n.id], {})
             for n in workflow.steps()
         }
         deps = sorted({k for ks in (external_deps or {}).values() for k in ks}, key=str)
         asset = segment_asset(
-            workflow, translator, {i: p for i, (p, _) in parts.items()},
-            {i: c for i, (_, c) in parts.items()}, partitions_def=partitions_def,
-            retry_policy=retry_policy, op_tags=op_tags, external_deps=deps,
+            workflow,
+            translator,
+            {i: p for i, (p, _) in parts.items()},
+            {i: c for i, (_, c) in parts.items()},
+            partitions_def=partitions_def,
+            retry_policy=retry_policy,
+            op_tags=op_tags,
+            external_deps=deps,
         )
         assets, keys = [asset], list(asset.keys)
     for node in workflow.steps() if not streaming else ():
-        asset = _step_asset(workflow, node, translator, resource_keys, step_names[node.id], partitions_def, retry_policy, op_tags or {}, (external_deps or {}).get(node.id, []),
-                            (checks or {}).get(node.id, []))
+        asset = _step_asset(
+            workflow,
+            node,
+            translator,
+            resource_keys,
+            step_names[node.id],
+            partitions_def,
+            retry_policy,
+            op_tags or {},
+            (external_deps or {}).get(node.id, []),
+            (checks or {}).get(node.id, []),
+        )
         assets.append(asset)
         keys += list(asset.keys)
-    job = dg.define_asset_job(translator.get_job_name(workflow), selection=dg.AssetSelection.assets(*keys), description=translator.get_job_description(workflow), tags=job_tags,
-                              executor_def=executor_def)
+    job = dg.define_asset_job(
+        translator.get_job_name(workflow),
+        selection=dg.AssetSelection.assets(*keys),
+        description=translator.get_job_description(workflow),
+        tags=job_tags,
+        executor_def=executor_def,
+    )
     return WorkflowDefs(workflow, assets, resources, job, keys)
 
 
-def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator, resource_keys: Dict[str, str], step_name: str,
-                partitions_def: Any, retry_policy: Any, op_tags: Dict[str, Any], external_deps: List[dg.AssetKey],
-                checks: Sequence[StepCheck] = ()) -> dg.AssetsDefinition:
+def _step_asset(
+    workflow: Workflow,
+    node: WorkflowNode,
+    translator: GraphbookTranslator,
+    resource_keys: Dict[str, str],
+    step_name: str,
+    partitions_def: Any,
+    retry_policy: Any,
+    op_tags: Dict[str, Any],
+    external_deps: List[dg.AssetKey],
+    checks: Sequence[StepCheck] = (),
+) -> dg.AssetsDefinition:
     output_names = {pin: safe_name(pin) for pin in node.outputs}
     label = f"workflow '{workflow.name}', step '{step_name}' (node {node.id})"
     bound = []
@@ -135,10 +246,17 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
         pin = check.pin or node.outputs[0]
         key = translator.get_asset_spec(workflow, node, pin).key
         bound.append(BoundCheck(check, key, pin, label))
-    outs = {output_names[pin]: dg.AssetOut.from_spec(translator.get_asset_spec(workflow, node, pin), io_manager_key=NOTES_IO_MANAGER_KEY) for pin in node.outputs}
+    outs = {
+        output_names[pin]: dg.AssetOut.from_spec(
+            translator.get_asset_spec(workflow, node, pin), io_manager_key=NOTES_IO_MANAGER_KEY
+        )
+        for pin in node.outputs
+    }
     ins: Dict[str, dg.AssetIn] = {}
     for src_id, pin in node.inputs:
-        ins[f"in_{len(ins)}"] = dg.AssetIn(key=translator.get_asset_key(workflow, workflow.nodes[src_id], pin))
+        ins[f"in_{len(ins)}"] = dg.AssetIn(
+            key=translator.get_asset_key(workflow, workflow.nodes[src_id], pin)
+        )
     plan, config = _plan_and_config(workflow, node, translator, resource_keys, step_name, ins)
 
     @dg.multi_asset(
@@ -156,7 +274,9 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
         can_subset=False,
         check_specs=[b.spec(partitions_def) for b in bound] or None,
     )
-    def _step(context, **inputs):  # no annotation: `from __future__ import annotations` would turn it into a string
+    def _step(
+        context, **inputs
+    ):  # no annotation: `from __future__ import annotations` would turn it into a string
         pin_of = {v: k for k, v in output_names.items()}
         steps = warn_heavy_outputs(context, plan.label, execute_step(context, plan, inputs))
         yield from with_checks(steps, bound, pin_of)
@@ -164,22 +284,40 @@ def _step_asset(workflow: Workflow, node: WorkflowNode, translator: GraphbookTra
     return _step
 
 
-def _plan_and_config(workflow: Workflow, node: WorkflowNode, translator: GraphbookTranslator,
-                     resource_keys: Dict[str, str], step_name: str, ins: Dict[str, Any]) -> tuple:
+def _plan_and_config(
+    workflow: Workflow,
+    node: WorkflowNode,
+    translator: GraphbookTranslator,
+    resource_keys: Dict[str, str],
+    step_name: str,
+    ins: Dict[str, Any],
+) -> tuple:
     """What an op runs for ``node``, and its config fields (a step op's or a streaming op's)."""
     kind = node.step_kind
     plan = StepPlan(
-        workflow=workflow.name, workflow_source=workflow.source, node_id=node.id,
-        step_name=step_name, cls=node.cls, kind=kind, pins=tuple(node.outputs),
-        output_names={pin: safe_name(pin) for pin in node.outputs}, input_names=tuple(ins),
+        workflow=workflow.name,
+        workflow_source=workflow.source,
+        node_id=node.id,
+        step_name=step_name,
+        cls=node.cls,
+        kind=kind,
+        pins=tuple(node.outputs),
+        output_names={pin: safe_name(pin) for pin in node.outputs},
+        input_names=tuple(ins),
         resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
-        function_params=_function_params(node), overridable=_overridable(workflow, node),
+        function_params=_function_params(node),
+        overridable=_overridable(workflow, node),
     )
     runtime = dg.Field(runtime_fields(kind))  # all fields default: the launchpad shows the block
     return plan, {**param_fields(workflow, node), RUNTIME_KEY: runtime}
 
 
-def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[str, str], translator: GraphbookTranslator) -> dg.ResourceDefinition:
+def _resource_def(
+    workflow: Workflow,
+    node: WorkflowNode,
+    resource_keys: Dict[str, str],
+    translator: GraphbookTranslator,
+) -> dg.ResourceDefinition:
     fields = param_fields(workflow, node)
     bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
     functions = _function_params(node)
@@ -198,11 +336,20 @@ def _resource_def(workflow: Workflow, node: WorkflowNode, resource_keys: Dict[st
         kwargs = config_kwargs(config, functions, overridable, label, why=why)
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
-        emit = lambda level, msg: getattr(init_context.log, level if level in ("info", "warning", "error") else "info")(msg)  # noqa: E731
+        emit = lambda level, msg: getattr(
+            init_context.log, level if level in ("info", "warning", "error") else "info"
+        )(msg)  # noqa: E731
         with log_target(LogTarget(node.id, node.name, emit)):
             try:
                 return node.cls(**kwargs).value()
             except Exception as exc:
-                raise StepFailure(label, f"could not build the resource: {type(exc).__name__}: {exc}") from exc
+                raise StepFailure(
+                    label, f"could not build the resource: {type(exc).__name__}: {exc}"
+                ) from exc
 
-    return dg.ResourceDefinition(build, config_schema=fields, required_resource_keys=set(bound.values()), description=translator.get_description(workflow, node))
+    return dg.ResourceDefinition(
+        build,
+        config_schema=fields,
+        required_resource_keys=set(bound.values()),
+        description=translator.get_description(workflow, node),
+    )

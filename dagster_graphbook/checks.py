@@ -47,10 +47,11 @@ class StepCheck(dg.Model, dg.Resolvable):
     name: Optional[str] = Field(default=None, description="check name (default: METRIC_min_MIN)")
 
     @model_validator(mode="after")
-    def _has_bound(self) -> "StepCheck":
+    def _has_bound(self) -> StepCheck:
         if self.min is None and self.max is None:
-            raise ValueError(f"check on step {self.step!r}, metric {self.metric!r}: give min, max "
-                             "or both")
+            raise ValueError(
+                f"check on step {self.step!r}, metric {self.metric!r}: give min, max or both"
+            )
         return self
 
     @property
@@ -61,8 +62,10 @@ class StepCheck(dg.Model, dg.Resolvable):
         return safe_name("_".join([self.metric, *bounds]).replace(".", "_"))
 
     def describe(self) -> str:
-        bounds = [f">= {self.min:g}" if self.min is not None else "",
-                  f"<= {self.max:g}" if self.max is not None else ""]
+        bounds = [
+            f">= {self.min:g}" if self.min is not None else "",
+            f"<= {self.max:g}" if self.max is not None else "",
+        ]
         return f"{self.metric} {' and '.join(b for b in bounds if b)} ({self.severity})"
 
 
@@ -77,8 +80,11 @@ class BoundCheck:
         with warnings.catch_warnings():  # partitions_def on a check spec: preview in Dagster 1.13
             warnings.simplefilter("ignore", dg.PreviewWarning)
             return dg.AssetCheckSpec(
-                self.check.check_name, asset=self.asset_key, description=self.check.describe(),
-                blocking=self.check.severity == "blocking", partitions_def=partitions_def,
+                self.check.check_name,
+                asset=self.asset_key,
+                description=self.check.describe(),
+                blocking=self.check.severity == "blocking",
+                partitions_def=partitions_def,
             )
 
     def evaluate(self, figures: Mapping[str, Any]) -> dg.AssetCheckResult:
@@ -96,14 +102,20 @@ class BoundCheck:
         else:
             passed = False
             known = ", ".join(sorted(k for k, v in figures.items() if _is_number(v)))
-            description = (f"{self.label}: the step reported no numeric {c.metric!r} "
-                           f"(its figures: {known or 'none'})")
+            description = (
+                f"{self.label}: the step reported no numeric {c.metric!r} "
+                f"(its figures: {known or 'none'})"
+            )
         severity = dg.AssetCheckSeverity.ERROR
         if c.severity == "warn":
             severity = dg.AssetCheckSeverity.WARN
         return dg.AssetCheckResult(
-            asset_key=self.asset_key, check_name=c.check_name, passed=passed, severity=severity,
-            metadata=meta, description=description,
+            asset_key=self.asset_key,
+            check_name=c.check_name,
+            passed=passed,
+            severity=severity,
+            metadata=meta,
+            description=description,
         )
 
 
@@ -111,8 +123,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def bind_checks(checks: Sequence[StepCheck], step_refs: Mapping[str, Sequence[str]],
-                pins: Mapping[str, Sequence[str]], workflow: str) -> Dict[str, List[StepCheck]]:
+def bind_checks(
+    checks: Sequence[StepCheck],
+    step_refs: Mapping[str, Sequence[str]],
+    pins: Mapping[str, Sequence[str]],
+    workflow: str,
+) -> Dict[str, List[StepCheck]]:
     """Checks by node id; ``step_refs`` maps node id -> the names a check may use for the step.
 
     Raises ``ValueError`` naming the workflow, the check and the steps or pins that exist.
@@ -123,11 +139,15 @@ def bind_checks(checks: Sequence[StepCheck], step_refs: Mapping[str, Sequence[st
         node_id = next((nid for nid, refs in step_refs.items() if c.step in refs), None)
         if node_id is None:
             steps = sorted({refs[0] for refs in step_refs.values()})
-            problems.append(f"check {c.check_name!r} names step {c.step!r}, which is not in "
-                            f"workflow {workflow!r} (steps: {', '.join(steps)})")
+            problems.append(
+                f"check {c.check_name!r} names step {c.step!r}, which is not in "
+                f"workflow {workflow!r} (steps: {', '.join(steps)})"
+            )
         elif c.pin is not None and c.pin not in pins[node_id]:
-            problems.append(f"check {c.check_name!r} on step {c.step!r} names pin {c.pin!r} "
-                            f"(its pins: {', '.join(pins[node_id])})")
+            problems.append(
+                f"check {c.check_name!r} on step {c.step!r} names pin {c.pin!r} "
+                f"(its pins: {', '.join(pins[node_id])})"
+            )
         else:
             out.setdefault(node_id, []).append(c)
     if problems:
@@ -135,8 +155,9 @@ def bind_checks(checks: Sequence[StepCheck], step_refs: Mapping[str, Sequence[st
     return out
 
 
-def with_checks(events: Iterable[Any], checks: Sequence[BoundCheck],
-                pin_of: Mapping[str, str]) -> Iterator[Any]:
+def with_checks(
+    events: Iterable[Any], checks: Sequence[BoundCheck], pin_of: Mapping[str, str]
+) -> Iterator[Any]:
     """Pass the op's events through, then yield one result per check, computed from the
     outputs' metadata and note counts (``pin_of``: Dagster output name -> pin)."""
     figures: Dict[str, Dict[str, Any]] = {}

@@ -34,7 +34,7 @@ class LiveDisplay:
         self.started: Dict[str, float] = {}
         self.open_line = False  # a progress line printed in place, not ended yet
 
-    def __enter__(self) -> "LiveDisplay":
+    def __enter__(self) -> LiveDisplay:
         self.thread.start()
         return self
 
@@ -46,7 +46,9 @@ class LiveDisplay:
     def _run_id(self) -> Optional[str]:
         import dagster as dg
 
-        records = self.instance.get_run_records(filters=dg.RunsFilter(tags={RUN_TOKEN_TAG: self.token}), limit=1)
+        records = self.instance.get_run_records(
+            filters=dg.RunsFilter(tags={RUN_TOKEN_TAG: self.token}), limit=1
+        )
         return records[0].dagster_run.run_id if records else None
 
     def _loop(self) -> None:
@@ -86,7 +88,9 @@ class LiveDisplay:
         if event is None:
             if entry.user_message and entry.level >= 20:
                 where = f"{step}: " if step else ""  # resource set-up logs belong to no step
-                self._line(f"  {where}{entry.user_message}", PROGRESS_LINE.match(entry.user_message))
+                self._line(
+                    f"  {where}{entry.user_message}", PROGRESS_LINE.match(entry.user_message)
+                )
             return
         self._line(None)
         kind = event.event_type_value
@@ -94,7 +98,10 @@ class LiveDisplay:
             self.started[step] = entry.timestamp
             print(f"▶ {step}", file=self.out)
         elif kind == "STEP_SUCCESS":
-            print(f"✔ {step} ({entry.timestamp - self.started.get(step, entry.timestamp):.1f} s)", file=self.out)
+            print(
+                f"✔ {step} ({entry.timestamp - self.started.get(step, entry.timestamp):.1f} s)",
+                file=self.out,
+            )
         elif kind == "STEP_FAILURE":
             print(f"✘ {step} failed", file=self.out)
 
@@ -103,7 +110,9 @@ def _summary(run: Any) -> str:
     lines = [f"run {run.run_id}: {'SUCCESS' if run.success else 'FAILURE'} in {run.seconds:.1f} s"]
     width = max([len(s) for s in run.notes] + [4])
     for step, pins in run.counts().items():
-        lines.append(f"  {step.ljust(width)}  " + ", ".join(f"{pin}: {n} notes" for pin, n in pins.items()))
+        lines.append(
+            f"  {step.ljust(width)}  " + ", ".join(f"{pin}: {n} notes" for pin, n in pins.items())
+        )
     if run.failure:
         lines.append(run.failure)
     return "\n".join(lines)
@@ -115,11 +124,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
     with _progress(args, instance, token):
-        run = run_workflow(args.workflow, args.custom_nodes, _parse_sets(args.set), instance=instance, executor=args.executor,
-                           partition_key=args.partition, tags={RUN_TOKEN_TAG: token},
-                           streaming=args.streaming)
+        run = run_workflow(
+            args.workflow,
+            args.custom_nodes,
+            _parse_sets(args.set),
+            instance=instance,
+            executor=args.executor,
+            partition_key=args.partition,
+            tags={RUN_TOKEN_TAG: token},
+            streaming=args.streaming,
+        )
     print(_summary(run))
-    print(f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)")
+    print(
+        f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)"
+    )
     return 0 if run.success else 1
 
 
@@ -145,8 +163,20 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     token = uuid.uuid4().hex
     try:
         with _progress(args, instance, token):
-            run = run_job(args.job, _parse_sets(args.set), module=args.module, partition_key=args.partition, instance=instance, tags={RUN_TOKEN_TAG: token})
-    except (WorkflowError, dg.DagsterInvariantViolationError, dg.DagsterInvalidConfigError, dg.DagsterUnknownPartitionError) as exc:  # bad job, step, parameter or partition
+            run = run_job(
+                args.job,
+                _parse_sets(args.set),
+                module=args.module,
+                partition_key=args.partition,
+                instance=instance,
+                tags={RUN_TOKEN_TAG: token},
+            )
+    except (
+        WorkflowError,
+        dg.DagsterInvariantViolationError,
+        dg.DagsterInvalidConfigError,
+        dg.DagsterUnknownPartitionError,
+    ) as exc:  # bad job, step, parameter or partition
         print(f"dagster-graphbook materialize {args.job}: {exc}", file=sys.stderr)
         return 1
     print(_summary(run))
@@ -154,7 +184,9 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         figures = ", ".join(f"{k.split('/')[-1]} {meta[k]}" for k in _FIGURES if k in meta)
         if figures:
             print(f"  {key}: {figures}")
-    print(f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)")
+    print(
+        f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)"
+    )
     return 0 if run.success else 1
 
 
@@ -169,7 +201,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return 1
     wf = defs.workflow
-    print(f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, {len(defs.asset_keys)} assets) in {time.perf_counter() - start:.2f} s")
+    print(
+        f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, {len(defs.asset_keys)} assets) in {time.perf_counter() - start:.2f} s"
+    )
     for key in defs.asset_keys:
         print(f"  asset {key.to_user_string()}")
     for notice in wf.notices:  # what Graphbook would ignore too (idle steps, top-level exports)
@@ -178,27 +212,71 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dagster-graphbook", description="Run Graphbook workflows through Dagster.")
+    parser = argparse.ArgumentParser(
+        prog="dagster-graphbook", description="Run Graphbook workflows through Dagster."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a workflow (JSON or .py Graph) and print notes per step and pin")
+    run = sub.add_parser(
+        "run", help="run a workflow (JSON or .py Graph) and print notes per step and pin"
+    )
     validate = sub.add_parser("validate", help="load and validate a workflow without running it")
     for p in (run, validate):
         p.add_argument("workflow")
-        p.add_argument("--custom-nodes", action="append", default=[], metavar="DIR", help="folder of custom node files (repeatable)")
-    run.add_argument("--set", action="append", default=[], metavar="STEP.PARAM=VALUE", help="override a parameter or runtime setting (YAML value)")
+        p.add_argument(
+            "--custom-nodes",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help="folder of custom node files (repeatable)",
+        )
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STEP.PARAM=VALUE",
+        help="override a parameter or runtime setting (YAML value)",
+    )
     run.add_argument("--executor", choices=["in_process", "multiprocess"], default="in_process")
-    run.add_argument("--partition", default=None, help="partition key (daily-partitioned workflows)")
-    run.add_argument("--streaming", action="store_true",
-                     help="run all steps as one op passing notes step to step (README: Streaming)")
-    run.add_argument("--dagster-home", default=None, help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)")
+    run.add_argument(
+        "--partition", default=None, help="partition key (daily-partitioned workflows)"
+    )
+    run.add_argument(
+        "--streaming",
+        action="store_true",
+        help="run all steps as one op passing notes step to step (README: Streaming)",
+    )
+    run.add_argument(
+        "--dagster-home",
+        default=None,
+        help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
+    )
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.set_defaults(func=cmd_run)
-    mat = sub.add_parser("materialize", help="run a job of the code location (default module: definitions), e.g. one day of a partitioned job")
+    mat = sub.add_parser(
+        "materialize",
+        help="run a job of the code location (default module: definitions), e.g. one day of a partitioned job",
+    )
     mat.add_argument("job", help="job name (a workflow's file stem)")
-    mat.add_argument("--partition", default=None, help="partition key, e.g. 2026-01-31 for daily partitions")
-    mat.add_argument("--module", default="definitions", help="code location module (autoloaded like workspace.yaml's autoload_defs_module)")
-    mat.add_argument("--set", action="append", default=[], metavar="STEP.PARAM=VALUE", help="override a parameter or runtime setting (YAML value)")
-    mat.add_argument("--dagster-home", default=None, help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)")
+    mat.add_argument(
+        "--partition", default=None, help="partition key, e.g. 2026-01-31 for daily partitions"
+    )
+    mat.add_argument(
+        "--module",
+        default="definitions",
+        help="code location module (autoloaded like workspace.yaml's autoload_defs_module)",
+    )
+    mat.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STEP.PARAM=VALUE",
+        help="override a parameter or runtime setting (YAML value)",
+    )
+    mat.add_argument(
+        "--dagster-home",
+        default=None,
+        help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
+    )
     mat.add_argument("--no-progress", action="store_true", help="do not print events while running")
     mat.set_defaults(func=cmd_materialize)
     validate.set_defaults(func=cmd_validate)
@@ -219,8 +297,11 @@ def _exit_past_stuck_threads(code: int) -> None:
 
     stuck = stuck_threads()
     if stuck:
-        print(f"{len(stuck)} load/dump thread(s) still stuck in a call that never returned ({', '.join(stuck)}); "
-              "exiting without waiting for them", file=sys.stderr)
+        print(
+            f"{len(stuck)} load/dump thread(s) still stuck in a call that never returned ({', '.join(stuck)}); "
+            "exiting without waiting for them",
+            file=sys.stderr,
+        )
         sys.stdout.flush()
         sys.stderr.flush()
         import os

@@ -95,11 +95,19 @@ def _code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReference
     refs: List[Any] = []
     path = _source_file(node.cls)
     if path is not None:
-        refs.append(dg.LocalFileCodeReference(
-            file_path=str(path.resolve()), line_number=_class_line(node.cls),
-            label=f"{node.name} (step class)"))
+        refs.append(
+            dg.LocalFileCodeReference(
+                file_path=str(path.resolve()),
+                line_number=_class_line(node.cls),
+                label=f"{node.name} (step class)",
+            )
+        )
     if workflow.path is not None:
-        refs.append(dg.LocalFileCodeReference(
-            file_path=str(workflow.path.resolve()), line_number=_node_line(workflow, node),
-            label=f"{workflow.path.name}: node {node.id}"))
+        refs.append(
+            dg.LocalFileCodeReference(
+                file_path=str(workflow.path.resolve()),
+                line_number=_node_line(workflow, node),
+                label=f"{workflow.path.name}: node {node.id}",
+            )
+        )
     return dg.CodeReferencesMetadataValue(code_references=refs)

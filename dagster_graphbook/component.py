@@ -50,55 +50,117 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     """A Graphbook workflow file (editor JSON, or a ``.py`` defining a ``Graph``) as a Dagster job,
     its steps' assets, and optionally daily partitions, a schedule and a folder sensor."""
 
-    workflow: Annotated[str, _doc(
-        "workflow file (Graphbook editor JSON, or a .py defining a Graph), relative to this file",
-        "../../workflows/nightly_shapes.json", "workflow.json")]
-    custom_nodes: Annotated[List[str], _doc(
-        "folders (or .py files) of the workflow's step and resource classes",
-        ["../../custom_nodes/nightly"], ["nodes.py"])] = []
-    name: Annotated[Optional[str], _doc(
-        "job and asset group name (default: the workflow file's stem in snake_case)",
-        "nightly_shapes")] = None
-    partitions: Annotated[Optional[DailyPartitions], _doc(
-        "daily partitions keyed YYYY-MM-DD; steps read the day as {partition_key}",
-        {"start_date": "2025-01-01"})] = None
-    cron_schedule: Annotated[Optional[str], _doc(
-        "schedule <job>_schedule (UTC); partitioned: each tick runs the latest partition",
-        "30 6 * * 1-5")] = None
-    schedule_hour: Annotated[Optional[int], _doc(
-        "schedule <job>_nightly at this hour (UTC), running the previous day", 2)] = None
-    sensor_folder: Annotated[Optional[str], _doc(
-        "sensor <job>_new_folder: one run per new YYYY-MM-DD folder in this folder",
-        "../../data/incoming")] = None
-    sensor_asset: Annotated[Optional[str], _doc(
-        "asset key (a/b) that the sensor records a materialization of for each new folder",
-        "nightly_shapes/incoming")] = None
-    external_deps: Annotated[Dict[str, List[str]], _doc(
-        "step name or node id -> upstream asset keys (a/b) outside the workflow, for lineage",
-        {"IncomingImages": ["nightly_shapes/incoming"]})] = {}
-    op_tags: Annotated[Dict[str, Any], _doc(
-        "tags on every step's op (executors read them, e.g. dagster-k8s/config)",
-        {"team": "vision"})] = {}
+    workflow: Annotated[
+        str,
+        _doc(
+            "workflow file (Graphbook editor JSON, or a .py defining a Graph), relative to this file",
+            "../../workflows/nightly_shapes.json",
+            "workflow.json",
+        ),
+    ]
+    custom_nodes: Annotated[
+        List[str],
+        _doc(
+            "folders (or .py files) of the workflow's step and resource classes",
+            ["../../custom_nodes/nightly"],
+            ["nodes.py"],
+        ),
+    ] = []
+    name: Annotated[
+        Optional[str],
+        _doc(
+            "job and asset group name (default: the workflow file's stem in snake_case)",
+            "nightly_shapes",
+        ),
+    ] = None
+    partitions: Annotated[
+        Optional[DailyPartitions],
+        _doc(
+            "daily partitions keyed YYYY-MM-DD; steps read the day as {partition_key}",
+            {"start_date": "2025-01-01"},
+        ),
+    ] = None
+    cron_schedule: Annotated[
+        Optional[str],
+        _doc(
+            "schedule <job>_schedule (UTC); partitioned: each tick runs the latest partition",
+            "30 6 * * 1-5",
+        ),
+    ] = None
+    schedule_hour: Annotated[
+        Optional[int],
+        _doc("schedule <job>_nightly at this hour (UTC), running the previous day", 2),
+    ] = None
+    sensor_folder: Annotated[
+        Optional[str],
+        _doc(
+            "sensor <job>_new_folder: one run per new YYYY-MM-DD folder in this folder",
+            "../../data/incoming",
+        ),
+    ] = None
+    sensor_asset: Annotated[
+        Optional[str],
+        _doc(
+            "asset key (a/b) that the sensor records a materialization of for each new folder",
+            "nightly_shapes/incoming",
+        ),
+    ] = None
+    external_deps: Annotated[
+        Dict[str, List[str]],
+        _doc(
+            "step name or node id -> upstream asset keys (a/b) outside the workflow, for lineage",
+            {"IncomingImages": ["nightly_shapes/incoming"]},
+        ),
+    ] = {}
+    op_tags: Annotated[
+        Dict[str, Any],
+        _doc(
+            "tags on every step's op (executors read them, e.g. dagster-k8s/config)",
+            {"team": "vision"},
+        ),
+    ] = {}
     job_tags: Annotated[Dict[str, str], _doc("tags on the job and its runs", {"owner": "ml"})] = {}
-    overridable_functions: Annotated[List[str], _doc(
-        "function parameters whose code run config may replace", ["load_fn"])] = []
-    executor: Annotated[Optional[Literal["in_process", "multiprocess"]], _doc(
-        "default: in one process unless a run's execution config picks multiprocess; "
-        "multiprocess: one process per step by default", "multiprocess")] = None
-    notes_dir: Annotated[Optional[str], _doc(
-        "where steps' notes are stored: relative to this file's folder, or any fsspec URL "
-        "(default: the instance's storage); several components may share one",
-        "../../notes", "s3://bucket/notes")] = None
-    notes_keep: Annotated[Optional[int], _doc(
-        "stored note versions kept per asset and partition (default 3)", 3)] = None
-    checks: Annotated[List[StepCheck], _doc(
-        "asset checks on steps' figures, evaluated on each run's own partition",
-        [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}])] = []
-    streaming: Annotated[bool, _doc(
-        "run all steps as one op streaming notes step to step (README: Streaming)", True)] = False
-    gpus: Annotated[Optional[Union[int, Dict[str, int]]], _doc(
-        "GPUs each batch step requests (op tags for k8s, Ray, Dask), or {step: N}",
-        1, {"ClassifyShapes": 1})] = None
+    overridable_functions: Annotated[
+        List[str], _doc("function parameters whose code run config may replace", ["load_fn"])
+    ] = []
+    executor: Annotated[
+        Optional[Literal["in_process", "multiprocess"]],
+        _doc(
+            "default: in one process unless a run's execution config picks multiprocess; "
+            "multiprocess: one process per step by default",
+            "multiprocess",
+        ),
+    ] = None
+    notes_dir: Annotated[
+        Optional[str],
+        _doc(
+            "where steps' notes are stored: relative to this file's folder, or any fsspec URL "
+            "(default: the instance's storage); several components may share one",
+            "../../notes",
+            "s3://bucket/notes",
+        ),
+    ] = None
+    notes_keep: Annotated[
+        Optional[int], _doc("stored note versions kept per asset and partition (default 3)", 3)
+    ] = None
+    checks: Annotated[
+        List[StepCheck],
+        _doc(
+            "asset checks on steps' figures, evaluated on each run's own partition",
+            [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}],
+        ),
+    ] = []
+    streaming: Annotated[
+        bool, _doc("run all steps as one op streaming notes step to step (README: Streaming)", True)
+    ] = False
+    gpus: Annotated[
+        Optional[Union[int, Dict[str, int]]],
+        _doc(
+            "GPUs each batch step requests (op tags for k8s, Ray, Dask), or {step: N}",
+            1,
+            {"ClassifyShapes": 1},
+        ),
+    ] = None
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -108,7 +170,11 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
 
         partitions = None
         if self.partitions is not None:
-            partitions = daily_partitions(self.partitions.start_date, end_offset=self.partitions.end_offset, timezone=self.partitions.timezone)
+            partitions = daily_partitions(
+                self.partitions.start_date,
+                end_offset=self.partitions.end_offset,
+                timezone=self.partitions.timezone,
+            )
         return GraphbookWorkflow(
             path(self.workflow),
             custom_nodes=[path(p) for p in self.custom_nodes],
@@ -119,13 +185,20 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             op_tags=dict(self.op_tags),
             job_tags=dict(self.job_tags),
             overridable_functions=tuple(self.overridable_functions),
-            external_deps={step: [dg.AssetKey.from_user_string(k) for k in keys] for step, keys in self.external_deps.items()},
-            sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset) if self.sensor_folder else None,
+            external_deps={
+                step: [dg.AssetKey.from_user_string(k) for k in keys]
+                for step, keys in self.external_deps.items()
+            },
+            sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset)
+            if self.sensor_folder
+            else None,
             executor=self.executor,
             streaming=self.streaming,
             gpus=self.gpus,
             checks=list(self.checks),
-            notes_dir=str(path(self.notes_dir)) if self.notes_dir and "://" not in self.notes_dir else self.notes_dir,
+            notes_dir=str(path(self.notes_dir))
+            if self.notes_dir and "://" not in self.notes_dir
+            else self.notes_dir,
             notes_keep=self.notes_keep,
         )
 

@@ -46,7 +46,9 @@ class GraphbookWorkflow:
     op_tags: Dict[str, Any] = field(default_factory=dict)
     job_tags: Dict[str, str] = field(default_factory=dict)
     overridable_functions: Sequence[str] = ()
-    external_deps: Dict[str, List[Any]] = field(default_factory=dict)  # step name or node id -> upstream asset keys
+    external_deps: Dict[str, List[Any]] = field(
+        default_factory=dict
+    )  # step name or node id -> upstream asset keys
     sensor: Any = None  # a dagster_graphbook.schedules.FolderSensor
     # None: graphbook_executor (in one process unless a run's config picks multiprocess);
     # "in_process" | "multiprocess" (one process per step) | an ExecutorDefinition (k8s, ray, ...)
@@ -68,7 +70,9 @@ def load(spec: GraphbookWorkflow) -> Workflow:
         registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
         for error in registry.import_errors if registry else ():
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
-        workflow = load_workflow(spec.source, registry, name=spec.name, search_path=spec.custom_nodes)
+        workflow = load_workflow(
+            spec.source, registry, name=spec.name, search_path=spec.custom_nodes
+        )
     workflow.overridable_functions = tuple(spec.overridable_functions)
     if spec.gpus is not None:
         from .gpus import resolve_gpus
@@ -78,7 +82,9 @@ def load(spec: GraphbookWorkflow) -> Workflow:
     return workflow
 
 
-def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> WorkflowDefs:
+def build_workflow(
+    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None
+) -> WorkflowDefs:
     """Load, validate and translate one workflow."""
     translator = translator or GraphbookTranslator()
     workflow = load(spec)
@@ -88,7 +94,12 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
     for ref, keys in spec.external_deps.items():
         node_id = next((nid for nid, n in names.items() if ref in (nid, n)), None)
         if node_id is None:
-            raise WorkflowError(workflow.source, [f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"])
+            raise WorkflowError(
+                workflow.source,
+                [
+                    f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"
+                ],
+            )
         deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
     try:
         executor_def = resolve_executor(spec.executor)
@@ -100,9 +111,18 @@ def build_workflow(spec: GraphbookWorkflow, translator: Optional[GraphbookTransl
         checks = bind_checks(spec.checks, refs, pins, workflow.name)
     except ValueError as exc:
         raise WorkflowError(workflow.source, [str(exc)]) from exc
-    defs = build_workflow_defs(workflow, translator, partitions_def=spec.partitions_def, retry_policy=spec.retry_policy, op_tags=spec.op_tags, job_tags=spec.job_tags,
-                               external_deps=deps, executor_def=executor_def, checks=checks,
-                               streaming=spec.streaming)
+    defs = build_workflow_defs(
+        workflow,
+        translator,
+        partitions_def=spec.partitions_def,
+        retry_policy=spec.retry_policy,
+        op_tags=spec.op_tags,
+        job_tags=spec.job_tags,
+        external_deps=deps,
+        executor_def=executor_def,
+        checks=checks,
+        streaming=spec.streaming,
+    )
     storage = notes_metadata(spec.notes_dir, spec.notes_keep)
     if storage:
         defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
@@ -121,9 +141,13 @@ def _check_depth(workflow: Workflow) -> None:
         depth[node.id] = 1 + max((depth.get(src, 0) for src, _ in node.inputs), default=0)
     if depth and max(depth.values()) > MAX_CHAIN_DEPTH:
         end = max(depth, key=lambda k: depth[k])
-        raise WorkflowError(workflow.source, [
-            f"the longest chain of steps is {depth[end]} steps deep (ending at node {end}); Dagster builds jobs up to "
-            f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows joined by external_deps, or merge steps"])
+        raise WorkflowError(
+            workflow.source,
+            [
+                f"the longest chain of steps is {depth[end]} steps deep (ending at node {end}); Dagster builds jobs up to "
+                f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows joined by external_deps, or merge steps"
+            ],
+        )
 
 
 def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.AssetsDefinition:
@@ -131,9 +155,16 @@ def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.Ass
     return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
 
 
-def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]], *, custom_nodes: Sequence[Union[str, Path]] = (), translator: Optional[GraphbookTranslator] = None,
-                      notes_dir: Optional[str] = None, extra_resources: Optional[Mapping[str, Any]] = None,
-                      notes_keep: Optional[int] = None, strict: bool = False) -> dg.Definitions:
+def build_definitions(
+    workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]],
+    *,
+    custom_nodes: Sequence[Union[str, Path]] = (),
+    translator: Optional[GraphbookTranslator] = None,
+    notes_dir: Optional[str] = None,
+    extra_resources: Optional[Mapping[str, Any]] = None,
+    notes_keep: Optional[int] = None,
+    strict: bool = False,
+) -> dg.Definitions:
     """Dagster definitions for ``workflows``.
 
     A workflow that fails to load is logged and kept as a job of its name whose description and
@@ -150,7 +181,11 @@ def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSourc
     sensors: List[Any] = []
     external: List[dg.AssetSpec] = []
     for item in workflows:
-        spec = item if isinstance(item, GraphbookWorkflow) else GraphbookWorkflow(item, custom_nodes=custom_nodes)
+        spec = (
+            item
+            if isinstance(item, GraphbookWorkflow)
+            else GraphbookWorkflow(item, custom_nodes=custom_nodes)
+        )
         if not spec.custom_nodes and custom_nodes:
             spec.custom_nodes = custom_nodes
         if spec.notes_dir is None and notes_dir is not None:
@@ -162,18 +197,33 @@ def build_definitions(workflows: Sequence[Union[GraphbookWorkflow, WorkflowSourc
         except WorkflowError as exc:
             if strict:
                 raise
-            logger.error("%s\n(the other workflows are loaded; this one shows as a job that fails)", exc)
+            logger.error(
+                "%s\n(the other workflows are loaded; this one shows as a job that fails)", exc
+            )
             jobs.append(load_error_job(spec, exc))
             continue
         assets += defs.assets
         jobs.append(defs.job)
         resources.update(defs.resources)
         for keys in spec.external_deps.values():
-            external += [dg.AssetSpec(dg.AssetKey.from_coercible(k), description="external input of a Graphbook workflow", group_name=defs.workflow.name) for k in keys]
+            external += [
+                dg.AssetSpec(
+                    dg.AssetKey.from_coercible(k),
+                    description="external input of a Graphbook workflow",
+                    group_name=defs.workflow.name,
+                )
+                for k in keys
+            ]
         new_schedules, new_sensors = schedules_and_sensors(spec, defs)
         schedules += new_schedules
         sensors += new_sensors
-    return dg.Definitions(assets=[*assets, *_unique_specs(external)], jobs=jobs, resources=resources, schedules=schedules, sensors=sensors)
+    return dg.Definitions(
+        assets=[*assets, *_unique_specs(external)],
+        jobs=jobs,
+        resources=resources,
+        schedules=schedules,
+        sensors=sensors,
+    )
 
 
 def _unique_specs(specs: List[dg.AssetSpec]) -> List[dg.AssetSpec]:

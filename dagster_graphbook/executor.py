@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import dagster as dg
 
+
 def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
     if "multiprocess" in config:
         return dg.multiprocess_executor.get_requirements(config["multiprocess"])
@@ -37,7 +38,7 @@ def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
 )
 def graphbook_executor(init_context: dg.InitExecutorContext) -> Any:
     """Dagster's in-process or multiprocess executor, as the run config selects."""
-    (mode, config), = init_context.executor_config.items()
+    ((mode, config),) = init_context.executor_config.items()
     chosen = dg.in_process_executor if mode == "in_process" else dg.multiprocess_executor
     inner = init_context._replace(executor_def=chosen, executor_config=config)
     return chosen.executor_creation_fn(inner)

@@ -17,8 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import dagster as dg
 from upath import UPath
 
-from . import notes_codec
-from . import versions
+from . import notes_codec, versions
 
 NOTES_IO_MANAGER_KEY = "graphbook_notes"
 NOTES_DIR_META = "dagster_graphbook/notes_dir"

@@ -12,7 +12,11 @@ EDGE_TYPES = {"resource"}
 _SCALAR_CHECKS = {
     "string": lambda v: isinstance(v, str),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool) or (isinstance(v, str) and v.strip().lstrip("-").isdigit()),
+    "int": lambda v: (
+        isinstance(v, int)
+        and not isinstance(v, bool)
+        or (isinstance(v, str) and v.strip().lstrip("-").isdigit())
+    ),
     "boolean": lambda v: isinstance(v, bool),
     "bool": lambda v: isinstance(v, bool),
     "function": lambda v: isinstance(v, str),
@@ -31,14 +35,23 @@ class GraphbookNumber(ConfigScalar):
     """
 
     def __init__(self) -> None:
-        super().__init__(key="GraphbookNumber", given_name="GraphbookNumber",
-                         scalar_kind=ConfigScalarKind.FLOAT,
-                         description="a number: an int stays an int, a float a float")
+        super().__init__(
+            key="GraphbookNumber",
+            given_name="GraphbookNumber",
+            scalar_kind=ConfigScalarKind.FLOAT,
+            description="a number: an int stays an int, a float a float",
+        )
 
 
 NUMBER = GraphbookNumber()
-_CONFIG_TYPES = {"string": dg.String, "number": NUMBER, "int": dg.Int, "boolean": dg.Bool,
-                 "bool": dg.Bool, "function": dg.String}
+_CONFIG_TYPES = {
+    "string": dg.String,
+    "number": NUMBER,
+    "int": dg.Int,
+    "boolean": dg.Bool,
+    "bool": dg.Bool,
+    "function": dg.String,
+}
 
 
 def element_type(ptype: str) -> Optional[str]:
@@ -105,5 +118,9 @@ def config_field(spec: Dict[str, Any], default: Any, *, has_default: bool) -> dg
         config_type = _CONFIG_TYPES.get(ptype, dg.Any)
     description = spec.get("description") or None
     if has_default:
-        return dg.Field(config_type, default_value=default, is_required=False, description=description)
-    return dg.Field(dg.Noneable(config_type), default_value=None, is_required=False, description=description)
+        return dg.Field(
+            config_type, default_value=default, is_required=False, description=description
+        )
+    return dg.Field(
+        dg.Noneable(config_type), default_value=None, is_required=False, description=description
+    )

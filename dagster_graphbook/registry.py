@@ -23,7 +23,9 @@ from .authoring import compat, resources, steps
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-BUILTIN_STEPS: Dict[str, type] = {c.__name__: c for c in (steps.Split, steps.Copy, steps.LoadJSONL, steps.DumpJSONL)}
+BUILTIN_STEPS: Dict[str, type] = {
+    c.__name__: c for c in (steps.Split, steps.Copy, steps.LoadJSONL, steps.DumpJSONL)
+}
 BUILTIN_RESOURCES: Dict[str, type] = dict(resources.UI_NAMES)
 # Also accept the class names of the built-in resources (Python Graphs and hand-written files use them).
 BUILTIN_RESOURCES.update({c.__name__: c for c in resources.UI_NAMES.values()})
@@ -47,8 +49,12 @@ def _base_classes() -> Tuple[Tuple[type, ...], Tuple[type, ...], Tuple[type, ...
     """(step bases, resource bases, abstract bases not to register), real Graphbook's included."""
     step_bases: List[type] = [steps.Step]
     resource_bases: List[type] = [resources.Resource]
-    abstract = [v for v in vars(steps).values() if isinstance(v, type)] + [v for v in vars(resources).values() if isinstance(v, type)]
-    if compat.real_graphbook_installed():  # pragma: no cover - exercised only where graphbook is installed
+    abstract = [v for v in vars(steps).values() if isinstance(v, type)] + [
+        v for v in vars(resources).values() if isinstance(v, type)
+    ]
+    if (
+        compat.real_graphbook_installed()
+    ):  # pragma: no cover - exercised only where graphbook is installed
         import graphbook.core.resources as gb_resources
         import graphbook.core.steps as gb_steps
 
@@ -105,7 +111,9 @@ def _import_error(path: Path, exc: BaseException) -> NodeImportError:
             if os.path.abspath(frame.filename) == str(path):
                 line = frame.lineno
                 break
-    return NodeImportError(str(path), line, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
+    return NodeImportError(
+        str(path), line, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
+    )
 
 
 def _module_file(cls: type) -> Optional[str]:
@@ -123,7 +131,11 @@ def _python_files(paths: Iterable[PathLike]) -> List[Path]:
         elif p.is_dir():
             for root, dirs, names in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
-                files += [Path(root) / n for n in sorted(names) if n.endswith(".py") and not n.startswith(".")]
+                files += [
+                    Path(root) / n
+                    for n in sorted(names)
+                    if n.endswith(".py") and not n.startswith(".")
+                ]
         else:
             raise FileNotFoundError(f"custom nodes path {p} does not exist")
     return files
@@ -140,7 +152,7 @@ class NodeRegistry:
     ambiguous: Dict[str, List[str]] = field(default_factory=dict)  # class name -> files defining it
 
     @classmethod
-    def load(cls, paths: Sequence[PathLike] = ()) -> "NodeRegistry":
+    def load(cls, paths: Sequence[PathLike] = ()) -> NodeRegistry:
         """Import every ``.py`` file under ``paths`` (folders or files) and collect its nodes."""
         compat.install_graphbook_alias()
         registry = cls()
@@ -156,7 +168,10 @@ class NodeRegistry:
             for obj in list(vars(module).values()):
                 if not isinstance(obj, type) or obj in abstract:
                     continue
-                if obj.__module__ != getattr(module, "__name__", None) and _module_file(obj) in scanned:
+                if (
+                    obj.__module__ != getattr(module, "__name__", None)
+                    and _module_file(obj) in scanned
+                ):
                     continue  # imported from another node file (maybe under another module name): registered from there
                 if issubclass(obj, step_bases):
                     registry._add(registry.steps, obj, str(path))

@@ -68,9 +68,13 @@ class WorkflowRun:
     run_id: str
     success: bool
     seconds: float
-    notes: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)  # step name -> pin -> notes
+    notes: Dict[str, Dict[str, List[Any]]] = field(
+        default_factory=dict
+    )  # step name -> pin -> notes
     failure: Optional[str] = None
-    metadata: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # asset key -> its materialization's metadata values
+    metadata: Dict[str, Dict[str, Any]] = field(
+        default_factory=dict
+    )  # asset key -> its materialization's metadata values
 
     def __getitem__(self, step: str) -> Dict[str, List[Any]]:
         return self.notes[step]
@@ -92,7 +96,9 @@ def _step_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str,
     return refs
 
 
-def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Optional[GraphbookTranslator] = None) -> Dict[str, Any]:
+def run_config_for(
+    workflow: Workflow, params: Mapping[str, Any], translator: Optional[GraphbookTranslator] = None
+) -> Dict[str, Any]:
     """``{"Step.param": v, "Step.runtime.num_workers": 0}`` -> Dagster run config."""
     translator = translator or GraphbookTranslator()
     refs = _step_refs(workflow, translator)
@@ -104,7 +110,12 @@ def run_config_for(workflow: Workflow, params: Mapping[str, Any], translator: Op
         if step not in refs and step in resource_refs and path:  # RESOURCE.PARAM (trust rule holds)
             target = resources.setdefault(resource_refs[step], {}).setdefault("config", {})
         elif step not in refs or not path:
-            raise WorkflowError(workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"])
+            raise WorkflowError(
+                workflow.source,
+                [
+                    f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"
+                ],
+            )
         else:
             target = ops.setdefault(refs[step], {}).setdefault("config", {})
         *parents, leaf = path.split(".")
@@ -124,8 +135,13 @@ def _resource_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[
     return refs
 
 
-def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[str], notes_dir: Optional[str],
-                     streaming: bool = False) -> dg.JobDefinition:
+def _reconstruct_job(
+    source: str,
+    custom_nodes: Tuple[str, ...],
+    name: Optional[str],
+    notes_dir: Optional[str],
+    streaming: bool = False,
+) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor)."""
     spec = GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name, streaming=streaming)
     defs = _definitions(spec, notes_dir)[0]
@@ -135,15 +151,30 @@ def _reconstruct_job(source: str, custom_nodes: Tuple[str, ...], name: Optional[
 def _definitions(spec: GraphbookWorkflow, notes_dir: Optional[str]) -> Tuple[dg.Definitions, Any]:
     spec.notes_dir = notes_dir
     wdefs = build_workflow(spec)
-    defs = dg.Definitions(assets=wdefs.assets, jobs=[wdefs.job], resources={NOTES_IO_MANAGER_KEY: notes_io_manager, **wdefs.resources})
+    defs = dg.Definitions(
+        assets=wdefs.assets,
+        jobs=[wdefs.job],
+        resources={NOTES_IO_MANAGER_KEY: notes_io_manager, **wdefs.resources},
+    )
     return defs, wdefs
 
 
-def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union[str, Path]] = (), params: Optional[Mapping[str, Any]] = None, *,
-                 instance: Optional[dg.DagsterInstance] = None, dagster_home: Optional[str] = None, executor: str = "in_process",
-                 partition_key: Optional[str] = None, notes_dir: Optional[str] = None, tags: Optional[Mapping[str, str]] = None,
-                 run_config: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, quiet: bool = True,
-                 streaming: bool = False) -> WorkflowRun:
+def run_workflow(
+    workflow: Union[str, Path, Graph],
+    custom_nodes: Sequence[Union[str, Path]] = (),
+    params: Optional[Mapping[str, Any]] = None,
+    *,
+    instance: Optional[dg.DagsterInstance] = None,
+    dagster_home: Optional[str] = None,
+    executor: str = "in_process",
+    partition_key: Optional[str] = None,
+    notes_dir: Optional[str] = None,
+    tags: Optional[Mapping[str, str]] = None,
+    run_config: Optional[Mapping[str, Any]] = None,
+    name: Optional[str] = None,
+    quiet: bool = True,
+    streaming: bool = False,
+) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
@@ -151,8 +182,12 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     steps as one op (README "Streaming"); only the pins no step reads keep notes.
     """
     instance = instance or get_instance(dagster_home)
-    spec = GraphbookWorkflow(workflow, custom_nodes=[str(Path(p).resolve()) for p in custom_nodes], name=name,
-                             streaming=streaming)
+    spec = GraphbookWorkflow(
+        workflow,
+        custom_nodes=[str(Path(p).resolve()) for p in custom_nodes],
+        name=name,
+        streaming=streaming,
+    )
     defs, wdefs = _definitions(spec, notes_dir)
     translator = GraphbookTranslator()
     config: Dict[str, Any] = dict(run_config or {})
@@ -168,19 +203,34 @@ def run_workflow(workflow: Union[str, Path, Graph], custom_nodes: Sequence[Union
     start = time.perf_counter()
     if executor == "in_process":
         job = defs.resolve_job_def(wdefs.job.name)
-        result: Any = job.execute_in_process(run_config=config, instance=instance, partition_key=partition_key, raise_on_error=False, tags=run_tags)
+        result: Any = job.execute_in_process(
+            run_config=config,
+            instance=instance,
+            partition_key=partition_key,
+            raise_on_error=False,
+            tags=run_tags,
+        )
     elif executor == "multiprocess":
         source = _source_path(workflow)
         args = (source, tuple(spec.custom_nodes), name, notes_dir, streaming)
-        recon = dg.build_reconstructable_job("dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args)
+        recon = dg.build_reconstructable_job(
+            "dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args
+        )
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
         config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
-        result = dg.execute_job(recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False)
+        result = dg.execute_job(
+            recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
+        )
     else:
         raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
     seconds = time.perf_counter() - start
-    run = WorkflowRun(result.run_id, result.success, seconds, failure=None if result.success else _failure_message(instance, result.run_id))
+    run = WorkflowRun(
+        result.run_id,
+        result.success,
+        seconds,
+        failure=None if result.success else _failure_message(instance, result.run_id),
+    )
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
@@ -193,7 +243,9 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
     import sys
 
     if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `dagster dev -w workspace.yaml` from the repository root
+        sys.path.insert(
+            0, os.getcwd()
+        )  # as `dagster dev -w workspace.yaml` from the repository root
     mod = importlib.import_module(module)
     defs = getattr(mod, "defs", None)
     if isinstance(defs, dg.Definitions):
@@ -203,19 +255,35 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
     from dagster.components import load_defs
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # load_defs: fine for a package, no dg project needed
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # load_defs: fine for a package, no dg project needed
         return load_defs(mod)
 
 
-def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module: str = "definitions", partition_key: Optional[str] = None,
-            instance: Optional[dg.DagsterInstance] = None, dagster_home: Optional[str] = None, tags: Optional[Mapping[str, str]] = None, quiet: bool = True) -> WorkflowRun:
+def run_job(
+    job_name: str,
+    params: Optional[Mapping[str, Any]] = None,
+    *,
+    module: str = "definitions",
+    partition_key: Optional[str] = None,
+    instance: Optional[dg.DagsterInstance] = None,
+    dagster_home: Optional[str] = None,
+    tags: Optional[Mapping[str, str]] = None,
+    quiet: bool = True,
+) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
     partitioned job), as a run of the instance the UI shows; params are ``{"Step.param": value}``."""
     instance = instance or get_instance(dagster_home)
     defs = load_code_location(module)
     job = defs.resolve_job_def(job_name)
     if job.partitions_def is not None and partition_key is None:
-        raise WorkflowError(job_name, [f"the job is partitioned: give a partition key (the latest is {job.partitions_def.get_last_partition_key()})"])
+        raise WorkflowError(
+            job_name,
+            [
+                f"the job is partitioned: give a partition key (the latest is {job.partitions_def.get_last_partition_key()})"
+            ],
+        )
     ops = {node.name for node in job.graph.nodes}
     config: Dict[str, Any] = {}
     for key, value in (params or {}).items():
@@ -224,7 +292,12 @@ def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module
         if f"{job_name}__stream" in ops:  # streaming job: step config sits under the one op's
             op, path = f"{job_name}__stream", f"{op}.{path}" if path else ""
         if op not in ops or not path:
-            raise WorkflowError(job_name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(o.split('__', 1)[-1] for o in ops))}"])
+            raise WorkflowError(
+                job_name,
+                [
+                    f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(o.split('__', 1)[-1] for o in ops))}"
+                ],
+            )
         target = config.setdefault("ops", {}).setdefault(op, {}).setdefault("config", {})
         *parents, leaf = path.split(".")
         for p in parents:
@@ -233,9 +306,22 @@ def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     start = time.perf_counter()
-    result = job.execute_in_process(run_config=config, instance=instance, partition_key=partition_key, raise_on_error=False, tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})})
-    run = WorkflowRun(result.run_id, result.success, time.perf_counter() - start, failure=None if result.success else _failure_message(instance, result.run_id))
-    for record in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+    result = job.execute_in_process(
+        run_config=config,
+        instance=instance,
+        partition_key=partition_key,
+        raise_on_error=False,
+        tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})},
+    )
+    run = WorkflowRun(
+        result.run_id,
+        result.success,
+        time.perf_counter() - start,
+        failure=None if result.success else _failure_message(instance, result.run_id),
+    )
+    for record in instance.all_logs(
+        result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ):
         m = record.asset_materialization
         if m is None:
             continue
@@ -243,19 +329,25 @@ def run_job(job_name: str, params: Optional[Mapping[str, Any]] = None, *, module
         if "notes_path" in m.metadata:
             path = m.asset_key.path
             with UPath(str(m.metadata["notes_path"].value)).open("rb") as f:
-                run.notes.setdefault(path[1] if len(path) > 1 else path[0], {})[path[2] if len(path) > 2 else "out"] = pickle.load(f)
+                run.notes.setdefault(path[1] if len(path) > 1 else path[0], {})[
+                    path[2] if len(path) > 2 else "out"
+                ] = pickle.load(f)
     return run
 
 
 def _source_path(workflow: Any) -> str:
     if isinstance(workflow, Graph):
         if not workflow.module_name:
-            raise ValueError("the multiprocess executor rebuilds the workflow in each step process: define the Graph in a file with @g()")
+            raise ValueError(
+                "the multiprocess executor rebuilds the workflow in each step process: define the Graph in a file with @g()"
+            )
         return workflow.module_name
     return str(Path(workflow).resolve())
 
 
-def _load_notes(run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance) -> Dict[str, Dict[str, List[Any]]]:
+def _load_notes(
+    run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance
+) -> Dict[str, Dict[str, List[Any]]]:
     """The notes this run stored, found through its materializations (``notes_path`` metadata)."""
     paths: Dict[dg.AssetKey, str] = {}
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
@@ -279,13 +371,20 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     """The errors of a failed run: its steps' failures, else what failed before any step ran
     (a refusal while a resource was built, an error of the run itself)."""
     messages: List[str] = []
-    kinds = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RESOURCE_INIT_FAILURE,
-             dg.DagsterEventType.RUN_FAILURE)
+    kinds = (
+        dg.DagsterEventType.STEP_FAILURE,
+        dg.DagsterEventType.RESOURCE_INIT_FAILURE,
+        dg.DagsterEventType.RUN_FAILURE,
+    )
     for record in instance.get_records_for_run(run_id, of_type=set(kinds)).records:
         event = record.event_log_entry.dagster_event
         data = event.event_specific_data if event else None
         error = getattr(data, "error", None)
-        while error is not None and error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+        while (
+            error is not None
+            and error.cause is not None
+            and (error.cls_name or "").startswith("Dagster")
+        ):
             error = error.cause  # Dagster wraps the step's own error
         if error is None:
             continue

@@ -39,24 +39,53 @@ def double(ctx, data):
 
 def _node(node_id: str, name: str, x: float, params: Dict[str, Any], inputs: List[str]) -> dict:
     return {
-        "id": node_id, "type": "step", "position": {"x": x, "y": 100.0},
-        "data": {"name": name, "label": name, "category": "Custom", "parameters": params,
-                 "inputs": inputs, "outputs": ["out"], "isCollapsed": False},
+        "id": node_id,
+        "type": "step",
+        "position": {"x": x, "y": 100.0},
+        "data": {
+            "name": name,
+            "label": name,
+            "category": "Custom",
+            "parameters": params,
+            "inputs": inputs,
+            "outputs": ["out"],
+            "isCollapsed": False,
+        },
     }
 
 
 def starter_workflow() -> Dict[str, Any]:
     """The starter workflow: Numbers -> Double, in Graphbook's editor format."""
-    amount = {"type": "number", "default": 10, "required": False, "value": 10,
-              "description": "Number of notes to generate"}
-    factor = {"type": "number", "default": 2, "required": False, "value": 2,
-              "description": "Multiplies each value"}
+    amount = {
+        "type": "number",
+        "default": 10,
+        "required": False,
+        "value": 10,
+        "description": "Number of notes to generate",
+    }
+    factor = {
+        "type": "number",
+        "default": 2,
+        "required": False,
+        "value": 2,
+        "description": "Multiplies each value",
+    }
     return {
-        "version": "0", "type": "workflow",
-        "nodes": [_node("0", "Numbers", 50.0, {"amount": amount}, []),
-                  _node("1", "Double", 300.0, {"factor": factor}, ["in"])],
-        "edges": [{"id": "e0-1", "source": "0", "sourceHandle": "out", "target": "1",
-                   "targetHandle": "in"}],
+        "version": "0",
+        "type": "workflow",
+        "nodes": [
+            _node("0", "Numbers", 50.0, {"amount": amount}, []),
+            _node("1", "Double", 300.0, {"factor": factor}, ["in"]),
+        ],
+        "edges": [
+            {
+                "id": "e0-1",
+                "source": "0",
+                "sourceHandle": "out",
+                "target": "1",
+                "targetHandle": "in",
+            }
+        ],
     }
 
 
@@ -88,6 +117,9 @@ class GraphbookWorkflowScaffolder(dg.Scaffolder[GraphbookScaffoldParams]):
             (folder / "nodes.py").write_text(STARTER_NODES, encoding="utf-8")
             workflow = json.dumps(starter_workflow(), indent=2) + "\n"
             (folder / "workflow.json").write_text(workflow, encoding="utf-8")
-            attributes = {"workflow": "workflow.json", "custom_nodes": ["nodes.py"],
-                          "name": workflow_name(request.target_path.name)}
+            attributes = {
+                "workflow": "workflow.json",
+                "custom_nodes": ["nodes.py"],
+                "name": workflow_name(request.target_path.name),
+            }
         dg.scaffold_component(request, attributes)

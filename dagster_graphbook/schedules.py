@@ -15,9 +15,13 @@ import dagster as dg
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def daily_partitions(start_date: str, *, end_offset: int = 0, timezone: Optional[str] = None) -> dg.DailyPartitionsDefinition:
+def daily_partitions(
+    start_date: str, *, end_offset: int = 0, timezone: Optional[str] = None
+) -> dg.DailyPartitionsDefinition:
     """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a complete day."""
-    return dg.DailyPartitionsDefinition(start_date=start_date, end_offset=end_offset, timezone=timezone)
+    return dg.DailyPartitionsDefinition(
+        start_date=start_date, end_offset=end_offset, timezone=timezone
+    )
 
 
 def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
@@ -32,18 +36,37 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
     name = defs.job.name
     if spec.partitions_def is not None and spec.cron_schedule is None:
         if isinstance(spec.partitions_def, dg.TimeWindowPartitionsDefinition):
-            schedules.append(dg.build_schedule_from_partitioned_job(defs.job, name=f"{name}_nightly", hour_of_day=spec.schedule_hour or 0))
+            schedules.append(
+                dg.build_schedule_from_partitioned_job(
+                    defs.job, name=f"{name}_nightly", hour_of_day=spec.schedule_hour or 0
+                )
+            )
     elif spec.cron_schedule is not None:
         if spec.partitions_def is not None:
-            schedules.append(latest_partition_schedule(defs.job, spec.partitions_def, spec.cron_schedule, name=f"{name}_schedule"))
+            schedules.append(
+                latest_partition_schedule(
+                    defs.job, spec.partitions_def, spec.cron_schedule, name=f"{name}_schedule"
+                )
+            )
         else:
-            schedules.append(dg.ScheduleDefinition(name=f"{name}_schedule", job=defs.job, cron_schedule=spec.cron_schedule))
+            schedules.append(
+                dg.ScheduleDefinition(
+                    name=f"{name}_schedule", job=defs.job, cron_schedule=spec.cron_schedule
+                )
+            )
     if spec.sensor is not None:
         sensors.append(spec.sensor.build(defs.job, spec.partitions_def))
     return schedules, sensors
 
 
-def latest_partition_schedule(job: Any, partitions_def: dg.PartitionsDefinition, cron_schedule: str, *, name: str, timezone: str = "UTC") -> dg.ScheduleDefinition:
+def latest_partition_schedule(
+    job: Any,
+    partitions_def: dg.PartitionsDefinition,
+    cron_schedule: str,
+    *,
+    name: str,
+    timezone: str = "UTC",
+) -> dg.ScheduleDefinition:
     """A cron schedule whose ticks run the latest partition that exists at tick time
     (Dagster's ``build_schedule_from_partitioned_job`` takes no cron for time partitions)."""
 
@@ -54,8 +77,14 @@ def latest_partition_schedule(job: Any, partitions_def: dg.PartitionsDefinition,
             return dg.SkipReason("no partition exists yet")
         return dg.RunRequest(run_key=key, partition_key=key)
 
-    return dg.ScheduleDefinition(name=name, job=job, cron_schedule=cron_schedule, execution_fn=latest, execution_timezone=timezone,
-                                 description=f"Runs the latest partition of {job.name} on '{cron_schedule}' ({timezone})")
+    return dg.ScheduleDefinition(
+        name=name,
+        job=job,
+        cron_schedule=cron_schedule,
+        execution_fn=latest,
+        execution_timezone=timezone,
+        description=f"Runs the latest partition of {job.name} on '{cron_schedule}' ({timezone})",
+    )
 
 
 def day_folders(folder: Union[str, Path]) -> Tuple[List[str], List[str]]:
@@ -130,9 +159,19 @@ class FolderSensor:
     minimum_interval_seconds: int = 30
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
 
-    def build(self, job: Any, partitions_def: Optional[dg.PartitionsDefinition] = None) -> dg.SensorDefinition:
+    def build(
+        self, job: Any, partitions_def: Optional[dg.PartitionsDefinition] = None
+    ) -> dg.SensorDefinition:
         folder = Path(self.folder)
-        asset_key = None if self.asset_key is None else (dg.AssetKey.from_user_string(self.asset_key) if isinstance(self.asset_key, str) else dg.AssetKey.from_coercible(self.asset_key))
+        asset_key = (
+            None
+            if self.asset_key is None
+            else (
+                dg.AssetKey.from_user_string(self.asset_key)
+                if isinstance(self.asset_key, str)
+                else dg.AssetKey.from_coercible(self.asset_key)
+            )
+        )
 
         def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             requests: List[dg.RunRequest] = []
@@ -151,16 +190,42 @@ class FolderSensor:
                         done.add(day)
                         continue
                     partition_key = day
-                requests.append(dg.RunRequest(run_key=day, partition_key=partition_key, tags={"dagster_graphbook/folder": str(folder / day)}))
+                requests.append(
+                    dg.RunRequest(
+                        run_key=day,
+                        partition_key=partition_key,
+                        tags={"dagster_graphbook/folder": str(folder / day)},
+                    )
+                )
                 if asset_key is not None:
                     files = [e for e in os.scandir(folder / day) if e.is_file()]
-                    arrived.append(dg.AssetMaterialization(asset_key, description=f"new folder {folder / day}", metadata={
-                        "day": day, "path": dg.MetadataValue.path(str(folder / day)), "files": len(files), "bytes": sum(e.stat().st_size for e in files)}))
+                    arrived.append(
+                        dg.AssetMaterialization(
+                            asset_key,
+                            description=f"new folder {folder / day}",
+                            metadata={
+                                "day": day,
+                                "path": dg.MetadataValue.path(str(folder / day)),
+                                "files": len(files),
+                                "bytes": sum(e.stat().st_size for e in files),
+                            },
+                        )
+                    )
                 done.add(day)
             done_here = sorted(d for d in days if d in done)
             cursor = json.dumps(done_here, separators=(",", ":")) if done_here else context.cursor
-            skip = None if requests else f"no new dated folder in {folder}" + (f" after {context.cursor}" if context.cursor else "")
-            return dg.SensorResult(run_requests=requests or None, cursor=cursor, skip_reason=skip, asset_events=arrived or None)
+            skip = (
+                None
+                if requests
+                else f"no new dated folder in {folder}"
+                + (f" after {context.cursor}" if context.cursor else "")
+            )
+            return dg.SensorResult(
+                run_requests=requests or None,
+                cursor=cursor,
+                skip_reason=skip,
+                asset_events=arrived or None,
+            )
 
         return dg.SensorDefinition(
             name=self.name or f"{job.name}_new_folder",
@@ -170,4 +235,3 @@ class FolderSensor:
             default_status=self.default_status,
             description=f"Runs {job.name} for each new dated folder (YYYY-MM-DD) in {folder}",
         )
-

@@ -44,7 +44,10 @@ class GraphbookTranslator:
             return hit[1]
         names = {n.id: self.get_step_name(workflow, n) for n in workflow.nodes.values()}
         counts = Counter(names.values())
-        unique = {nid: f"{name}_{safe_name(nid)}" if counts[name] > 1 else name for nid, name in names.items()}
+        unique = {
+            nid: f"{name}_{safe_name(nid)}" if counts[name] > 1 else name
+            for nid, name in names.items()
+        }
         cache[id(workflow)] = (workflow, unique)
         return unique
 
@@ -113,8 +116,10 @@ class GraphbookTranslator:
             description=self.get_description(workflow, node),
             group_name=self.get_group_name(workflow),
             kinds=self.get_kinds(workflow, node),
-            metadata={**self.get_metadata(workflow, node, pin),
-                      "dagster/code_references": self.get_code_references(workflow, node)},
+            metadata={
+                **self.get_metadata(workflow, node, pin),
+                "dagster/code_references": self.get_code_references(workflow, node),
+            },
             tags=self.get_tags(workflow, node),
             code_version=self.get_code_version(workflow, node),
         )

@@ -71,7 +71,7 @@ def locked_resource_params(
         for k, s in node.parameters.items()
         if k not in node.resource_params
     }
-    why = {k: f"this resource's value is compiled as code by {feeds}" for k in locked}
+    why = dict.fromkeys(locked, f"this resource's value is compiled as code by {feeds}")
     return locked, why
 
 

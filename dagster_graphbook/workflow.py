@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import params as ptypes
-from .flatten import flatten, needs_flattening
 from .authoring.graph import Graph, GraphResourceWrapper, GraphStepWrapper
+from .flatten import flatten, needs_flattening
 from .registry import NodeRegistry
 
 SUPPORTED_NODE_TYPES = ("step", "resource")
@@ -29,7 +29,9 @@ class WorkflowError(ValueError):
     def __init__(self, source: str, problems: Sequence[str]):
         self.source = source
         self.problems = list(problems)
-        super().__init__(f"workflow {source} is invalid:\n" + "\n".join(f"  - {p}" for p in self.problems))
+        super().__init__(
+            f"workflow {source} is invalid:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        )
 
 
 def _mro_names(cls: type) -> set:
@@ -105,7 +107,12 @@ class Workflow:
         return [n for n in self.nodes.values() if (node_id, pin) in n.inputs]
 
     def _order(self) -> List[WorkflowNode]:
-        sorter = graphlib.TopologicalSorter({n.id: [s for s, _ in n.inputs] + list(n.resource_params.values()) for n in self.nodes.values()})
+        sorter = graphlib.TopologicalSorter(
+            {
+                n.id: [s for s, _ in n.inputs] + list(n.resource_params.values())
+                for n in self.nodes.values()
+            }
+        )
         return [self.nodes[i] for i in sorter.static_order()]
 
 
@@ -113,7 +120,13 @@ class Workflow:
 # Loading
 
 
-def load_workflow(source: Union[str, Path, Graph], registry: Optional[NodeRegistry] = None, *, name: Optional[str] = None, search_path: Sequence[Union[str, Path]] = ()) -> Workflow:
+def load_workflow(
+    source: Union[str, Path, Graph],
+    registry: Optional[NodeRegistry] = None,
+    *,
+    name: Optional[str] = None,
+    search_path: Sequence[Union[str, Path]] = (),
+) -> Workflow:
     """Parse and validate a workflow JSON file, a ``.py`` file defining a ``Graph``, or a ``Graph``.
 
     A ``.py`` workflow is imported with its own folder and ``search_path`` (the custom node
@@ -140,7 +153,9 @@ def _graph_from_file(path: Path, search_path: Sequence[Union[str, Path]] = ()) -
     from .authoring import compat
 
     compat.install_graphbook_alias()
-    spec = importlib.util.spec_from_file_location(f"graphbook_workflow_{workflow_name(path.stem)}", path)
+    spec = importlib.util.spec_from_file_location(
+        f"graphbook_workflow_{workflow_name(path.stem)}", path
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     folders = [str(path.parent)] + [str(Path(p).resolve()) for p in search_path if Path(p).is_dir()]
@@ -149,13 +164,19 @@ def _graph_from_file(path: Path, search_path: Sequence[Union[str, Path]] = ()) -
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise WorkflowError(str(path), [f"the Python workflow failed to import: {type(exc).__name__}: {exc}"]) from exc
+        raise WorkflowError(
+            str(path), [f"the Python workflow failed to import: {type(exc).__name__}: {exc}"]
+        ) from exc
     finally:
         for f in added:
             sys.path.remove(f)
-    graph = getattr(module, "_GRAPHBOOK_WORKFLOW_", None) or next((v for v in vars(module).values() if isinstance(v, Graph)), None)
+    graph = getattr(module, "_GRAPHBOOK_WORKFLOW_", None) or next(
+        (v for v in vars(module).values() if isinstance(v, Graph)), None
+    )
     if graph is None:
-        raise WorkflowError(str(path), ["no Graph found: decorate the function that builds it with @g()"])
+        raise WorkflowError(
+            str(path), ["no Graph found: decorate the function that builds it with @g()"]
+        )
     return graph
 
 
@@ -167,9 +188,14 @@ def _read_json(path: Path) -> Dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise WorkflowError(str(path), [f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from exc
+        raise WorkflowError(
+            str(path), [f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
+        ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-        raise WorkflowError(str(path), ["not a Graphbook workflow: expected an object with a 'nodes' list (and 'edges')"])
+        raise WorkflowError(
+            str(path),
+            ["not a Graphbook workflow: expected an object with a 'nodes' list (and 'edges')"],
+        )
     if not isinstance(data.get("edges", []), list):
         raise WorkflowError(str(path), ["'edges' must be a list"])
     return data
@@ -191,14 +217,17 @@ def _from_json(path: Path, registry: NodeRegistry, *, name: Optional[str]) -> Wo
         if node is None:
             continue
         if node.id in nodes:
-            problems.append(f"{node.describe()}: duplicate node id {node.id!r} (also used by {nodes[node.id].describe()})")
+            problems.append(
+                f"{node.describe()}: duplicate node id {node.id!r} (also used by {nodes[node.id].describe()})"
+            )
             continue
         nodes[node.id] = node
     for index, edge in enumerate(data.get("edges", [])):
         _apply_edge(edge, index, nodes, problems)
     doc = _markdown_for(path)
-    workflow = Workflow(name or workflow_name(path.stem), nodes, doc=doc, path=path,
-                        notices=notices)
+    workflow = Workflow(
+        name or workflow_name(path.stem), nodes, doc=doc, path=path, notices=notices
+    )
     return _validated(workflow, problems)
 
 
@@ -209,7 +238,9 @@ def _markdown_for(path: Path) -> str:
     return ""
 
 
-def _parse_node(raw: Any, index: int, registry: NodeRegistry, problems: List[str]) -> Optional[WorkflowNode]:
+def _parse_node(
+    raw: Any, index: int, registry: NodeRegistry, problems: List[str]
+) -> Optional[WorkflowNode]:
     if not isinstance(raw, dict) or "id" not in raw:
         problems.append(f"nodes[{index}]: not a node object with an 'id'")
         return None
@@ -228,35 +259,51 @@ def _parse_node(raw: Any, index: int, registry: NodeRegistry, problems: List[str
     table = registry.steps if ntype == "step" else registry.resources
     if cls_name in registry.ambiguous:
         files = " and ".join(registry.ambiguous[cls_name])
-        problems.append(f"{where}: {cls_name!r} is ambiguous: two different classes of that "
-                        f"name, in {files}; Graphbook looks nodes up by class name, so rename one")
+        problems.append(
+            f"{where}: {cls_name!r} is ambiguous: two different classes of that "
+            f"name, in {files}; Graphbook looks nodes up by class name, so rename one"
+        )
         return None
     cls = table.get(cls_name)
     if cls is None:
         other = registry.resources if ntype == "step" else registry.steps
-        hint = f" ({cls_name!r} is a {'resource' if ntype == 'step' else 'step'}, but the node's type is {ntype!r})" if cls_name in other else ""
+        hint = (
+            f" ({cls_name!r} is a {'resource' if ntype == 'step' else 'step'}, but the node's type is {ntype!r})"
+            if cls_name in other
+            else ""
+        )
         problems.append(f"{where}: {registry.describe_missing(cls_name, ntype)}{hint}")
         return None
     node = WorkflowNode(node_id, ntype, cls_name, cls, label=data.get("label"), raw=raw)
     declared = node.parameters
     for key, pdata in (data.get("parameters") or {}).items():
         if key not in declared:
-            problems.append(f"{where}: parameter {key!r} is not a parameter of {cls_name} (its parameters: {', '.join(declared) or 'none'})")
+            problems.append(
+                f"{where}: parameter {key!r} is not a parameter of {cls_name} (its parameters: {', '.join(declared) or 'none'})"
+            )
             continue
         value = pdata.get("value") if isinstance(pdata, dict) else pdata
         if isinstance(pdata, dict) and "overridable" in pdata:
             _mark_overridable(node, key, pdata["overridable"], where, problems)
         if value is not None:
-            node.values[key] = ptypes.dict_from_triples(value) if declared[key].get("type") == "dict" else value
+            node.values[key] = (
+                ptypes.dict_from_triples(value) if declared[key].get("type") == "dict" else value
+            )
     return node
 
 
-def _mark_overridable(node: WorkflowNode, key: str, flag: Any, where: str, problems: List[str]) -> None:
+def _mark_overridable(
+    node: WorkflowNode, key: str, flag: Any, where: str, problems: List[str]
+) -> None:
     """``"overridable": true`` on a function parameter lets run config replace its code."""
     if not isinstance(flag, bool):
-        problems.append(f"{where}: parameter {key!r}: 'overridable' must be true or false, got {flag!r}")
+        problems.append(
+            f"{where}: parameter {key!r}: 'overridable' must be true or false, got {flag!r}"
+        )
     elif flag and node.parameters.get(key, {}).get("type") != "function":
-        problems.append(f"{where}: parameter {key!r} is marked overridable, but only 'function' parameters need that (others can always be set from run config)")
+        problems.append(
+            f"{where}: parameter {key!r} is marked overridable, but only 'function' parameters need that (others can always be set from run config)"
+        )
     elif flag:
         node.overridable.add(key)
 
@@ -276,20 +323,30 @@ def _apply_edge(edge: Any, index: int, nodes: Dict[str, WorkflowNode], problems:
         return
     if src.kind == "resource" or src_pin == "resource":
         if src.kind != "resource":
-            problems.append(f"edge {eid}: {src.describe()} is a step; only resources have a 'resource' handle")
+            problems.append(
+                f"edge {eid}: {src.describe()} is a step; only resources have a 'resource' handle"
+            )
         elif dst_pin == "in":
-            problems.append(f"edge {eid}: resource edge from {src.describe()} into the data input 'in' of {dst.describe()}; connect it to one of its parameters ({', '.join(dst.parameters) or 'none'})")
+            problems.append(
+                f"edge {eid}: resource edge from {src.describe()} into the data input 'in' of {dst.describe()}; connect it to one of its parameters ({', '.join(dst.parameters) or 'none'})"
+            )
         elif dst_pin not in dst.parameters:
-            problems.append(f"edge {eid}: {dst.describe()} has no parameter {dst_pin!r} for the resource of {src.describe()} (its parameters: {', '.join(dst.parameters) or 'none'})")
+            problems.append(
+                f"edge {eid}: {dst.describe()} has no parameter {dst_pin!r} for the resource of {src.describe()} (its parameters: {', '.join(dst.parameters) or 'none'})"
+            )
         else:
             dst.resource_params[dst_pin] = src_id
         return
     if dst.kind != "step" or dst_pin != "in":
         target = "a resource" if dst.kind == "resource" else f"handle {dst_pin!r}"
-        problems.append(f"edge {eid}: data edge from {src.describe()} pin {src_pin!r} goes to {target} of {dst.describe()}; data edges end at 'in'")
+        problems.append(
+            f"edge {eid}: data edge from {src.describe()} pin {src_pin!r} goes to {target} of {dst.describe()}; data edges end at 'in'"
+        )
         return
     if src_pin not in src.outputs:
-        problems.append(f"edge {eid}: {src.describe()} has no output pin {src_pin!r} (its pins: {', '.join(src.outputs)})")
+        problems.append(
+            f"edge {eid}: {src.describe()} has no output pin {src_pin!r} (its pins: {', '.join(src.outputs)})"
+        )
         return
     if (src_id, src_pin) not in dst.inputs:
         dst.inputs.append((src_id, src_pin))
@@ -300,14 +357,24 @@ def _from_graph(graph: Graph, name: str, *, path: Optional[Path] = None) -> Work
     nodes: Dict[str, WorkflowNode] = {}
     for wrapper in graph.nodes.values():
         kind = "resource" if isinstance(wrapper, GraphResourceWrapper) else "step"
-        node = WorkflowNode(wrapper.id, kind, wrapper.node.__name__, wrapper.node, raw={"id": wrapper.id, "type": kind, "data": {"name": wrapper.node.__name__}})
+        node = WorkflowNode(
+            wrapper.id,
+            kind,
+            wrapper.node.__name__,
+            wrapper.node,
+            raw={"id": wrapper.id, "type": kind, "data": {"name": wrapper.node.__name__}},
+        )
         for key, value in wrapper.parameters.items():
             if key not in node.parameters:
-                problems.append(f"{node.describe()}: parameter {key!r} is not a parameter of {node.name} (its parameters: {', '.join(node.parameters) or 'none'})")
+                problems.append(
+                    f"{node.describe()}: parameter {key!r} is not a parameter of {node.name} (its parameters: {', '.join(node.parameters) or 'none'})"
+                )
             elif isinstance(value, GraphResourceWrapper):
                 node.resource_params[key] = value.id
             elif isinstance(value, GraphStepWrapper):
-                problems.append(f"{node.describe()}: parameter {key!r} is bound to a step; only resources can be bound to parameters")
+                problems.append(
+                    f"{node.describe()}: parameter {key!r} is bound to a step; only resources can be bound to parameters"
+                )
             else:
                 node.values[key] = value
         for key in getattr(wrapper, "overridable", ()):
@@ -331,13 +398,18 @@ def _leave_out_idle(workflow: Workflow) -> None:
     """
     nodes = workflow.nodes
     while True:
-        idle = [n for n in nodes.values()
-                if n.kind == "step" and n.step_kind in ("step", "batch") and not n.inputs]
+        idle = [
+            n
+            for n in nodes.values()
+            if n.kind == "step" and n.step_kind in ("step", "batch") and not n.inputs
+        ]
         if not idle:
             return
         for node in idle:
-            workflow.notices.append(f"{node.describe()}: {node.name} has no input edge and is not "
-                                    "a source step; Graphbook does not run it, so it is left out")
+            workflow.notices.append(
+                f"{node.describe()}: {node.name} has no input edge and is not "
+                "a source step; Graphbook does not run it, so it is left out"
+            )
             del nodes[node.id]
         gone = {n.id for n in idle}
         for node in nodes.values():
@@ -350,27 +422,42 @@ def _validated(workflow: Workflow, problems: List[str]) -> Workflow:
     for node in nodes.values():
         kind = node.step_kind
         if kind == "prompt":
-            problems.append(f"{node.describe()}: human-in-the-loop (prompt) steps are not supported under Dagster")
+            problems.append(
+                f"{node.describe()}: human-in-the-loop (prompt) steps are not supported under Dagster"
+            )
         if kind == "source" and node.inputs:
-            problems.append(f"{node.describe()}: {node.name} is a source step and takes no input, but edges enter it")
+            problems.append(
+                f"{node.describe()}: {node.name} is a source step and takes no input, but edges enter it"
+            )
         for key, spec in node.parameters.items():
             ptype = str(spec.get("type", ""))
             if key in node.resource_params:
                 if node.values.get(key) is not None and ptype not in ptypes.EDGE_TYPES:
-                    problems.append(f"{node.describe()}: parameter {key!r} has both a value and a resource edge")
+                    problems.append(
+                        f"{node.describe()}: parameter {key!r} has both a value and a resource edge"
+                    )
                 continue
             value = node.values.get(key)
             problem = ptypes.check_value(ptype, value)
             if problem:
                 problems.append(f"{node.describe()}: parameter {key!r} ({ptype}): {problem}")
             if spec.get("required") and value is None and spec.get("default") is None:
-                problems.append(f"{node.describe()}: required parameter {key!r} has no value, no default and no resource edge")
+                problems.append(
+                    f"{node.describe()}: required parameter {key!r} has no value, no default and no resource edge"
+                )
     for node in nodes.values():
         for src, _ in node.inputs:
             if src in nodes and nodes[src].kind != "step":
-                problems.append(f"{node.describe()}: input from {nodes[src].describe()}, which is not a step")
+                problems.append(
+                    f"{node.describe()}: input from {nodes[src].describe()}, which is not a step"
+                )
     try:
-        graphlib.TopologicalSorter({n.id: [s for s, _ in n.inputs] + list(n.resource_params.values()) for n in nodes.values()}).prepare()
+        graphlib.TopologicalSorter(
+            {
+                n.id: [s for s, _ in n.inputs] + list(n.resource_params.values())
+                for n in nodes.values()
+            }
+        ).prepare()
     except graphlib.CycleError as exc:
         cycle = exc.args[1]
         problems.append("cycle: " + " -> ".join(nodes[i].describe() for i in cycle))

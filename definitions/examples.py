@@ -11,10 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "workflows"
 NODES = ROOT / "custom_nodes"
 
-defs = build_definitions([
-    GraphbookWorkflow(WORKFLOWS / "sample.json", custom_nodes=[NODES / "sample"]),
-    GraphbookWorkflow(WORKFLOWS / "sample_graph.py", custom_nodes=[NODES / "sample"]),
-    GraphbookWorkflow(WORKFLOWS / "simple_functional.json", custom_nodes=[NODES / "simple_functional"]),
-    GraphbookWorkflow(WORKFLOWS / "simple_class.json", custom_nodes=[NODES / "simple_class"]),
-    GraphbookWorkflow(WORKFLOWS / "word_split.json", custom_nodes=[NODES / "word_split"]),
-])
+defs = build_definitions(
+    [
+        GraphbookWorkflow(WORKFLOWS / "sample.json", custom_nodes=[NODES / "sample"]),
+        GraphbookWorkflow(WORKFLOWS / "sample_graph.py", custom_nodes=[NODES / "sample"]),
+        GraphbookWorkflow(
+            WORKFLOWS / "simple_functional.json", custom_nodes=[NODES / "simple_functional"]
+        ),
+        GraphbookWorkflow(WORKFLOWS / "simple_class.json", custom_nodes=[NODES / "simple_class"]),
+        GraphbookWorkflow(WORKFLOWS / "word_split.json", custom_nodes=[NODES / "word_split"]),
+    ]
+)

@@ -29,9 +29,16 @@ def run_wf(dagster_home: str):
     """``run_wf(workflow, custom_nodes=[...], params={...}, **kw)`` against the test's own DAGSTER_HOME."""
     from dagster_graphbook import run_workflow
 
-    def run(workflow: Any, custom_nodes: Iterable[Any] = (), params: Optional[Dict[str, Any]] = None, **kwargs: Any):
+    def run(
+        workflow: Any,
+        custom_nodes: Iterable[Any] = (),
+        params: Optional[Dict[str, Any]] = None,
+        **kwargs: Any,
+    ):
         kwargs.setdefault("dagster_home", dagster_home)
-        return run_workflow(workflow, custom_nodes=list(custom_nodes), params=params or {}, **kwargs)
+        return run_workflow(
+            workflow, custom_nodes=list(custom_nodes), params=params or {}, **kwargs
+        )
 
     return run
 
@@ -40,7 +47,16 @@ def run_wf(dagster_home: str):
 # Builders for workflow files in Graphbook's editor format
 
 
-def step_node(node_id: str, name: str, params: Optional[Dict[str, Any]] = None, *, label: Optional[str] = None, source: bool = False, outputs: Optional[List[str]] = None, **extra: Any) -> dict:
+def step_node(
+    node_id: str,
+    name: str,
+    params: Optional[Dict[str, Any]] = None,
+    *,
+    label: Optional[str] = None,
+    source: bool = False,
+    outputs: Optional[List[str]] = None,
+    **extra: Any,
+) -> dict:
     """A ``step`` node as the editor saves it (``params`` are values; stored as ``{"value": v}``)."""
     data: Dict[str, Any] = {
         "name": name,
@@ -56,20 +72,37 @@ def step_node(node_id: str, name: str, params: Optional[Dict[str, Any]] = None, 
     return {"id": node_id, "type": "step", "position": {"x": 0, "y": 0}, "data": data, **extra}
 
 
-def resource_node(node_id: str, name: str, params: Optional[Dict[str, Any]] = None, *, label: Optional[str] = None) -> dict:
-    data: Dict[str, Any] = {"name": name, "category": "Util", "parameters": {k: {"type": "any", "value": v} for k, v in (params or {}).items()}}
+def resource_node(
+    node_id: str, name: str, params: Optional[Dict[str, Any]] = None, *, label: Optional[str] = None
+) -> dict:
+    data: Dict[str, Any] = {
+        "name": name,
+        "category": "Util",
+        "parameters": {k: {"type": "any", "value": v} for k, v in (params or {}).items()},
+    }
     if label is not None:
         data["label"] = label
     return {"id": node_id, "type": "resource", "position": {"x": 0, "y": 0}, "data": data}
 
 
-def edge(src: str, src_pin: str, dst: str, dst_pin: str = "in", edge_id: Optional[str] = None) -> dict:
-    return {"id": edge_id or f"e-{src}{src_pin}-{dst}{dst_pin}", "source": src, "sourceHandle": src_pin, "target": dst, "targetHandle": dst_pin, "data": {}}
+def edge(
+    src: str, src_pin: str, dst: str, dst_pin: str = "in", edge_id: Optional[str] = None
+) -> dict:
+    return {
+        "id": edge_id or f"e-{src}{src_pin}-{dst}{dst_pin}",
+        "source": src,
+        "sourceHandle": src_pin,
+        "target": dst,
+        "targetHandle": dst_pin,
+        "data": {},
+    }
 
 
 def write_workflow(folder: Path, name: str, nodes: List[dict], edges: List[dict]) -> Path:
     path = folder / f"{name}.json"
-    path.write_text(json.dumps({"version": "0", "type": "workflow", "nodes": nodes, "edges": edges}, indent=2))
+    path.write_text(
+        json.dumps({"version": "0", "type": "workflow", "nodes": nodes, "edges": edges}, indent=2)
+    )
     return path
 
 
@@ -83,7 +116,13 @@ def write_nodes(folder: Path, filename: str, code: str) -> Path:
 @pytest.fixture
 def wf_builders():
     """The builders above, for tests that prefer a fixture over an import."""
-    return dict(step_node=step_node, resource_node=resource_node, edge=edge, write_workflow=write_workflow, write_nodes=write_nodes)
+    return dict(
+        step_node=step_node,
+        resource_node=resource_node,
+        edge=edge,
+        write_workflow=write_workflow,
+        write_nodes=write_nodes,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,18 +147,36 @@ class Webserver:
     def graphql(self, query: str, variables: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         import requests
 
-        response = requests.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
+        response = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60
+        )
         response.raise_for_status()
         body = response.json()
         assert "errors" not in body, body
         return body["data"]
 
-    def launch(self, job: str, run_config: Dict[str, Any], *, tags: Optional[Dict[str, str]] = None, **selector: Any) -> str:
+    def launch(
+        self,
+        job: str,
+        run_config: Dict[str, Any],
+        *,
+        tags: Optional[Dict[str, str]] = None,
+        **selector: Any,
+    ) -> str:
         """``launchRun`` as the launchpad sends it; ``selector`` adds e.g. ``assetSelection``, ``tags`` become run tags."""
-        params: Dict[str, Any] = {"selector": {"repositoryLocationName": "graphbook", "repositoryName": "__repository__", "jobName": job, **selector},
-                                  "runConfigData": run_config}
+        params: Dict[str, Any] = {
+            "selector": {
+                "repositoryLocationName": "graphbook",
+                "repositoryName": "__repository__",
+                "jobName": job,
+                **selector,
+            },
+            "runConfigData": run_config,
+        }
         if tags:
-            params["executionMetadata"] = {"tags": [{"key": k, "value": v} for k, v in tags.items()]}
+            params["executionMetadata"] = {
+                "tags": [{"key": k, "value": v} for k, v in tags.items()]
+            }
         data = self.graphql(LAUNCH_RUN, {"p": params})["launchRun"]
         assert data["__typename"] == "LaunchRunSuccess", data
         return data["run"]["runId"]
@@ -141,7 +198,11 @@ class Webserver:
         status = self.wait(run_id, timeout_s)
         if status != "SUCCESS":
             events = self.graphql(RUN_ERRORS, {"id": run_id})["logsForRun"].get("events", [])
-            errors = [f"{e.get('stepKey')}: {e['message']} {(e.get('error') or {}).get('message', '')}" for e in events if e.get("level") == "ERROR"]
+            errors = [
+                f"{e.get('stepKey')}: {e['message']} {(e.get('error') or {}).get('message', '')}"
+                for e in events
+                if e.get("level") == "ERROR"
+            ]
             raise AssertionError(f"run {run_id} ended {status}:\n" + "\n".join(errors))
 
 
@@ -191,9 +252,23 @@ def webserver(tmp_path_factory):
         # start_new_session + SIGINT reset: the whole group can be stopped with SIGINT even when pytest
         # itself was started with SIGINT ignored (dagster.md §4.4).
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, env={**os.environ, "DAGSTER_HOME": str(home)}, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            [
+                sys.executable,
+                "-m",
+                "dagster_webserver",
+                "-w",
+                "workspace.yaml",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            cwd=REPO,
+            env={**os.environ, "DAGSTER_HOME": str(home)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     url = f"http://127.0.0.1:{port}"
     start = time.time()
@@ -205,7 +280,9 @@ def webserver(tmp_path_factory):
             except requests.ConnectionError:
                 pass
             if proc.poll() is not None or time.time() - start > 120:
-                raise RuntimeError(f"dagster-webserver did not start within 120 s:\n{log_path.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"dagster-webserver did not start within 120 s:\n{log_path.read_text()[-3000:]}"
+                )
             time.sleep(0.25)
         yield Webserver(url, home, time.time() - start)
     finally:
@@ -235,9 +312,39 @@ def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
 
     root = tmp_path_factory.mktemp("nightly")
     scripts = REPO / "examples" / "nightly"
-    subprocess.run([sys.executable, str(scripts / "shapes_data.py"), "--root", str(root / "incoming"), "--date", NIGHTLY_DAY, "--count", "40"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(scripts / "shapes_data.py"),
+            "--root",
+            str(root / "incoming"),
+            "--date",
+            NIGHTLY_DAY,
+            "--count",
+            "40",
+        ],
+        check=True,
+        capture_output=True,
+    )
     checkpoint = root / "shapes_cnn.pt"
-    subprocess.run([sys.executable, str(scripts / "train_shapes_cnn.py"), "--out", str(checkpoint), "--train-count", "600", "--epochs", "2"],
-                   check=True, capture_output=True)
-    return {"root": root, "day": NIGHTLY_DAY, "count": 40, "incoming": root / "incoming", "checkpoint": checkpoint}
+    subprocess.run(
+        [
+            sys.executable,
+            str(scripts / "train_shapes_cnn.py"),
+            "--out",
+            str(checkpoint),
+            "--train-count",
+            "600",
+            "--epochs",
+            "2",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return {
+        "root": root,
+        "day": NIGHTLY_DAY,
+        "count": 40,
+        "incoming": root / "incoming",
+        "checkpoint": checkpoint,
+    }

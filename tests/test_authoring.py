@@ -136,7 +136,12 @@ def test_param_metadata_recorded():
     def meta(ctx, data):
         pass
 
-    assert meta.Parameters["n"] == {"type": "number", "default": 3, "required": True, "description": "how many"}
+    assert meta.Parameters["n"] == {
+        "type": "number",
+        "default": 3,
+        "required": True,
+        "description": "how many",
+    }
 
 
 def test_required_param_without_value_raises():
@@ -242,7 +247,12 @@ def test_event_above_source_is_kept():
     inst = src()
     inst.on_start()
     assert inst.started is True
-    assert [inst() for _ in range(4)] == [{"out": {"i": 0}}, {"out": {"i": 1}}, {"out": {"i": 2}}, {}]
+    assert [inst() for _ in range(4)] == [
+        {"out": {"i": 0}},
+        {"out": {"i": 1}},
+        {"out": {"i": 2}},
+        {},
+    ]
 
 
 def test_event_above_batch_is_kept():

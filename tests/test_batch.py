@@ -10,13 +10,12 @@ import time
 import dagster as dg
 import pytest
 import torch
+from conftest import edge, step_node, write_workflow
 
 from dagster_graphbook import BatchStep, batch, param, step
 from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
 from dagster_graphbook.execution.driver import run_step
 from dagster_graphbook.execution.errors import StepFailure
-
-from conftest import edge, step_node, write_workflow
 
 CPU0 = dict(num_workers=0, device="cpu")
 
@@ -74,7 +73,14 @@ class SyncStep(BatchStep):
 
 
 def ctx_load(ctx, item, **params):
-    return {"ctx_type": type(ctx).__name__, "tag": ctx.tag, "item": item, "same": ctx is ctx.me, "pid": os.getpid(), "params": params}
+    return {
+        "ctx_type": type(ctx).__name__,
+        "tag": ctx.tag,
+        "item": item,
+        "same": ctx is ctx.me,
+        "pid": os.getpid(),
+        "params": params,
+    }
 
 
 @step("Test/PlainLoad")
@@ -156,10 +162,14 @@ class StaticDump(BatchStep):
             f.write(text)
 
     def on_item_batch(self, outputs, items, notes):
-        return [(os.path.join(self.out_dir, f"{item}.txt"), out) for out, item in zip(outputs, items)]
+        return [
+            (os.path.join(self.out_dir, f"{item}.txt"), out) for out, item in zip(outputs, items)
+        ]
 
     def route(self, note):
-        note["files_present_at_route"] = all(os.path.exists(os.path.join(self.out_dir, f"{n}.txt")) for n in note["names"])
+        note["files_present_at_route"] = all(
+            os.path.exists(os.path.join(self.out_dir, f"{n}.txt")) for n in note["names"]
+        )
         return "out"
 
 
@@ -220,7 +230,15 @@ def run(step_obj, notes, **kw):
 
 
 # the same batching through each kind of loader: in the step, 2 worker processes, 2 threads
-POOLS = pytest.mark.parametrize("pool", [dict(num_workers=0), dict(num_workers=2, worker_type="process"), dict(num_workers=2, worker_type="thread")], ids=["in-step", "processes", "threads"])
+POOLS = pytest.mark.parametrize(
+    "pool",
+    [
+        dict(num_workers=0),
+        dict(num_workers=2, worker_type="process"),
+        dict(num_workers=2, worker_type="thread"),
+    ],
+    ids=["in-step", "processes", "threads"],
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +257,9 @@ def test_batches_cross_note_boundaries(pool):
     ]
     assert result.outputs == {"out": notes}
     assert notes[0]["loaded"] == [10, 20, 30, 40] and notes[1]["loaded"] == [50, 60, 70, 80, 90]
-    assert result.stats["batches"] == 3 and result.stats["items"] == 9 and result.stats["notes"] == 2
+    assert (
+        result.stats["batches"] == 3 and result.stats["items"] == 9 and result.stats["notes"] == 2
+    )
 
 
 @POOLS
@@ -328,8 +348,13 @@ def test_process_and_thread_pools_give_identical_outputs():
 
 def _batch_in_daemon(queue):
     logs = []
-    result = run_batch_step(Recorder(batch_size=3), [{"id": i, "items": list(range(i))} for i in range(4)], settings(num_workers=2, worker_type="process"),
-                            label="workflow 'w', step 'S' (node 9)", emit=lambda level, msg: logs.append((level, msg)))
+    result = run_batch_step(
+        Recorder(batch_size=3),
+        [{"id": i, "items": list(range(i))} for i in range(4)],
+        settings(num_workers=2, worker_type="process"),
+        label="workflow 'w', step 'S' (node 9)",
+        emit=lambda level, msg: logs.append((level, msg)),
+    )
     queue.put((result.outputs, result.stats["worker_type"], logs))
 
 
@@ -347,7 +372,9 @@ def test_daemonic_step_process_falls_back_to_threads():
     assert worker_type == "thread"
     assert [n["loaded"] for n in outputs["out"] if n["items"]] == [[0], [0, 10], [0, 10, 20]]
     assert [n["id"] for n in outputs["out"]] == [0, 1, 2, 3]
-    assert any(level == "warning" and "daemonic" in msg and "step 'S'" in msg for level, msg in logs)
+    assert any(
+        level == "warning" and "daemonic" in msg and "step 'S'" in msg for level, msg in logs
+    )
 
 
 def test_tensors_are_passed_as_a_list():
@@ -368,7 +395,10 @@ def test_plain_load_fn_from_decorator_gets_ctx_in_step_process():
     run(s, notes)
     got = notes[0]["got"]
     assert [g["item"] for g in got] == [1, 2, 3]
-    assert all(g["same"] and g["tag"] == "T" and g["ctx_type"] == "PlainLoad" and g["params"] == {} for g in got)
+    assert all(
+        g["same"] and g["tag"] == "T" and g["ctx_type"] == "PlainLoad" and g["params"] == {}
+        for g in got
+    )
     assert got[0]["pid"] == os.getpid()
 
 
@@ -431,7 +461,12 @@ def test_plain_dump_fn_gets_ctx_and_tuple(tmp_path, num_workers):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt", "d.txt"]
     assert (tmp_path / "b.txt").read_text() == "#B"
     assert (tmp_path / "d.txt").read_text() == "#D"
-    assert sorted(os.path.basename(p) for p, _ in result.files) == ["a.txt", "b.txt", "c.txt", "d.txt"]
+    assert sorted(os.path.basename(p) for p, _ in result.files) == [
+        "a.txt",
+        "b.txt",
+        "c.txt",
+        "d.txt",
+    ]
     assert all(size == 2 for _, size in result.files)
     assert result.stats["dumps"] == 4
     assert result.outputs["out"] == notes
@@ -477,7 +512,11 @@ def test_failing_load_fn_raise_names_the_item(num_workers):
 
 
 def test_failing_load_fn_skip_records_and_rest_arrive():
-    notes = [{"id": 0, "items": ["a"]}, {"id": 1, "items": ["b", "bad", "c"]}, {"id": 2, "items": ["d", "e"]}]
+    notes = [
+        {"id": 0, "items": ["a"]},
+        {"id": 1, "items": ["b", "bad", "c"]},
+        {"id": 2, "items": ["d", "e"]},
+    ]
     result = run(flaky(), notes, num_workers=2, on_item_error="skip")
     (error,) = result.errors
     assert error.stage == "load_fn"
@@ -507,7 +546,16 @@ def test_on_end_runs_when_batch_step_fails():
     s = EndTracker(batch_size=2)
     notes = [{"id": 0, "items": [1]}, {"id": 1, "other": 1}]
     with pytest.raises(StepFailure):
-        run_step(s, "batch", notes, pins=["out"], label="L", node=("9", "S"), emit=lambda *a: None, batch_settings=settings())
+        run_step(
+            s,
+            "batch",
+            notes,
+            pins=["out"],
+            label="L",
+            node=("9", "S"),
+            emit=lambda *a: None,
+            batch_settings=settings(),
+        )
     assert EndTracker.ended == [s]
 
 
@@ -522,12 +570,18 @@ def _expected_parts(repo):
     base = repo / "sample_data" / "word_split"
     with open(base / "files.csv", newline="") as f:
         paths = [(base / row["path"]).resolve() for row in csv.DictReader(f)]
-    return {p.stem: module.split_words_into_parts(module.read_words(str(p)), 4) for p in paths}, [p.stem for p in paths]
+    return {p.stem: module.split_words_into_parts(module.read_words(str(p)), 4) for p in paths}, [
+        p.stem for p in paths
+    ]
 
 
 def test_word_split_workflow_writes_files(repo, run_wf, tmp_path, dagster_home):
     out_dir = tmp_path / "out"
-    run = run_wf(repo / "workflows" / "word_split.json", custom_nodes=[repo / "custom_nodes" / "word_split"], params={"SplitWords.output_dir": str(out_dir)})
+    run = run_wf(
+        repo / "workflows" / "word_split.json",
+        custom_nodes=[repo / "custom_nodes" / "word_split"],
+        params={"SplitWords.output_dir": str(out_dir)},
+    )
     assert run.success, run.failure
     expected, order = _expected_parts(repo)
     assert len(order) == 6
@@ -538,9 +592,14 @@ def test_word_split_workflow_writes_files(repo, run_wf, tmp_path, dagster_home):
     meta = run.notes["SplitWords"]["Metadata"]
     assert [n["name"] for n in files] == order and [n["name"] for n in meta] == order
     assert all(n["output_path"] == str(out_dir / f"{n['name']}.txt") for n in files)
-    assert all(n["parts"] == expected[n["name"]] and n["num_parts"] == len(expected[n["name"]]) for n in meta)
+    assert all(
+        n["parts"] == expected[n["name"]] and n["num_parts"] == len(expected[n["name"]])
+        for n in meta
+    )
     instance = dg.DagsterInstance.from_config(dagster_home)
-    event = instance.get_latest_materialization_event(dg.AssetKey(["word_split", "SplitWords", "OutputFiles"]))
+    event = instance.get_latest_materialization_event(
+        dg.AssetKey(["word_split", "SplitWords", "OutputFiles"])
+    )
     md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
     assert md["batches"] == 2  # 6 files, batch_size 4
     assert md["items"] == 6 and md["notes"] == 6 and md["dumps"] == 6
@@ -554,11 +613,20 @@ def test_word_split_class_form_matches(repo, run_wf, tmp_path):
         "word_split_class",
         [
             step_node("0", "InputFiles", {"csv_path": str(csv_path)}, source=True),
-            step_node("1", "SplitWordsClass", {"batch_size": 5, "output_dir": str(out_dir)}, outputs=["OutputFiles", "Metadata"]),
+            step_node(
+                "1",
+                "SplitWordsClass",
+                {"batch_size": 5, "output_dir": str(out_dir)},
+                outputs=["OutputFiles", "Metadata"],
+            ),
         ],
         [edge("0", "out", "1")],
     )
-    run = run_wf(path, custom_nodes=[repo / "custom_nodes" / "word_split"], params={"SplitWordsClass.runtime.worker_type": "thread"})
+    run = run_wf(
+        path,
+        custom_nodes=[repo / "custom_nodes" / "word_split"],
+        params={"SplitWordsClass.runtime.worker_type": "thread"},
+    )
     assert run.success, run.failure
     expected, order = _expected_parts(repo)
     assert [n["name"] for n in run.notes["SplitWordsClass"]["Metadata"]] == order
@@ -575,7 +643,11 @@ def test_word_split_missing_file_fails_naming_item(repo, run_wf, tmp_path, dagst
     run = run_wf(
         repo / "workflows" / "word_split.json",
         custom_nodes=[repo / "custom_nodes" / "word_split"],
-        params={"InputFiles.csv_path": str(data / "files.csv"), "SplitWords.output_dir": str(tmp_path / "o"), "SplitWords.runtime.num_workers": 0},
+        params={
+            "InputFiles.csv_path": str(data / "files.csv"),
+            "SplitWords.output_dir": str(tmp_path / "o"),
+            "SplitWords.runtime.num_workers": 0,
+        },
     )
     assert not run.success
     instance = dg.DagsterInstance.from_config(dagster_home)
@@ -629,12 +701,21 @@ class NiceProbe(BatchStep):
 
     @staticmethod
     def load_fn(item):
-        return (os.getpid(), os.getpriority(os.PRIO_PROCESS, 0) if os.getpid() != MAIN_PID else _thread_nice())
+        return (
+            os.getpid(),
+            os.getpriority(os.PRIO_PROCESS, 0) if os.getpid() != MAIN_PID else _thread_nice(),
+        )
 
     @staticmethod
     def dump_fn(path, _):
         with open(path, "w") as f:
-            f.write(str(os.getpriority(os.PRIO_PROCESS, 0) if os.getpid() != MAIN_PID else _thread_nice()))
+            f.write(
+                str(
+                    os.getpriority(os.PRIO_PROCESS, 0)
+                    if os.getpid() != MAIN_PID
+                    else _thread_nice()
+                )
+            )
 
     def on_item_batch(self, outputs, items, notes):
         for out, note in zip(outputs, notes):
@@ -658,7 +739,9 @@ def test_worker_nice_lowers_loader_and_dump_worker_priority_only(tmp_path, worke
     run(NiceProbe(), notes, num_workers=2, worker_type=worker_type, worker_nice=5)
     assert notes[0]["nice"] == [min(19, base + 5)] * 3
     assert [(tmp_path / f"{i}.txt").read_text() for i in (1, 2, 3)] == [str(min(19, base + 5))] * 3
-    assert os.getpriority(os.PRIO_PROCESS, 0) == base and _thread_nice() == base  # the step itself keeps its priority
+    assert (
+        os.getpriority(os.PRIO_PROCESS, 0) == base and _thread_nice() == base
+    )  # the step itself keeps its priority
 
 
 def test_ring_slot_rewritten_too_early_fails_loudly():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from conftest import edge, step_node, write_nodes, write_workflow
+
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
 from dagster_graphbook.workflow import WorkflowError
 
@@ -44,15 +44,20 @@ def checked(tmp_path: Path):
     nodes = write_nodes(tmp_path / "nodes", "chk.py", NODES)
     marker = tmp_path / "after.txt"
     wf = write_workflow(
-        tmp_path, "checked",
-        [step_node("1", "Items", {"n": 5}, source=True), step_node("2", "Score"),
-         step_node("3", "After", {"marker": str(marker)})],
+        tmp_path,
+        "checked",
+        [
+            step_node("1", "Items", {"n": 5}, source=True),
+            step_node("2", "Score"),
+            step_node("3", "After", {"marker": str(marker)}),
+        ],
         [edge("1", "out", "2"), edge("2", "out", "3")],
     )
 
     def make(checks):
-        spec = GraphbookWorkflow(wf, custom_nodes=[nodes], checks=checks,
-                                 partitions_def=daily_partitions("2026-01-01"))
+        spec = GraphbookWorkflow(
+            wf, custom_nodes=[nodes], checks=checks, partitions_def=daily_partitions("2026-01-01")
+        )
         return build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
 
     return make, marker
@@ -62,7 +67,8 @@ def _run(defs: dg.Definitions, home: str, score: float) -> dg.ExecuteInProcessRe
     instance = dg.DagsterInstance.from_config(home)
     config = {"ops": {"checked__Score": {"config": {"score": score}}}}
     return defs.resolve_job_def("checked").execute_in_process(
-        run_config=config, instance=instance, partition_key=DAY, raise_on_error=False)
+        run_config=config, instance=instance, partition_key=DAY, raise_on_error=False
+    )
 
 
 def _evaluations(result: dg.ExecuteInProcessResult) -> dict:
@@ -90,6 +96,7 @@ def test_blocking_check_failure_stops_downstream(checked, dagster_home):
     assert "workflow 'checked', step 'Score'" in evaluation.description
     assert "accuracy = 0.5, expected accuracy >= 0.9" in evaluation.description
     assert not marker.exists()  # After never ran
+
     def steps(kind):
         return {e.step_key for e in result.all_events if e.event_type == kind}
 
@@ -105,8 +112,10 @@ def test_blocking_check_failure_stops_downstream(checked, dagster_home):
 
 def test_warning_check_failure_lets_the_run_go_on(checked, dagster_home):
     make, marker = checked
-    checks = [StepCheck(step="Score", metric="accuracy", min=0.9, severity="warn"),
-              StepCheck(step="Items", metric="row_count", min=5, max=5)]
+    checks = [
+        StepCheck(step="Score", metric="accuracy", min=0.9, severity="warn"),
+        StepCheck(step="Items", metric="row_count", min=5, max=5),
+    ]
     result = _run(make(checks), dagster_home, 0.5)
     assert result.success
     evaluations = _evaluations(result)
@@ -128,8 +137,11 @@ def test_missing_figure_fails_the_check_naming_the_figures(checked, dagster_home
 
 def test_check_on_unknown_step_or_pin_is_a_load_error(checked):
     make, _ = checked
-    with pytest.raises(WorkflowError, match="names step 'Scor', which is not in workflow "
-                                            "'checked' \\(steps: After, Items, Score\\)"):
+    with pytest.raises(
+        WorkflowError,
+        match="names step 'Scor', which is not in workflow "
+        "'checked' \\(steps: After, Items, Score\\)",
+    ):
         make([StepCheck(step="Scor", metric="accuracy", min=0.9)])
     with pytest.raises(WorkflowError, match="names pin 'A' \\(its pins: out\\)"):
         make([StepCheck(step="Score", metric="accuracy", min=0.9, pin="A")])
@@ -150,6 +162,11 @@ def test_component_yaml_checks(tmp_path):
     keys = defs.resolve_asset_graph().asset_check_keys
     key = dg.AssetCheckKey(dg.AssetKey(["nightly_shapes", "ClassifyShapes"]), "accuracy_min_0_9")
     assert key in keys
-    spec = next(s for a in defs.assets if isinstance(a, dg.AssetsDefinition)
-                for s in a.check_specs if s.key == key)
+    spec = next(
+        s
+        for a in defs.assets
+        if isinstance(a, dg.AssetsDefinition)
+        for s in a.check_specs
+        if s.key == key
+    )
     assert not spec.blocking  # the demo warns (tests train its model briefly); blocking: see above

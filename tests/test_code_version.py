@@ -8,8 +8,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from conftest import REPO
+
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
@@ -40,8 +40,14 @@ def _set_param(wf: Path, node: str, param: str, value) -> None:
 
 def test_every_asset_has_a_code_version(sample):
     versions = _versions(*sample)
-    assert set(versions) == {"sample/GenerateNumbers", "sample/Transform", "sample/CalcMean",
-                             "sample/CalcRunningMean", "sample/Split/A", "sample/Split/B"}
+    assert set(versions) == {
+        "sample/GenerateNumbers",
+        "sample/Transform",
+        "sample/CalcMean",
+        "sample/CalcRunningMean",
+        "sample/Split/A",
+        "sample/Split/B",
+    }
     assert all(isinstance(v, str) and len(v) == 16 for v in versions.values())
     assert versions["sample/Split/A"] == versions["sample/Split/B"]  # one op, one version
     assert _versions(*sample) == versions  # stable across loads
@@ -61,7 +67,7 @@ def test_step_code_edit_changes_its_version(sample):
     before = _versions(wf, nodes)
     source = nodes / "sample_nodes.py"
     text = source.read_text()
-    marker = 'def calc_mean(ctx, data):\n'
+    marker = "def calc_mean(ctx, data):\n"
     assert marker in text
     source.write_text(text.replace(marker, marker + '    data["edited"] = True\n'))
     after = _versions(wf, nodes)
@@ -94,17 +100,26 @@ def test_asset_shows_unsynced_after_a_parameter_edit(sample, tmp_path, dagster_h
         f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])],"
         f" notes_dir={str(tmp_path / 'notes')!r})\n"
     )
-    defs = build_definitions([GraphbookWorkflow(wf, custom_nodes=[nodes])],
-                             notes_dir=str(tmp_path / "notes"))
+    defs = build_definitions(
+        [GraphbookWorkflow(wf, custom_nodes=[nodes])], notes_dir=str(tmp_path / "notes")
+    )
     config = {"ops": {"sample__GenerateNumbers": {"config": {"amount": 8}}}}
     with dg.DagsterInstance.from_config(dagster_home) as instance:
-        assert defs.resolve_job_def("sample").execute_in_process(
-            run_config=config, instance=instance).success
+        assert (
+            defs.resolve_job_def("sample")
+            .execute_in_process(run_config=config, instance=instance)
+            .success
+        )
         _set_param(wf, "Transform", "shift", 5)
         query = "{ assetNodes { assetKey { path } staleStatus staleCauses { category } } }"
         with define_out_of_process_context(str(location), "defs", instance) as context:
             nodes_ = execute_dagster_graphql(context, query).data["assetNodes"]
-    status = {"/".join(n["assetKey"]["path"]): (n["staleStatus"],
-              sorted({c["category"] for c in n["staleCauses"]})) for n in nodes_}
+    status = {
+        "/".join(n["assetKey"]["path"]): (
+            n["staleStatus"],
+            sorted({c["category"] for c in n["staleCauses"]}),
+        )
+        for n in nodes_
+    }
     assert status["sample/GenerateNumbers"] == ("FRESH", [])
     assert status["sample/Transform"] == ("STALE", ["CODE"])

@@ -5,12 +5,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 import dagster_graphbook
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
 from dagster_graphbook.authoring.compat import install_graphbook_alias
-
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 COMPAT_NODES = '''
 """Written the way Graphbook's docs write nodes (several of these imports fail on 0.13.3)."""
@@ -155,8 +154,14 @@ def test_two_classes_with_one_name_are_ambiguous_not_fatal(tmp_path):
 
 def test_same_class_imported_in_two_files_is_not_a_duplicate(tmp_path):
     folder = tmp_path / "shared"
-    write_nodes(folder, "base_nodes.py", "from graphbook.steps import Step\n\nclass Shared(Step):\n    pass\n")
-    write_nodes(folder, "user.py", "from base_nodes import Shared\n\nclass User(Shared):\n    pass\n")
+    write_nodes(
+        folder,
+        "base_nodes.py",
+        "from graphbook.steps import Step\n\nclass Shared(Step):\n    pass\n",
+    )
+    write_nodes(
+        folder, "user.py", "from base_nodes import Shared\n\nclass User(Shared):\n    pass\n"
+    )
     registry = NodeRegistry.load([folder])
     assert registry.import_errors == []
     assert {"Shared", "User"} <= set(registry.steps)
@@ -164,8 +169,16 @@ def test_same_class_imported_in_two_files_is_not_a_duplicate(tmp_path):
 
 def test_syntax_error_file_is_recorded_and_others_load(tmp_path):
     folder = tmp_path / "mixed"
-    write_nodes(folder, "good.py", "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def load(self):\n        return {'out': [{'a': 1}]}\n")
-    write_nodes(folder, "broken.py", "from graphbook.steps import Step\n\nclass Broken(Step):\n    def on_data(self, data)\n        pass\n")
+    write_nodes(
+        folder,
+        "good.py",
+        "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def load(self):\n        return {'out': [{'a': 1}]}\n",
+    )
+    write_nodes(
+        folder,
+        "broken.py",
+        "from graphbook.steps import Step\n\nclass Broken(Step):\n    def on_data(self, data)\n        pass\n",
+    )
     registry = NodeRegistry.load([folder])
     assert "Good" in registry.steps
     assert "Broken" not in registry.steps
@@ -176,7 +189,12 @@ def test_syntax_error_file_is_recorded_and_others_load(tmp_path):
     assert "SyntaxError" in err.message
     assert f"{folder / 'broken.py'}, line 4" in str(err)
 
-    wf = write_workflow(tmp_path, "uses_broken", [step_node("1", "Good", source=True), step_node("2", "Broken")], [edge("1", "out", "2")])
+    wf = write_workflow(
+        tmp_path,
+        "uses_broken",
+        [step_node("1", "Good", source=True), step_node("2", "Broken")],
+        [edge("1", "out", "2")],
+    )
     with pytest.raises(WorkflowError) as info:
         load_workflow(wf, registry)
     message = str(info.value)
@@ -196,8 +214,21 @@ def test_runtime_import_error_reports_line(tmp_path):
 
 def test_run_workflow_with_broken_node_file_fails_before_running(tmp_path, run_wf):
     folder = tmp_path / "mixed"
-    write_nodes(folder, "good.py", "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def load(self):\n        return {'out': [{'a': 1}]}\n")
-    write_nodes(folder, "broken.py", "from graphbook.steps import Step\nclass Broken(Step):\n    def on_data(self data):\n        pass\n")
-    wf = write_workflow(tmp_path, "uses_broken", [step_node("1", "Good", source=True), step_node("2", "Broken")], [edge("1", "out", "2")])
+    write_nodes(
+        folder,
+        "good.py",
+        "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def load(self):\n        return {'out': [{'a': 1}]}\n",
+    )
+    write_nodes(
+        folder,
+        "broken.py",
+        "from graphbook.steps import Step\nclass Broken(Step):\n    def on_data(self data):\n        pass\n",
+    )
+    wf = write_workflow(
+        tmp_path,
+        "uses_broken",
+        [step_node("1", "Good", source=True), step_node("2", "Broken")],
+        [edge("1", "out", "2")],
+    )
     with pytest.raises(WorkflowError, match=r"broken\.py, line 3"):
         run_wf(wf, custom_nodes=[folder])

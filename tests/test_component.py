@@ -11,12 +11,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import REPO
 from dagster.components import load_defs
 
-from conftest import REPO
-
 # load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the same).
-pytestmark = pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Function `load_defs` is deprecated:DeprecationWarning"
+)
 
 
 def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.Definitions:
@@ -71,12 +72,16 @@ def test_component_builds_partitioned_job_schedule_sensor_and_lineage(tmp_path):
     schedule = defs.resolve_schedule_def("nightly_shapes_nightly")
     assert schedule.cron_schedule == "0 3 * * *"
     sensor = defs.resolve_sensor_def("nightly_shapes_new_folder")
-    assert str(tmp_path / "gb_component_defs" / "nightly" / "incoming") in sensor.description  # relative to the defs.yaml folder
+    assert (
+        str(tmp_path / "gb_component_defs" / "nightly" / "incoming") in sensor.description
+    )  # relative to the defs.yaml folder
     (tmp_path / "gb_component_defs" / "nightly" / "incoming" / "2026-02-01").mkdir(parents=True)
     with dg.instance_for_test() as instance:
         tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
     assert [r.partition_key for r in tick.run_requests] == ["2026-02-01"]
-    assert [e.asset_key for e in tick.asset_events] == [dg.AssetKey(["nightly_shapes", "incoming"])]  # sensor_asset
+    assert [e.asset_key for e in tick.asset_events] == [
+        dg.AssetKey(["nightly_shapes", "incoming"])
+    ]  # sensor_asset
 
     graph = defs.resolve_asset_graph()
     source = dg.AssetKey(["nightly_shapes", "IncomingImages"])
@@ -85,25 +90,39 @@ def test_component_builds_partitioned_job_schedule_sensor_and_lineage(tmp_path):
     assert not graph.get(incoming).is_materializable  # external: made outside Dagster
     classify = defs.resolve_assets_def(dg.AssetKey(["nightly_shapes", "ClassifyShapes"]))
     assert classify.op.tags["team"] == "vision"
-    assert graph.get(dg.AssetKey(["nightly_shapes", "SaveResized"])).parent_keys == {dg.AssetKey(["nightly_shapes", "ReviewSplit", "confident"])}
+    assert graph.get(dg.AssetKey(["nightly_shapes", "SaveResized"])).parent_keys == {
+        dg.AssetKey(["nightly_shapes", "ReviewSplit", "confident"])
+    }
 
 
 def test_component_paths_resolve_from_its_folder_and_the_job_runs(tmp_path):
     """Relative paths in defs.yaml resolve from its folder; the job runs (in process) and stores notes where asked."""
     (tmp_path / "workflows").mkdir()
-    (tmp_path / "workflows" / "sample.json").write_text((REPO / "workflows" / "sample.json").read_text())
+    (tmp_path / "workflows" / "sample.json").write_text(
+        (REPO / "workflows" / "sample.json").read_text()
+    )
     (tmp_path / "custom_nodes").mkdir()
     (tmp_path / "custom_nodes" / "sample").symlink_to(REPO / "custom_nodes" / "sample")
     notes = tmp_path / "notes"
-    defs = _load_defs_folder(tmp_path, "gb_sample_defs", {"sample": SAMPLE_YAML.format(notes=notes)})
+    defs = _load_defs_folder(
+        tmp_path, "gb_sample_defs", {"sample": SAMPLE_YAML.format(notes=notes)}
+    )
     assert defs.resolve_schedule_def("sample_from_yaml_schedule").cron_schedule == "*/30 * * * *"
     job = defs.resolve_job_def("sample_from_yaml")
     assert job.executor_def.name == "in_process"
     with dg.instance_for_test() as instance:
-        result = job.execute_in_process(instance=instance, run_config={"ops": {"sample_from_yaml__GenerateNumbers": {"config": {"amount": 20, "seed": 1}}}})
+        result = job.execute_in_process(
+            instance=instance,
+            run_config={
+                "ops": {"sample_from_yaml__GenerateNumbers": {"config": {"amount": 20, "seed": 1}}}
+            },
+        )
     assert result.success
     stored = sorted(p.relative_to(notes).as_posix() for p in notes.rglob("*.pkl"))
-    assert f"sample_from_yaml/GenerateNumbers/{result.run_id}.pkl" in stored and f"sample_from_yaml/Split/A/{result.run_id}.pkl" in stored
+    assert (
+        f"sample_from_yaml/GenerateNumbers/{result.run_id}.pkl" in stored
+        and f"sample_from_yaml/Split/A/{result.run_id}.pkl" in stored
+    )
 
 
 def test_component_with_a_missing_workflow_names_the_file_and_spares_the_others(tmp_path):
@@ -117,7 +136,9 @@ def test_component_with_a_missing_workflow_names_the_file_and_spares_the_others(
 
 
 def test_component_type_is_registered_for_dagster_tooling():
-    modules = {ep.value for ep in importlib.metadata.entry_points(group="dagster_dg_cli.registry_modules")}
+    modules = {
+        ep.value for ep in importlib.metadata.entry_points(group="dagster_dg_cli.registry_modules")
+    }
     assert "dagster_graphbook" in modules
     import dagster_graphbook
 
@@ -134,7 +155,11 @@ def test_repository_code_location_has_every_workflow_without_importing_torch():
     )
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ("['nightly_shapes', 'sample', 'sample_graph', 'simple_class', 'simple_functional', 'word_split'] "
-                                  "['nightly_shapes_nightly'] ['nightly_shapes_new_folder'] False")
+    assert out.stdout.strip() == (
+        "['nightly_shapes', 'sample', 'sample_graph', 'simple_class', 'simple_functional', 'word_split'] "
+        "['nightly_shapes_nightly'] ['nightly_shapes_new_folder'] False"
+    )

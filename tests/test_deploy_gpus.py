@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
-
 from conftest import REPO
 from test_component import _load_defs_folder
+
+from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
 
 NIGHTLY = REPO / "workflows" / "nightly_shapes.json"
 NODES = [REPO / "custom_nodes" / "nightly"]
@@ -53,7 +52,9 @@ def test_per_step_gpus_and_errors():
     ] == {"nvidia.com/gpu": "2"}
     assert "dagster-dask/resource_requirements" not in tags["SaveResized"]
     with pytest.raises(WorkflowError, match="gpus names step 'Nope'"):
-        build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"Nope": 1})], strict=True)
+        build_definitions(
+            [GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus={"Nope": 1})], strict=True
+        )
     with pytest.raises(WorkflowError, match="whole number of GPUs"):
         build_definitions([GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, gpus=-1)], strict=True)
 

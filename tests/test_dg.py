@@ -11,17 +11,21 @@ from pathlib import Path
 from typing import List
 
 import pytest
-
 from conftest import REPO
 
 DG = Path(sys.executable).parent / "dg"
 
 
 def _dg(args: List[str], cwd: Path, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "VIRTUAL_ENV": sys.prefix, "DAGSTER_HOME": str(home),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run([str(DG), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=300)
+    env = {
+        **os.environ,
+        "VIRTUAL_ENV": sys.prefix,
+        "DAGSTER_HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    result = subprocess.run(
+        [str(DG), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, f"dg {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     return result
 
@@ -44,10 +48,11 @@ def test_dg_check_and_list_defs_in_the_repository(home):
     assert "nightly_shapes/ClassifyShapes:accuracy_min_0_9" in checks
     assets = {a["asset_key"]: a for a in listed["assets"]}
     assert assets["nightly_shapes/ClassifyShapes"]["source"].startswith(
-        "custom_nodes/nightly/nightly_nodes.py:")
+        "custom_nodes/nightly/nightly_nodes.py:"
+    )
 
 
-PROJECT_DEFINITIONS = '''
+PROJECT_DEFINITIONS = """
 from pathlib import Path
 
 import dagster as dg
@@ -56,7 +61,7 @@ import dagster as dg
 @dg.definitions
 def defs():
     return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
-'''
+"""
 
 
 @pytest.fixture
@@ -64,7 +69,8 @@ def project(tmp_path: Path) -> Path:
     """A new dg project (what ``create-dagster project`` lays out), with no definitions yet."""
     root = tmp_path / "proj"
     (root / "proj_pkg" / "defs").mkdir(parents=True)
-    (root / "pyproject.toml").write_text(textwrap.dedent("""\
+    (root / "pyproject.toml").write_text(
+        textwrap.dedent("""\
         [project]
         name = "proj"
         version = "0.0.0"
@@ -74,7 +80,8 @@ def project(tmp_path: Path) -> Path:
 
         [tool.dg.project]
         root_module = "proj_pkg"
-        """))
+        """)
+    )
     (root / "proj_pkg" / "__init__.py").write_text("")
     (root / "proj_pkg" / "defs" / "__init__.py").write_text("")
     (root / "proj_pkg" / "definitions.py").write_text(PROJECT_DEFINITIONS)
@@ -87,10 +94,15 @@ def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, hom
     folder = project / "proj_pkg" / "defs" / "my_flow"
     assert sorted(p.name for p in folder.iterdir()) == ["defs.yaml", "nodes.py", "workflow.json"]
 
-    sample = {"workflow": str(REPO / "workflows" / "sample.json"),
-              "custom_nodes": [str(REPO / "custom_nodes" / "sample")]}
-    _dg(["scaffold", "defs", comp, "sample_copy", "--json-params", json.dumps(sample)],
-        project, home)
+    sample = {
+        "workflow": str(REPO / "workflows" / "sample.json"),
+        "custom_nodes": [str(REPO / "custom_nodes" / "sample")],
+    }
+    _dg(
+        ["scaffold", "defs", comp, "sample_copy", "--json-params", json.dumps(sample)],
+        project,
+        home,
+    )
     copied = project / "proj_pkg" / "defs" / "sample_copy"
     assert [p.name for p in copied.iterdir()] == ["defs.yaml"]
     assert str(REPO / "workflows" / "sample.json") in (copied / "defs.yaml").read_text()
@@ -109,8 +121,12 @@ def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, hom
         assert [(r.job_name, r.status) for r in runs] == [("my_flow", dg.DagsterRunStatus.SUCCESS)]
         kind = dg.DagsterEventType.ASSET_MATERIALIZATION
         events = instance.all_logs(runs[0].run_id, of_type=kind)
-        notes = {e.asset_materialization.asset_key.to_user_string():
-                 e.asset_materialization.metadata["notes"].value for e in events}
+        notes = {
+            e.asset_materialization.asset_key.to_user_string(): e.asset_materialization.metadata[
+                "notes"
+            ].value
+            for e in events
+        }
     assert notes == {"my_flow/Numbers": 10, "my_flow/Double": 10}
 
 

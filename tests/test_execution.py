@@ -7,16 +7,19 @@ import re
 
 import dagster as dg
 import pytest
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions, run_workflow
-
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 K = dg.AssetKey
 
 
 def _user_messages(instance, run_id, step_key=None):
-    return [e.user_message for e in instance.all_logs(run_id) if step_key is None or e.step_key == step_key]
+    return [
+        e.user_message
+        for e in instance.all_logs(run_id)
+        if step_key is None or e.step_key == step_key
+    ]
 
 
 def _metadata(instance, key):
@@ -45,7 +48,11 @@ def sample_instance(sample_home):
 
 @pytest.fixture(scope="module")
 def sample_run(repo, sample_instance):
-    run = run_workflow(repo / "workflows" / "sample.json", custom_nodes=[repo / "custom_nodes" / "sample"], instance=sample_instance)
+    run = run_workflow(
+        repo / "workflows" / "sample.json",
+        custom_nodes=[repo / "custom_nodes" / "sample"],
+        instance=sample_instance,
+    )
     assert run.success, run.failure
     return run
 
@@ -72,7 +79,9 @@ def test_sample_values(sample_run):
     assert all(n["mean"] > 10 for n in a)
     assert all(n["mean"] <= 10 for n in b)
     assert a == [n for n in means if n["mean"] > 10]
-    assert "mean" not in sample_run.notes["CalcRunningMean"]["out"][0]  # sibling of CalcMean: own copy
+    assert (
+        "mean" not in sample_run.notes["CalcRunningMean"]["out"][0]
+    )  # sibling of CalcMean: own copy
 
 
 def test_sample_on_end_log_in_event_log(sample_run, sample_instance):
@@ -93,22 +102,36 @@ def test_sample_materialization_metadata(sample_run, sample_instance):
 
 
 def test_rematerialize_one_downstream_asset_from_stored_parents(repo, sample_run, sample_instance):
-    defs = build_definitions([GraphbookWorkflow(repo / "workflows" / "sample.json", custom_nodes=[repo / "custom_nodes" / "sample"])])
+    defs = build_definitions(
+        [
+            GraphbookWorkflow(
+                repo / "workflows" / "sample.json", custom_nodes=[repo / "custom_nodes" / "sample"]
+            )
+        ]
+    )
     job = defs.resolve_job_def("sample")
     split_keys = [K(["sample", "Split", "A"]), K(["sample", "Split", "B"])]
-    result = job.execute_in_process(instance=sample_instance, asset_selection=split_keys, raise_on_error=False)
+    result = job.execute_in_process(
+        instance=sample_instance, asset_selection=split_keys, raise_on_error=False
+    )
     assert result.success
     assert {e.step_key for e in result.get_step_success_events()} == {"sample__Split"}
     means = sample_run.notes["CalcMean"]["out"]
     assert result.output_for_node("sample__Split", "A") == [n for n in means if n["mean"] > 10]
     assert result.output_for_node("sample__Split", "B") == [n for n in means if n["mean"] <= 10]
     # upstream assets were read, not recomputed
-    gen_records = sample_instance.fetch_materializations(K(["sample", "GenerateNumbers"]), limit=10).records
-    split_records = sample_instance.fetch_materializations(K(["sample", "Split", "A"]), limit=10).records
+    gen_records = sample_instance.fetch_materializations(
+        K(["sample", "GenerateNumbers"]), limit=10
+    ).records
+    split_records = sample_instance.fetch_materializations(
+        K(["sample", "Split", "A"]), limit=10
+    ).records
     assert len(gen_records) == 1
     assert len(split_records) == 2
     with defs.get_asset_value_loader(instance=sample_instance) as loader:
-        assert loader.load_asset_value(K(["sample", "Split", "B"])) == [n for n in means if n["mean"] <= 10]
+        assert loader.load_asset_value(K(["sample", "Split", "B"])) == [
+            n for n in means if n["mean"] <= 10
+        ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,21 +142,32 @@ def test_params_override_through_run_config(repo, run_wf):
     run = run_wf(
         repo / "workflows" / "sample.json",
         custom_nodes=[repo / "custom_nodes" / "sample"],
-        params={"GenerateNumbers.amount": 7, "GenerateNumbers.seed": 0, "Transform.scale": 3, "Transform.shift": 0},
+        params={
+            "GenerateNumbers.amount": 7,
+            "GenerateNumbers.seed": 0,
+            "Transform.scale": 3,
+            "Transform.shift": 0,
+        },
     )
     assert run.success, run.failure
     gen = run.notes["GenerateNumbers"]["out"]
     assert len(gen) == 7
     assert run.counts()["CalcMean"] == {"out": 7}
     assert sum(run.counts()["Split"].values()) == 7
-    assert [n["numbers"] for n in run.notes["Transform"]["out"]] == [[3 * x for x in n["numbers"]] for n in gen]
+    assert [n["numbers"] for n in run.notes["Transform"]["out"]] == [
+        [3 * x for x in n["numbers"]] for n in gen
+    ]
     rng = random.Random(0)  # seed 0 is a seed, not "unset"
     assert [n["numbers"] for n in gen] == [[rng.randint(0, 10) for _ in range(4)] for _ in range(7)]
 
 
 def test_bad_param_reference_is_rejected(repo, run_wf):
     with pytest.raises(WorkflowError, match="NoSuchStep"):
-        run_wf(repo / "workflows" / "sample.json", custom_nodes=[repo / "custom_nodes" / "sample"], params={"NoSuchStep.amount": 1})
+        run_wf(
+            repo / "workflows" / "sample.json",
+            custom_nodes=[repo / "custom_nodes" / "sample"],
+            params={"NoSuchStep.amount": 1},
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +175,11 @@ def test_bad_param_reference_is_rejected(repo, run_wf):
 
 
 def test_simple_functional(repo, run_wf, dagster_home):
-    run = run_wf(repo / "workflows" / "simple_functional.json", custom_nodes=[repo / "custom_nodes" / "simple_functional"], params={"MyFirstStep.seed": 0})
+    run = run_wf(
+        repo / "workflows" / "simple_functional.json",
+        custom_nodes=[repo / "custom_nodes" / "simple_functional"],
+        params={"MyFirstStep.seed": 0},
+    )
     assert run.success, run.failure
     assert run.counts()["MyFirstSource"] == {"out": 10}
     a, b = run.notes["MyFirstStep"]["A"], run.notes["MyFirstStep"]["B"]
@@ -151,12 +189,17 @@ def test_simple_functional(repo, run_wf, dagster_home):
     assert [n["i"] for n in a] == expected_a
     assert sorted(n["i"] for n in a + b) == list(range(10))
     assert a[0]["message"] == f"Hello, World! {expected_a[0]}/10"
-    messages = _user_messages(dg.DagsterInstance.from_config(dagster_home), run.run_id, "simple_functional__MyFirstStep")
+    messages = _user_messages(
+        dg.DagsterInstance.from_config(dagster_home), run.run_id, "simple_functional__MyFirstStep"
+    )
     assert "Hello, World! 0/10" in messages  # the on_data hook's ctx.log
 
 
 def test_simple_class(repo, run_wf):
-    run = run_wf(repo / "workflows" / "simple_class.json", custom_nodes=[repo / "custom_nodes" / "simple_class"])
+    run = run_wf(
+        repo / "workflows" / "simple_class.json",
+        custom_nodes=[repo / "custom_nodes" / "simple_class"],
+    )
     assert run.success, run.failure
     assert run.counts()["MyFirstSource"] == {"message": 10}
     a, b = run.notes["MyFirstStep"]["A"], run.notes["MyFirstStep"]["B"]
@@ -166,7 +209,11 @@ def test_simple_class(repo, run_wf):
 
 
 def test_sample_graph_py(repo, run_wf):
-    run = run_wf(repo / "workflows" / "sample_graph.py", custom_nodes=[repo / "custom_nodes" / "sample"], params={"GenerateNumbers.amount": 20})
+    run = run_wf(
+        repo / "workflows" / "sample_graph.py",
+        custom_nodes=[repo / "custom_nodes" / "sample"],
+        params={"GenerateNumbers.amount": 20},
+    )
     assert run.success, run.failure
     counts = run.counts()
     assert set(counts) == {"GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "Split"}
@@ -185,7 +232,9 @@ def test_graph_object_run(repo, run_wf):
     g.name = "inline_graph"
     gen = g.step(registry.steps["GenerateNumbers"]).param("amount", 5).param("seed", 3)
     mean = g.step(registry.steps["CalcMean"]).bind(gen)
-    fn = g.resource(resources.FunctionResource).param("val", "def f(d):\n    return d['mean'] > 5\n")
+    fn = g.resource(resources.FunctionResource).param(
+        "val", "def f(d):\n    return d['mean'] > 5\n"
+    )
     g.step(Split).param("split_fn", fn).bind(mean)
     run = run_wf(g)
     assert run.success, run.failure
@@ -262,7 +311,10 @@ def test_step_raising_fails_run_naming_workflow_step_and_note(failing, run_wf, d
     assert run.notes == {}
     chain = _failure_chain(dg.DagsterInstance.from_config(dagster_home), run.run_id)
     assert set(chain) == {"failing__Boom"}
-    assert "workflow 'failing', step 'Boom' (node 2): failed on note 3 {'i': 3}: ValueError: cannot handle 3" in chain["failing__Boom"]
+    assert (
+        "workflow 'failing', step 'Boom' (node 2): failed on note 3 {'i': 3}: ValueError: cannot handle 3"
+        in chain["failing__Boom"]
+    )
     # on_end ran although the step failed
     assert marker.read_text() == "end\n"
 
@@ -291,7 +343,9 @@ def test_on_item_error_skip_records_and_continues(failing, run_wf, dagster_home)
     assert meta["errors_skipped"] == 1
     assert meta["notes_in"] == 6
     rows = meta["errors"].records
-    assert len(rows) == 1 and rows[0].data["note"] == 3 and "cannot handle 3" in rows[0].data["error"]
+    assert (
+        len(rows) == 1 and rows[0].data["note"] == 3 and "cannot handle 3" in rows[0].data["error"]
+    )
     warnings = [m for m in _user_messages(instance, run.run_id, "failing__Boom") if "skipped" in m]
     assert len(warnings) == 1 and "note 3" in warnings[0]
     assert marker.read_text() == "end\n"
@@ -303,7 +357,10 @@ def test_source_failure_names_the_step_and_progress(failing, run_wf, dagster_hom
     assert not run.success
     chain = _failure_chain(dg.DagsterInstance.from_config(dagster_home), run.run_id)
     assert set(chain) == {"failing__Numbers"}
-    assert "workflow 'failing', step 'Numbers' (node 1): load failed after 2 notes: RuntimeError: source ran dry" in chain["failing__Numbers"]
+    assert (
+        "workflow 'failing', step 'Numbers' (node 1): load failed after 2 notes: RuntimeError: source ran dry"
+        in chain["failing__Numbers"]
+    )
     assert not marker.exists()  # the downstream step never ran
 
 
@@ -312,16 +369,29 @@ def test_source_failure_names_the_step_and_progress(failing, run_wf, dagster_hom
 
 
 def test_multiprocess_executor_sample(repo, run_wf, dagster_home):
-    run = run_wf(repo / "workflows" / "sample.json", custom_nodes=[repo / "custom_nodes" / "sample"], executor="multiprocess", params={"GenerateNumbers.amount": 30})
+    run = run_wf(
+        repo / "workflows" / "sample.json",
+        custom_nodes=[repo / "custom_nodes" / "sample"],
+        executor="multiprocess",
+        params={"GenerateNumbers.amount": 30},
+    )
     assert run.success, run.failure
     counts = run.counts()
     assert counts["Transform"] == {"out": 30}
     assert counts["Split"]["A"] + counts["Split"]["B"] == 30
     assert all(n["mean"] > 10 for n in run.notes["Split"]["A"])
     instance = dg.DagsterInstance.from_config(dagster_home)
-    steps = {e.step_key for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)}
-    assert steps == {f"sample__{s}" for s in ("GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "Split")}
-    assert any(m.startswith("running_mean=") and m.endswith("count=30") for m in _user_messages(instance, run.run_id))
+    steps = {
+        e.step_key for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
+    }
+    assert steps == {
+        f"sample__{s}"
+        for s in ("GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "Split")
+    }
+    assert any(
+        m.startswith("running_mean=") and m.endswith("count=30")
+        for m in _user_messages(instance, run.run_id)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +411,11 @@ def test_load_and_dump_jsonl_workflow_rerun_does_not_duplicate(tmp_path, run_wf)
             resource_node("3", "Text", {"val": str(src)}, label="InPath"),
             resource_node("4", "Text", {"val": str(dst)}, label="OutPath"),
         ],
-        [edge("1", "out", "2"), edge("3", "resource", "1", "jsonl_path"), edge("4", "resource", "2", "jsonl_path")],
+        [
+            edge("1", "out", "2"),
+            edge("3", "resource", "1", "jsonl_path"),
+            edge("4", "resource", "2", "jsonl_path"),
+        ],
     )
     for _ in range(2):
         run = run_wf(path)
@@ -359,7 +433,16 @@ def _drive(step_obj, kind, notes=(), pins=("out",), **kw):
     from dagster_graphbook.execution.driver import run_step
 
     logs = []
-    result = run_step(step_obj, kind, list(notes), pins=list(pins), label="workflow 'w', step 'S' (node 1)", node=("1", "S"), emit=lambda level, msg: logs.append((level, msg)), **kw)
+    result = run_step(
+        step_obj,
+        kind,
+        list(notes),
+        pins=list(pins),
+        label="workflow 'w', step 'S' (node 1)",
+        node=("1", "S"),
+        emit=lambda level, msg: logs.append((level, msg)),
+        **kw,
+    )
     return result, logs
 
 
@@ -444,7 +527,9 @@ def test_dump_jsonl_keeps_previous_file_when_the_run_fails(tmp_path):
     complete = path.read_text()
     assert complete.splitlines() == ['{"i": 0}', '{"i": 1}']
     with pytest.raises(StepFailure, match="failed on note 1"):
-        _drive(DumpJSONL(str(path)), "step", [{"i": 5}, {"i": object()}, {"i": 7}])  # note 1 is not JSON
+        _drive(
+            DumpJSONL(str(path)), "step", [{"i": 5}, {"i": object()}, {"i": 7}]
+        )  # note 1 is not JSON
     assert path.read_text() == complete
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file left
 
@@ -459,12 +544,22 @@ def test_source_yield_forms():
         yield {"out": {"a": 1}}
         yield {"side": [{"b": 1}, {"b": 2}]}
         yield [{"c": 1}, {"c": 2}]
-        yield {"name": "bare", "image": "x.png"}  # a bare note: Graphbook lost it on pins 'name'/'image'
+        yield {
+            "name": "bare",
+            "image": "x.png",
+        }  # a bare note: Graphbook lost it on pins 'name'/'image'
         yield {"name": "bare2", "image": "y.png"}
         yield 7
 
     result, logs = _drive(yields(), "source", pins=("out", "side"))
-    assert result.outputs["out"] == [{"a": 1}, {"c": 1}, {"c": 2}, {"name": "bare", "image": "x.png"}, {"name": "bare2", "image": "y.png"}, 7]
+    assert result.outputs["out"] == [
+        {"a": 1},
+        {"c": 1},
+        {"c": 2},
+        {"name": "bare", "image": "x.png"},
+        {"name": "bare2", "image": "y.png"},
+        7,
+    ]
     assert result.outputs["side"] == [{"b": 1}, {"b": 2}]
     warnings = [m for level, m in logs if level == "warning"]
     assert len(warnings) == 1 and "not output pins" in warnings[0]

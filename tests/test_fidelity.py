@@ -172,9 +172,7 @@ def test_number_parameters_keep_int_and_float_from_run_config(tmp_path: Path) ->
     from dagster_graphbook.assets import param_fields
 
     field = param_fields(wf, wf.nodes["8"])["amount"]
-    assert (
-        field.config_type.snapshot.scalar_kind == dg._config.ConfigScalarKind.FLOAT
-    )  # noqa: SLF001
+    assert field.config_type.snapshot.scalar_kind == dg._config.ConfigScalarKind.FLOAT  # noqa: SLF001
     assert field.default_value == 6 and isinstance(field.default_value, int)
     run = run_workflow(
         case / "SampleWorkflow.json",

@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 
 import pytest
+from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import BatchStep
 from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
-
-from conftest import edge, step_node, write_nodes, write_workflow
 
 
 class Exits(BatchStep):

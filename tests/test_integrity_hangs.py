@@ -214,8 +214,13 @@ def test_values_of_many_shapes_reach_on_item_batch_when_it_copes(worker_type):
     """Odd values are blamed only when on_item_batch fails on them: a batch of images of several
     sizes (16, 16, 17, ...), or a None the step handles itself, loses nothing."""
     notes = [{"items": [16, 16, 17, 0]}, {"items": [18, 16, 16, 19]}]
-    settings = BatchSettings(num_workers=2, worker_type=worker_type, device="cpu",
-                             on_item_error="raise", stall_warning_s=0)
+    settings = BatchSettings(
+        num_workers=2,
+        worker_type=worker_type,
+        device="cpu",
+        on_item_error="raise",
+        stall_warning_s=0,
+    )
     result = run_batch_step(SizedImages(), notes, settings, label="step 'Sized'")
     assert not result.errors
     assert [n["sizes"] for n in result.outputs["out"]] == [[16, 16, 17, None], [18, 16, 16, 19]]

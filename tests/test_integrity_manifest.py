@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 
 from conftest import edge, step_node, write_nodes, write_workflow
+
 from dagster_graphbook.manifests import read_manifest
 
-NODES = '''
+NODES = """
 import os
 from graphbook.steps import SourceStep, BatchStep
 
@@ -42,7 +43,7 @@ class Save(BatchStep):
 
     def on_item_batch(self, outputs, items, notes):
         return [(item, self.out_dir) for item in items]
-'''
+"""
 
 
 def test_the_latest_materialization_lists_exactly_its_own_files(tmp_path, run_wf, dagster_home):
@@ -50,9 +51,15 @@ def test_the_latest_materialization_lists_exactly_its_own_files(tmp_path, run_wf
 
     nodes = write_nodes(tmp_path / "nodes", "save_nodes.py", NODES)
     out = tmp_path / "outputs"
-    wf = write_workflow(tmp_path, "saver", [step_node("0", "Names", {"count": 5}, source=True),
-                                            step_node("1", "Save", {"out_dir": str(out)})],
-                        [edge("0", "out", "1")])
+    wf = write_workflow(
+        tmp_path,
+        "saver",
+        [
+            step_node("0", "Names", {"count": 5}, source=True),
+            step_node("1", "Save", {"out_dir": str(out)}),
+        ],
+        [edge("0", "out", "1")],
+    )
     first = run_wf(wf, [nodes], notes_dir=str(tmp_path / "notes"))
     second = run_wf(wf, [nodes], {"Names.count": 2}, notes_dir=str(tmp_path / "notes"))
     assert first.success and second.success

@@ -7,8 +7,8 @@ import json
 import os
 
 import dagster as dg
-
 from conftest import REPO
+
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
 from dagster_graphbook.schedules import day_folders
 

@@ -14,7 +14,6 @@ import time
 
 import dagster as dg
 import pytest
-
 from conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = """
@@ -142,7 +141,10 @@ def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path,
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
     proc = subprocess.Popen(
         [dagster, "job", "execute", "-f", str(defs), "-j", "hang", "-c", str(config)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
         env={**os.environ, "DAGSTER_HOME": dagster_home},
     )
     _signal_when_loading(proc, signal.SIGTERM, dagster_home)

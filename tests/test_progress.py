@@ -6,10 +6,10 @@ import io
 import time
 from types import SimpleNamespace
 
+from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.cli import LiveDisplay
 from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
 from dagster_graphbook.execution.progress import PROGRESS_LINE, Progress
-from dagster_graphbook.authoring.steps import BatchStep
 
 
 def test_line_shows_done_percent_rate_eta_and_failures():
@@ -52,10 +52,12 @@ class Slow(BatchStep):
 def test_a_batch_step_reports_progress_lines_in_the_short_form():
     messages = []
     notes = [{"items": list(range(20))}]
-    settings = BatchSettings(num_workers=1, worker_type="thread", device="cpu",
-                             progress_interval_s=0.5)
-    run_batch_step(Slow(), notes, settings, label="step 'Slow'",
-                   emit=lambda level, msg: messages.append(msg))
+    settings = BatchSettings(
+        num_workers=1, worker_type="thread", device="cpu", progress_interval_s=0.5
+    )
+    run_batch_step(
+        Slow(), notes, settings, label="step 'Slow'", emit=lambda level, msg: messages.append(msg)
+    )
     progress = [m for m in messages if PROGRESS_LINE.match(m)]
     assert progress, messages
     assert all("/20 (" in m and "items/s" in m and "ETA" in m for m in progress)
@@ -68,8 +70,9 @@ class _Terminal(io.StringIO):
 
 def _entry(message=None, kind=None, step="job__Slow"):
     event = SimpleNamespace(event_type_value=kind) if kind else None
-    return SimpleNamespace(dagster_event=event, step_key=step, user_message=message, level=20,
-                           timestamp=time.time())
+    return SimpleNamespace(
+        dagster_event=event, step_key=step, user_message=message, level=20, timestamp=time.time()
+    )
 
 
 def test_terminal_rewrites_progress_lines_in_place_and_ends_them():
@@ -103,8 +106,13 @@ def test_launchpad_config_shows_the_runtime_block_with_its_defaults():
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
     root = __import__("pathlib").Path(__file__).resolve().parent.parent
-    defs = build_definitions([GraphbookWorkflow(root / "workflows/nightly_shapes.json",
-                                                custom_nodes=[root / "custom_nodes/nightly"])])
+    defs = build_definitions(
+        [
+            GraphbookWorkflow(
+                root / "workflows/nightly_shapes.json", custom_nodes=[root / "custom_nodes/nightly"]
+            )
+        ]
+    )
     job = defs.resolve_job_def("nightly_shapes")
     config = dg.validate_run_config(job, {})
     runtime = config["ops"]["nightly_shapes__ClassifyShapes"]["config"]["runtime"]

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import Graph, GraphbookWorkflow, build_definitions
 from dagster_graphbook.registry import NodeRegistry
 from dagster_graphbook.workflow import WorkflowError, load_workflow
-
-from conftest import edge, step_node, write_nodes, write_workflow
 
 PROCESS_WORKERS = {"num_workers": 2, "worker_type": "process", "device": "cpu"}
 
@@ -27,7 +26,9 @@ def _runtime(step: str, **settings) -> dict:
 
 
 def _metadata(dagster_home: str, key: list) -> dict:
-    event = dg.DagsterInstance.from_config(dagster_home).get_latest_materialization_event(dg.AssetKey(key))
+    event = dg.DagsterInstance.from_config(dagster_home).get_latest_materialization_event(
+        dg.AssetKey(key)
+    )
     assert event is not None, f"no materialization of {key}"
     return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
@@ -75,8 +76,18 @@ def test_broken_node_file_in_a_code_location_other_workflows_still_load(tmp_path
     workflows that do not need it load and run, the import error is logged with file and line,
     and a workflow that needs the broken node fails at load naming its file, node and that line."""
     folder = _nodes_folder(tmp_path)
-    good = write_workflow(tmp_path, "good_flow", [step_node("1", "Count", source=True), step_node("2", "Double")], [edge("1", "out", "2")])
-    needs_broken = write_workflow(tmp_path, "broken_flow", [step_node("1", "Count", source=True), step_node("2", "Broken")], [edge("1", "out", "2")])
+    good = write_workflow(
+        tmp_path,
+        "good_flow",
+        [step_node("1", "Count", source=True), step_node("2", "Double")],
+        [edge("1", "out", "2")],
+    )
+    needs_broken = write_workflow(
+        tmp_path,
+        "broken_flow",
+        [step_node("1", "Count", source=True), step_node("2", "Broken")],
+        [edge("1", "out", "2")],
+    )
     location = tmp_path / "location.py"
     location.write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
@@ -95,7 +106,10 @@ def test_broken_node_file_in_a_code_location_other_workflows_still_load(tmp_path
     assert run.success, run.failure
     assert [n["i2"] for n in run.notes["Double"]["out"]] == [0, 2, 4]
 
-    both = [GraphbookWorkflow(good, custom_nodes=[folder]), GraphbookWorkflow(needs_broken, custom_nodes=[folder])]
+    both = [
+        GraphbookWorkflow(good, custom_nodes=[folder]),
+        GraphbookWorkflow(needs_broken, custom_nodes=[folder]),
+    ]
     with pytest.raises(WorkflowError) as info:
         build_definitions(both, strict=True)
     message = str(info.value)
@@ -112,7 +126,8 @@ def test_broken_node_file_in_a_code_location_other_workflows_still_load(tmp_path
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert f"{folder / 'broken.py'}, line 5" in failure.step_failure_data.error.message + str(
-        failure.step_failure_data.user_failure_data.description)
+        failure.step_failure_data.user_failure_data.description
+    )
 
 
 def _bad(tmp_path: Path, nodes: list, edges: list, name: str = "bad") -> str:
@@ -130,11 +145,17 @@ def _bad(tmp_path: Path, nodes: list, edges: list, name: str = "bad") -> str:
         ("data_edge_into_parameter", "goes to handle 'factor' of node 2"),
         ("reserved_runtime_param", "parameter name 'runtime' is reserved"),
         ("overridable_not_bool", "'overridable' must be true or false, got 'yes'"),
-        ("overridable_on_non_function", "parameter 'factor' is marked overridable, but only 'function' parameters"),
+        (
+            "overridable_on_non_function",
+            "parameter 'factor' is marked overridable, but only 'function' parameters",
+        ),
     ],
 )
 def test_more_bad_workflows_name_file_and_node(tmp_path, case, expected):
-    folder = write_nodes(tmp_path / "nodes", "nodes.py", """
+    folder = write_nodes(
+        tmp_path / "nodes",
+        "nodes.py",
+        """
         from graphbook.steps import SourceStep, Step
 
         class Count(SourceStep):
@@ -151,7 +172,8 @@ def test_more_bad_workflows_name_file_and_node(tmp_path, case, expected):
             Parameters = {"runtime": {"type": "string", "default": "x"}}
             def __init__(self, runtime="x"):
                 super().__init__()
-        """)
+        """,
+    )
     registry = NodeRegistry.load([folder])
     src, dbl = step_node("1", "Count", source=True), step_node("2", "Double", {"factor": 3})
     good_edges = [edge("1", "out", "2")]
@@ -166,13 +188,17 @@ def test_more_bad_workflows_name_file_and_node(tmp_path, case, expected):
     elif case == "edge_not_object":
         path = _bad(tmp_path, [src, dbl], ["1->2"])
     elif case == "step_used_as_resource":
-        path = _bad(tmp_path, [src, dbl, {**step_node("3", "Double"), "type": "resource"}], good_edges)
+        path = _bad(
+            tmp_path, [src, dbl, {**step_node("3", "Double"), "type": "resource"}], good_edges
+        )
     elif case == "data_edge_into_parameter":
         path = _bad(tmp_path, [src, dbl], [edge("1", "out", "2", "factor")])
     elif case == "reserved_runtime_param":
         path = _bad(tmp_path, [src, step_node("2", "Reserved")], good_edges)
     else:
-        dbl["data"]["parameters"]["factor"]["overridable"] = "yes" if case == "overridable_not_bool" else True
+        dbl["data"]["parameters"]["factor"]["overridable"] = (
+            "yes" if case == "overridable_not_bool" else True
+        )
         path = _bad(tmp_path, [src, dbl], good_edges)
     with pytest.raises(WorkflowError) as info:
         if case == "reserved_runtime_param":  # found when the op's config schema is built
@@ -263,7 +289,15 @@ def image_case(tmp_path):
     ]
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps(notes))
-    wf = write_workflow(tmp_path, "images", [step_node("1", "Manifest", {"manifest": str(manifest)}, source=True), step_node("2", "ImageSizes")], [edge("1", "out", "2")])
+    wf = write_workflow(
+        tmp_path,
+        "images",
+        [
+            step_node("1", "Manifest", {"manifest": str(manifest)}, source=True),
+            step_node("2", "ImageSizes"),
+        ],
+        [edge("1", "out", "2")],
+    )
     return wf, nodes, notes, good, str(corrupt), missing
 
 
@@ -276,9 +310,15 @@ def test_bad_images_under_raise_fail_naming_the_first_bad_item(image_case, run_w
     assert "OSError: image file is truncated" in run.failure
 
 
-def test_bad_images_under_skip_every_bad_item_recorded_every_good_one_arrives(image_case, run_wf, dagster_home):
+def test_bad_images_under_skip_every_bad_item_recorded_every_good_one_arrives(
+    image_case, run_wf, dagster_home
+):
     wf, nodes, notes, good, corrupt, missing = image_case
-    run = run_wf(wf, custom_nodes=[nodes], params=_runtime("ImageSizes", on_item_error="skip", **PROCESS_WORKERS))
+    run = run_wf(
+        wf,
+        custom_nodes=[nodes],
+        params=_runtime("ImageSizes", on_item_error="skip", **PROCESS_WORKERS),
+    )
     assert run.success, run.failure
     out = run.notes["ImageSizes"]["out"]
     assert [n["id"] for n in out] == [0, 1, 2, 3]  # notes with bad items still leave, in order
@@ -290,8 +330,13 @@ def test_bad_images_under_skip_every_bad_item_recorded_every_good_one_arrives(im
     assert md["errors_skipped"] == 3 and md["items_skipped"] == 3 and md["items"] == 12
     rows = {(r["note"], r["item"].split(":")[0]): r for r in _skipped_rows(md)}
     assert set(rows) == {(1, "1"), (2, "1"), (3, "1")}
-    assert repr(corrupt) in rows[(1, "1")]["item"] and "image file is truncated" in rows[(1, "1")]["error"]
-    assert repr(missing) in rows[(2, "1")]["item"] and "FileNotFoundError" in rows[(2, "1")]["error"]
+    assert (
+        repr(corrupt) in rows[(1, "1")]["item"]
+        and "image file is truncated" in rows[(1, "1")]["error"]
+    )
+    assert (
+        repr(missing) in rows[(2, "1")]["item"] and "FileNotFoundError" in rows[(2, "1")]["error"]
+    )
     assert rows[(3, "1")]["item"] == "1: 42" and "AttributeError" in rows[(3, "1")]["error"]
     assert all(r["stage"] == "load_fn" for r in rows.values())
 
@@ -299,10 +344,20 @@ def test_bad_images_under_skip_every_bad_item_recorded_every_good_one_arrives(im
 @pytest.fixture
 def thousand(tmp_path):
     nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
-    notes = [{"id": n, "items": list(range(n * 50, n * 50 + 50))} for n in range(20)]  # items 0..999
+    notes = [
+        {"id": n, "items": list(range(n * 50, n * 50 + 50))} for n in range(20)
+    ]  # items 0..999
     manifest = tmp_path / "items_manifest.json"
     manifest.write_text(json.dumps(notes))
-    wf = write_workflow(tmp_path, "thousand", [step_node("1", "Manifest", {"manifest": str(manifest)}, source=True), step_node("2", "Numbers")], [edge("1", "out", "2")])
+    wf = write_workflow(
+        tmp_path,
+        "thousand",
+        [
+            step_node("1", "Manifest", {"manifest": str(manifest)}, source=True),
+            step_node("2", "Numbers"),
+        ],
+        [edge("1", "out", "2")],
+    )
     return wf, nodes
 
 
@@ -311,12 +366,19 @@ def test_one_bad_item_in_a_thousand_under_raise_names_it(thousand, run_wf):
     run = run_wf(wf, custom_nodes=[nodes], params=_runtime("Numbers", **PROCESS_WORKERS))
     assert not run.success
     assert "step 'Numbers' (node 2)" in run.failure
-    assert "load_fn failed on item 637 (note 12, item 37)" in run.failure and "ValueError: cannot load 637" in run.failure
+    assert (
+        "load_fn failed on item 637 (note 12, item 37)" in run.failure
+        and "ValueError: cannot load 637" in run.failure
+    )
 
 
 def test_one_bad_item_in_a_thousand_under_skip_999_arrive(thousand, run_wf, dagster_home):
     wf, nodes = thousand
-    run = run_wf(wf, custom_nodes=[nodes], params=_runtime("Numbers", on_item_error="skip", **PROCESS_WORKERS))
+    run = run_wf(
+        wf,
+        custom_nodes=[nodes],
+        params=_runtime("Numbers", on_item_error="skip", **PROCESS_WORKERS),
+    )
     assert run.success, run.failure
     out = run.notes["Numbers"]["out"]
     assert [n["id"] for n in out] == list(range(20))
@@ -332,17 +394,47 @@ def test_notes_without_items_or_not_dicts_are_named_or_skipped(tmp_path, run_wf,
     """A note without the item key, and a note that is not a dict at all."""
     nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
     manifest = tmp_path / "notes_manifest.json"
-    manifest.write_text(json.dumps([{"id": 0, "items": [1, 2]}, {"id": 1, "itemz": [3]}, {"id": 2, "items": [4]}, "just text"]))
-    wf = write_workflow(tmp_path, "wrong_notes", [step_node("1", "Manifest", {"manifest": str(manifest)}, source=True), step_node("2", "Numbers")], [edge("1", "out", "2")])
+    manifest.write_text(
+        json.dumps(
+            [
+                {"id": 0, "items": [1, 2]},
+                {"id": 1, "itemz": [3]},
+                {"id": 2, "items": [4]},
+                "just text",
+            ]
+        )
+    )
+    wf = write_workflow(
+        tmp_path,
+        "wrong_notes",
+        [
+            step_node("1", "Manifest", {"manifest": str(manifest)}, source=True),
+            step_node("2", "Numbers"),
+        ],
+        [edge("1", "out", "2")],
+    )
     run = run_wf(wf, custom_nodes=[nodes], params=_runtime("Numbers", **PROCESS_WORKERS))
     assert not run.success
-    assert "step 'Numbers' (node 2): note 1 {'id': 1, 'itemz': [3]}: KeyError" in run.failure and "item_key 'items' not found" in run.failure
-    run = run_wf(wf, custom_nodes=[nodes], params=_runtime("Numbers", on_item_error="skip", **PROCESS_WORKERS))
+    assert (
+        "step 'Numbers' (node 2): note 1 {'id': 1, 'itemz': [3]}: KeyError" in run.failure
+        and "item_key 'items' not found" in run.failure
+    )
+    run = run_wf(
+        wf,
+        custom_nodes=[nodes],
+        params=_runtime("Numbers", on_item_error="skip", **PROCESS_WORKERS),
+    )
     assert run.success, run.failure
-    assert [(n["id"], n.get("loaded")) for n in run.notes["Numbers"]["out"]] == [(0, [10, 20]), (2, [40])]
+    assert [(n["id"], n.get("loaded")) for n in run.notes["Numbers"]["out"]] == [
+        (0, [10, 20]),
+        (2, [40]),
+    ]
     rows = _skipped_rows(_metadata(dagster_home, ["wrong_notes", "Numbers"]))
     assert [(r["stage"], r["note"]) for r in rows] == [("on_data", 1), ("on_data", 3)]
-    assert "KeyError" in rows[0]["error"] and "batch steps take dict-like notes, got str" in rows[1]["error"]
+    assert (
+        "KeyError" in rows[0]["error"]
+        and "batch steps take dict-like notes, got str" in rows[1]["error"]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +470,9 @@ def function_case(tmp_path):
         apply = step_node("2", "Apply", {"fn": "def fn(x):\n    return x - 1"})
         if overridable is not None:
             apply["data"]["parameters"]["fn"]["overridable"] = overridable
-        return write_workflow(tmp_path, name, [step_node("1", "Count", source=True), apply], [edge("1", "out", "2")])
+        return write_workflow(
+            tmp_path, name, [step_node("1", "Count", source=True), apply], [edge("1", "out", "2")]
+        )
 
     return nodes, workflow
 
@@ -389,19 +483,32 @@ def test_run_config_replacing_function_code_is_refused(function_case, run_wf):
     run = run_wf(wf, custom_nodes=[nodes], params={"Apply.fn": TIMES_TEN})
     assert not run.success
     assert "workflow 'locked', step 'Apply' (node 2)" in run.failure
-    assert "run config replaces the code of function parameter 'fn'" in run.failure and "does not mark overridable" in run.failure
+    assert (
+        "run config replaces the code of function parameter 'fn'" in run.failure
+        and "does not mark overridable" in run.failure
+    )
     # other parameters stay editable, and the workflow's own code runs
     run = run_wf(wf, custom_nodes=[nodes], params={"Apply.label": "edited"})
     assert run.success, run.failure
-    assert [(n["y"], n["label"]) for n in run.notes["Apply"]["out"]] == [(-1, "edited"), (0, "edited"), (1, "edited")]
+    assert [(n["y"], n["label"]) for n in run.notes["Apply"]["out"]] == [
+        (-1, "edited"),
+        (0, "edited"),
+        (1, "edited"),
+    ]
     # marked false is the same as not marked
-    run = run_wf(workflow("explicit_false", overridable=False), custom_nodes=[nodes], params={"Apply.fn": TIMES_TEN})
+    run = run_wf(
+        workflow("explicit_false", overridable=False),
+        custom_nodes=[nodes],
+        params={"Apply.fn": TIMES_TEN},
+    )
     assert not run.success and "function parameter 'fn'" in run.failure
 
 
 def test_function_marked_overridable_in_the_workflow_file_accepts_run_config(function_case, run_wf):
     nodes, workflow = function_case
-    run = run_wf(workflow("open", overridable=True), custom_nodes=[nodes], params={"Apply.fn": TIMES_TEN})
+    run = run_wf(
+        workflow("open", overridable=True), custom_nodes=[nodes], params={"Apply.fn": TIMES_TEN}
+    )
     assert run.success, run.failure
     assert [n["y"] for n in run.notes["Apply"]["out"]] == [0, 10, 20]
 
@@ -412,7 +519,9 @@ def test_function_marked_overridable_in_a_python_graph(function_case, run_wf):
     for overridable in (True, False):
         g = Graph()
         src = g.step(registry.steps["Count"])
-        apply = g.step(registry.steps["Apply"]).param("fn", "def fn(x):\n    return x - 1", overridable=overridable)
+        apply = g.step(registry.steps["Apply"]).param(
+            "fn", "def fn(x):\n    return x - 1", overridable=overridable
+        )
         apply.bind(src)
         g.name = f"graph_{str(overridable).lower()}"
         assert ("overridable" in g.serialize()["G"][apply.id]["parameters"]["fn"]) is overridable
@@ -422,15 +531,26 @@ def test_function_marked_overridable_in_a_python_graph(function_case, run_wf):
             assert [n["y"] for n in run.notes["Apply"]["out"]] == [0, 10, 20]
         else:
             assert not run.success
-            assert "step 'Apply' (node 1)" in run.failure and "function parameter 'fn'" in run.failure
+            assert (
+                "step 'Apply' (node 1)" in run.failure and "function parameter 'fn'" in run.failure
+            )
 
 
 def test_code_location_flag_still_marks_functions_overridable(function_case, dagster_home):
     """``GraphbookWorkflow(overridable_functions=[...])`` keeps working next to the file marking."""
     nodes, workflow = function_case
-    defs = build_definitions([GraphbookWorkflow(workflow("by_location"), custom_nodes=[nodes], overridable_functions=["fn"])])
+    defs = build_definitions(
+        [
+            GraphbookWorkflow(
+                workflow("by_location"), custom_nodes=[nodes], overridable_functions=["fn"]
+            )
+        ]
+    )
     job = defs.resolve_job_def("by_location")
     with dg.DagsterInstance.from_config(dagster_home) as instance:
-        result = job.execute_in_process(run_config={"ops": {"by_location__Apply": {"config": {"fn": TIMES_TEN}}}}, instance=instance)
+        result = job.execute_in_process(
+            run_config={"ops": {"by_location__Apply": {"config": {"fn": TIMES_TEN}}}},
+            instance=instance,
+        )
     assert result.success
     assert [n["y"] for n in result.output_for_node("by_location__Apply", "out")] == [0, 10, 20]

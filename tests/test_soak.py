@@ -13,7 +13,6 @@ from collections import Counter
 import dagster as dg
 import psutil
 import pytest
-
 from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 from test_reliability_faults import Leaks
 
@@ -79,7 +78,7 @@ class RssSampler:
             self.samples.append((time.time(), me.memory_info().rss, workers))
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._thread.start()
         return self
 
@@ -90,12 +89,18 @@ class RssSampler:
 
 def _step_window(dagster_home: str, run_id: str, step_key: str) -> tuple:
     instance = dg.DagsterInstance.from_config(dagster_home)
-    times = {r.dagster_event.event_type: r.timestamp for r in instance.all_logs(run_id) if r.step_key == step_key and r.dagster_event is not None}
+    times = {
+        r.dagster_event.event_type: r.timestamp
+        for r in instance.all_logs(run_id)
+        if r.step_key == step_key and r.dagster_event is not None
+    }
     return times[dg.DagsterEventType.STEP_START], times[dg.DagsterEventType.STEP_SUCCESS]
 
 
 @pytest.mark.soak
-def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(tmp_path, run_wf, dagster_home):
+def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(
+    tmp_path, run_wf, dagster_home
+):
     import dagster_graphbook.execution.loader_pool  # noqa: F401  (torch imported before the baseline)
 
     nodes = write_nodes(tmp_path / "soak_nodes", "soak_nodes.py", SOAK_NODES)
@@ -113,7 +118,13 @@ def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(tmp_path, r
         ],
         [edge("1", "out", "2"), edge("2", "out", "3"), edge("4", "resource", "3", "jsonl_path")],
     )
-    params = {"Work.runtime.num_workers": 2, "Work.runtime.worker_type": "process", "Work.runtime.device": "cpu", "Work.runtime.dump_workers": 1, "Work.runtime.progress_interval_s": 2.0}
+    params = {
+        "Work.runtime.num_workers": 2,
+        "Work.runtime.worker_type": "process",
+        "Work.runtime.device": "cpu",
+        "Work.runtime.dump_workers": 1,
+        "Work.runtime.progress_interval_s": 2.0,
+    }
     dg.DagsterInstance.from_config(dagster_home).dispose()
     leaks = Leaks()
     baseline = psutil.Process().memory_info().rss
@@ -137,19 +148,27 @@ def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(tmp_path, r
             dumped[item] += 1
     assert len(dumped) == total and set(dumped.values()) == {1}
     lines = [json.loads(line) for line in sink.read_text().splitlines()]
-    assert [n["id"] for n in lines] == list(range(NOTES)) and sum(len(n["done"]) for n in lines) == total
+    assert [n["id"] for n in lines] == list(range(NOTES)) and sum(
+        len(n["done"]) for n in lines
+    ) == total
 
     # memory flat while the batch step ran: the second half's peak is not above the first half's
     t0, t1 = _step_window(dagster_home, run.run_id, "soak__Work")
     inside = [s for s in rss.samples if t0 <= s[0] <= t1]
-    assert len(inside) >= 20, f"too few RSS samples ({len(inside)}) in the batch step's {t1 - t0:.1f} s"
-    warm = inside[len(inside) // 10:]  # after start-up (workers forked, blocks mapped)
+    assert len(inside) >= 20, (
+        f"too few RSS samples ({len(inside)}) in the batch step's {t1 - t0:.1f} s"
+    )
+    warm = inside[len(inside) // 10 :]  # after start-up (workers forked, blocks mapped)
     half = len(warm) // 2
     first, second = max(s[1] for s in warm[:half]), max(s[1] for s in warm[half:])
     mib = 1024 * 1024
-    print(f"\nsoak: {total} items, {NOTES} notes in {seconds:.1f} s (batch step {t1 - t0:.1f} s, {total / (t1 - t0):.0f} items/s); "
-          f"step process RSS {baseline / mib:.0f} MiB before the run, peak {max(s[1] for s in inside) / mib:.0f} MiB (first half {first / mib:.0f}, second half {second / mib:.0f}), "
-          f"workers' RSS peak {max(s[2] for s in inside) / mib:.0f} MiB")
-    assert second <= first + 32 * mib, f"step process memory grew from {first / mib:.0f} to {second / mib:.0f} MiB during the batch step"
+    print(
+        f"\nsoak: {total} items, {NOTES} notes in {seconds:.1f} s (batch step {t1 - t0:.1f} s, {total / (t1 - t0):.0f} items/s); "
+        f"step process RSS {baseline / mib:.0f} MiB before the run, peak {max(s[1] for s in inside) / mib:.0f} MiB (first half {first / mib:.0f}, second half {second / mib:.0f}), "
+        f"workers' RSS peak {max(s[2] for s in inside) / mib:.0f} MiB"
+    )
+    assert second <= first + 32 * mib, (
+        f"step process memory grew from {first / mib:.0f} to {second / mib:.0f} MiB during the batch step"
+    )
 
     leaks.check()

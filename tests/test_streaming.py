@@ -19,11 +19,9 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
-
-from dagster_graphbook import GraphbookWorkflow, build_definitions
-from dagster_graphbook import notes_codec
-
 from conftest import edge, resource_node, step_node, write_nodes, write_workflow
+
+from dagster_graphbook import GraphbookWorkflow, build_definitions, notes_codec
 
 NODES = """
     import os
@@ -218,9 +216,9 @@ def test_default_mode_stores_each_tensor_at_its_own_size(default_images_run):
     run, mats, _, _ = default_images_run
     path = mats[dg.AssetKey(["images", "LoadImages"])]["notes_path"]
     raw = 24 * 3 * 64 * 64 * 4
-    assert (
-        os.path.getsize(path) <= 1.1 * raw
-    ), f"stored {os.path.getsize(path)} bytes for {raw} bytes of tensors"
+    assert os.path.getsize(path) <= 1.1 * raw, (
+        f"stored {os.path.getsize(path)} bytes for {raw} bytes of tensors"
+    )
     assert [n["mean"] for n in run["Reduce"]["out"]] == [float(i) for i in range(24)]
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 NODES = """
     from graphbook import step, source, param
@@ -70,9 +69,9 @@ def test_text_resource_feeding_a_function_parameter_is_locked(tmp_path, nodes, r
     assert not run.success
     assert not marker.exists(), "the attacker's code ran"
     assert "resource 'Code' (node 3)" in run.failure, run.failure
-    assert (
-        "parameter 'val'" in run.failure and "parameter 'fn' of node 2 (Apply)" in run.failure
-    ), run.failure
+    assert "parameter 'val'" in run.failure and "parameter 'fn' of node 2 (Apply)" in run.failure, (
+        run.failure
+    )
     assert "see the Dagster event log" not in run.failure
     # the workflow's own code still runs, and other steps' parameters stay editable
     run = run_wf(wf, custom_nodes=[nodes], params={"Apply.label": "edited"})

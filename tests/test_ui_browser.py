@@ -34,8 +34,11 @@ pytestmark = [
     pytest.mark.ui,
     pytest.mark.browser,
     # decided before any fixture starts a webserver
-    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="no Chromium here: install Debian's chromium and chromium-driver "
-                       "(scripts/test.sh does when run as root with apt-get), or set CHROMIUM and CHROMEDRIVER"),
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="no Chromium here: install Debian's chromium and chromium-driver "
+        "(scripts/test.sh does when run as root with apt-get), or set CHROMIUM and CHROMEDRIVER",
+    ),
 ]
 
 
@@ -47,7 +50,13 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     # --no-sandbox: CI runs as root; --disable-dev-shm-usage: small /dev/shm in containers
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1600,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1600,1000",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.implicitly_wait(0)
@@ -67,19 +76,28 @@ def _save(driver, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
 
         (REPO / "docs").mkdir(exist_ok=True)
         with Image.open(path) as image:
-            image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(REPO / "docs" / name, optimize=True)
+            image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(
+                REPO / "docs" / name, optimize=True
+            )
     return path
 
 
 def _edit(yaml_text: str, key: str, value: str) -> str:
     """Set ``key: value`` on the one line of the launchpad's YAML that holds ``key``."""
     pattern = re.compile(rf"^(\s*{re.escape(key)}:).*$", re.M)
-    assert len(pattern.findall(yaml_text)) == 1, f"expected one '{key}:' in the launchpad config:\n{yaml_text}"
+    assert len(pattern.findall(yaml_text)) == 1, (
+        f"expected one '{key}:' in the launchpad config:\n{yaml_text}"
+    )
     return pattern.sub(lambda m: f"{m.group(1)} {value}", yaml_text)
 
 
 def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, tmp_path):
-    from selenium.common.exceptions import ElementClickInterceptedException, NoSuchElementException, StaleElementReferenceException, TimeoutException
+    from selenium.common.exceptions import (
+        ElementClickInterceptedException,
+        NoSuchElementException,
+        StaleElementReferenceException,
+        TimeoutException,
+    )
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -94,8 +112,15 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
 
     def act(action) -> None:
         """Run ``action(driver)``, again while the page re-renders under it (stale or covered elements)."""
-        WebDriverWait(driver, 60, ignored_exceptions=(StaleElementReferenceException, ElementClickInterceptedException, NoSuchElementException)).until(
-            lambda d: action(d) or True)
+        WebDriverWait(
+            driver,
+            60,
+            ignored_exceptions=(
+                StaleElementReferenceException,
+                ElementClickInterceptedException,
+                NoSuchElementException,
+            ),
+        ).until(lambda d: action(d) or True)
 
     def click(xpath: str) -> None:
         act(lambda d: wait.until(EC.element_to_be_clickable((By.XPATH, xpath))).click())
@@ -109,8 +134,12 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     driver.get(webserver.url)
     # The first visit on localhost shows a "Join the Dagster community" dialog after a second: skip it.
     try:
-        WebDriverWait(driver, 8).until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Skip']"))).click()
-        wait.until(EC.invisibility_of_element_located((By.XPATH, "//button[normalize-space()='Skip']")))
+        WebDriverWait(driver, 8).until(
+            EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Skip']"))
+        ).click()
+        wait.until(
+            EC.invisibility_of_element_located((By.XPATH, "//button[normalize-space()='Skip']"))
+        )
     except TimeoutException:  # not shown (already dismissed for this instance)
         pass
 
@@ -118,7 +147,9 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     click("//a[normalize-space()='Jobs']")
     click(f"//a[normalize-space()='{DEMO}']")
     wait.until(EC.url_contains(f"/jobs/{DEMO}"))
-    wait.until(EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='ClassifyShapes']")))
+    wait.until(
+        EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='ClassifyShapes']"))
+    )
     _save(driver, tmp_path, "ui-job.png")
 
     # Materialize all -> the menu beside it -> Open launchpad
@@ -129,7 +160,9 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     wait.until(lambda d: d.execute_script(f"return !!({editor})"))
     act(type_partition)
     click(f"//button[@role='menuitem'][normalize-space()='{day}']")
-    wait.until(EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='partition: {day}']")))
+    wait.until(
+        EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='partition: {day}']"))
+    )
 
     # Edit the step parameters in the editor: the test's folders, threshold 0, 20-pixel copies.
     # (Picking the partition regenerated the config: wait for it again.)
@@ -145,8 +178,12 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     time.sleep(1)  # nothing re-renders the editor over the edit
     assert driver.execute_script(f"return ({editor}).getValue()") == text
     wait.until(EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='No errors']")))
-    materialize = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Materialize']")))
-    ActionChains(driver).move_to_element(materialize).perform()  # no tooltip of the partition field in the screenshot
+    materialize = wait.until(
+        EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Materialize']"))
+    )
+    ActionChains(driver).move_to_element(
+        materialize
+    ).perform()  # no tooltip of the partition field in the screenshot
     _save(driver, tmp_path, "ui-launchpad.png", docs=True)
 
     materialize.click()
@@ -155,18 +192,35 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     # the demo run takes tens of seconds on 2 CPU cores; a failed run fails here with its errors, not after a timeout
     webserver.expect_success(run_id, timeout_s=300)
     # ... and the run page's status tag turns to Success
-    wait.until(EC.visibility_of_element_located(
-        (By.XPATH, "//div[@role='img' and @aria-label='run_success']/following-sibling::div[normalize-space()='Success']")))
+    wait.until(
+        EC.visibility_of_element_located(
+            (
+                By.XPATH,
+                "//div[@role='img' and @aria-label='run_success']/following-sibling::div[normalize-space()='Success']",
+            )
+        )
+    )
     time.sleep(1)  # let the event list render its last rows for the screenshot
     shot = _save(driver, tmp_path, "ui-run-success.png", docs=True)
     assert shot.stat().st_size > 10_000
-    print(f"browser test: {time.time() - start:.1f} s from opening the UI to the run page showing Success")
+    print(
+        f"browser test: {time.time() - start:.1f} s from opening the UI to the run page showing Success"
+    )
 
     # the workflow's lineage: the incoming folder (external) -> the four steps, ReviewSplit's two pins
     driver.get(f"{webserver.url}/locations/graphbook/asset-groups/{DEMO}/lineage")
-    for name in ("incoming", "IncomingImages", "ClassifyShapes", "confident", "review", "SaveResized"):
+    for name in (
+        "incoming",
+        "IncomingImages",
+        "ClassifyShapes",
+        "confident",
+        "review",
+        "SaveResized",
+    ):
         wait.until(EC.visibility_of_element_located((By.XPATH, f"//*[normalize-space()='{name}']")))
-    wait.until(lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='Loading...']"))  # the nodes' partition counts
+    wait.until(
+        lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='Loading...']")
+    )  # the nodes' partition counts
     _save(driver, tmp_path, "ui-lineage.png", docs=True)
 
     # what the UI launched: that day's partition, with the parameters edited in the editor

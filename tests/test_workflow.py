@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
 from dagster_graphbook.workflow import workflow_name
-
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 
 @pytest.fixture(scope="module")
@@ -85,16 +84,35 @@ def test_parse_simple_workflows(repo):
 
 
 def test_parse_word_split(repo):
-    wf = load_workflow(repo / "workflows" / "word_split.json", NodeRegistry.load([repo / "custom_nodes" / "word_split"]))
+    wf = load_workflow(
+        repo / "workflows" / "word_split.json",
+        NodeRegistry.load([repo / "custom_nodes" / "word_split"]),
+    )
     assert wf.name == "word_split"
     split = wf.nodes["1"]
     assert split.step_kind == "batch"
     assert split.outputs == ["OutputFiles", "Metadata"]
-    assert split.values == {"batch_size": 4, "item_key": "path", "part_len": 4, "output_dir": "outputs/word_split"}
+    assert split.values == {
+        "batch_size": 4,
+        "item_key": "path",
+        "part_len": 4,
+        "output_dir": "outputs/word_split",
+    }
 
 
 def test_unknown_ui_fields_are_ignored(tmp_path, sample_registry):
-    node = step_node("1", "GenerateNumbers", {"amount": 3}, source=True, width=10, height=20, selected=True, dragging=False, positionAbsolute={"x": 1, "y": 2}, zIndex=5)
+    node = step_node(
+        "1",
+        "GenerateNumbers",
+        {"amount": 3},
+        source=True,
+        width=10,
+        height=20,
+        selected=True,
+        dragging=False,
+        positionAbsolute={"x": 1, "y": 2},
+        zIndex=5,
+    )
     node["data"].update({"key": 12, "isCollapsed": True, "somethingNew": {"x": 1}})
     other = step_node("2", "Transform", {"scale": 3})
     e = edge("1", "out", "2")
@@ -110,7 +128,13 @@ def test_unknown_ui_fields_are_ignored(tmp_path, sample_registry):
 
 
 def test_dict_param_triples_become_dict(tmp_path, extra_registry):
-    triples = [["string", "a", "x"], ["number", "n", "3"], ["number", "f", "2.5"], ["boolean", "b", "true"], ["boolean", "c", False]]
+    triples = [
+        ["string", "a", "x"],
+        ["number", "n", "3"],
+        ["number", "f", "2.5"],
+        ["boolean", "b", "true"],
+        ["boolean", "c", False],
+    ]
     path = write_workflow(
         tmp_path,
         "dicts",
@@ -163,7 +187,9 @@ def test_not_a_workflow_object(tmp_path, sample_registry):
 
 
 def test_unknown_node_name_lists_known_ones(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "unknown", [step_node("5", "NoSuchStep", source=True, label="Mystery")], [])
+    path = write_workflow(
+        tmp_path, "unknown", [step_node("5", "NoSuchStep", source=True, label="Mystery")], []
+    )
     err = _load_error(path, sample_registry)
     msg = str(err)
     assert "node 5 (Mystery)" in msg
@@ -173,34 +199,59 @@ def test_unknown_node_name_lists_known_ones(tmp_path, sample_registry):
 
 
 def test_unknown_resource_name(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "unknown_res", [step_node("1", "GenerateNumbers", source=True), resource_node("2", "Transform")], [])
+    path = write_workflow(
+        tmp_path,
+        "unknown_res",
+        [step_node("1", "GenerateNumbers", source=True), resource_node("2", "Transform")],
+        [],
+    )
     err = _load_error(path, sample_registry)
     assert "node 2 (Transform)" in str(err)
     assert "is a step" in str(err)
 
 
 def test_duplicate_ids(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "dups", [step_node("1", "GenerateNumbers", source=True), step_node("1", "Transform", label="T")], [])
+    path = write_workflow(
+        tmp_path,
+        "dups",
+        [step_node("1", "GenerateNumbers", source=True), step_node("1", "Transform", label="T")],
+        [],
+    )
     err = _load_error(path, sample_registry)
     assert "duplicate node id '1'" in str(err)
     assert "node 1 (T)" in str(err) and "node 1 (GenerateNumbers)" in str(err)
 
 
 def test_edge_to_missing_node(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "dangling", [step_node("1", "GenerateNumbers", source=True)], [edge("1", "out", "99", edge_id="e-dangling")])
+    path = write_workflow(
+        tmp_path,
+        "dangling",
+        [step_node("1", "GenerateNumbers", source=True)],
+        [edge("1", "out", "99", edge_id="e-dangling")],
+    )
     err = _load_error(path, sample_registry)
     assert "edge e-dangling" in str(err)
     assert "target node '99' does not exist" in str(err)
 
 
 def test_edge_from_missing_node(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "dangling_src", [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform")], [edge("42", "out", "2"), edge("1", "out", "2")])
+    path = write_workflow(
+        tmp_path,
+        "dangling_src",
+        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform")],
+        [edge("42", "out", "2"), edge("1", "out", "2")],
+    )
     err = _load_error(path, sample_registry)
     assert "source node '42' does not exist" in str(err)
 
 
 def test_edge_from_missing_pin(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "badpin", [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform")], [edge("1", "nope", "2")])
+    path = write_workflow(
+        tmp_path,
+        "badpin",
+        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform")],
+        [edge("1", "nope", "2")],
+    )
     err = _load_error(path, sample_registry)
     msg = str(err)
     assert "node 1 (GenerateNumbers) has no output pin 'nope'" in msg
@@ -211,7 +262,11 @@ def test_resource_edge_into_data_input(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "res_in",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform"), resource_node("3", "Number", {"val": 1})],
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "Transform"),
+            resource_node("3", "Number", {"val": 1}),
+        ],
         [edge("1", "out", "2"), edge("3", "resource", "2", "in")],
     )
     err = _load_error(path, sample_registry)
@@ -225,7 +280,11 @@ def test_resource_edge_to_non_parameter(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "res_bogus",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform"), resource_node("3", "Number", {"val": 1})],
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "Transform"),
+            resource_node("3", "Number", {"val": 1}),
+        ],
         [edge("1", "out", "2"), edge("3", "resource", "2", "bogus")],
     )
     err = _load_error(path, sample_registry)
@@ -248,7 +307,11 @@ def test_cycle(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "cycle",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform"), step_node("3", "CalcMean")],
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "Transform"),
+            step_node("3", "CalcMean"),
+        ],
         [edge("1", "out", "2"), edge("2", "out", "3"), edge("3", "out", "2")],
     )
     err = _load_error(path, sample_registry)
@@ -259,8 +322,11 @@ def test_cycle(tmp_path, sample_registry):
 
 def test_step_without_input_that_is_not_a_source_is_left_out(tmp_path, sample_registry):
     """Graphbook runs the connected part and never calls an idle step (issue #10.5)."""
-    nodes = [step_node("1", "GenerateNumbers", source=True), step_node("2", "CalcMean"),
-             step_node("3", "Transform")]
+    nodes = [
+        step_node("1", "GenerateNumbers", source=True),
+        step_node("2", "CalcMean"),
+        step_node("3", "Transform"),
+    ]
     path = write_workflow(tmp_path, "orphan", nodes, [edge("2", "out", "3")])
     wf = load_workflow(path, sample_registry)
     assert sorted(wf.nodes) == ["1"]
@@ -273,7 +339,10 @@ def test_source_with_input(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "fed_source",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "GenerateNumbers", label="Second", source=True)],
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "GenerateNumbers", label="Second", source=True),
+        ],
         [edge("1", "out", "2")],
     )
     err = _load_error(path, sample_registry)
@@ -281,7 +350,15 @@ def test_source_with_input(tmp_path, sample_registry):
 
 
 def test_wrong_parameter_type(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "badtype", [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform", {"scale": "abc", "shift": True})], [edge("1", "out", "2")])
+    path = write_workflow(
+        tmp_path,
+        "badtype",
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "Transform", {"scale": "abc", "shift": True}),
+        ],
+        [edge("1", "out", "2")],
+    )
     err = _load_error(path, sample_registry)
     msg = str(err)
     assert "node 2 (Transform): parameter 'scale' (number)" in msg
@@ -290,16 +367,24 @@ def test_wrong_parameter_type(tmp_path, sample_registry):
 
 
 def test_unknown_parameter(tmp_path, sample_registry):
-    path = write_workflow(tmp_path, "badparam", [step_node("1", "GenerateNumbers", {"amonut": 3}, source=True)], [])
+    path = write_workflow(
+        tmp_path, "badparam", [step_node("1", "GenerateNumbers", {"amonut": 3}, source=True)], []
+    )
     err = _load_error(path, sample_registry)
-    assert "node 1 (GenerateNumbers)" in str(err) and "'amonut'" in str(err) and "amount" in str(err)
+    assert (
+        "node 1 (GenerateNumbers)" in str(err) and "'amonut'" in str(err) and "amount" in str(err)
+    )
 
 
 def test_bad_function_source(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "badfn",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Split"), resource_node("3", "Function", {"val": "def f(d)\n    return 1"})],
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "Split"),
+            resource_node("3", "Function", {"val": "def f(d)\n    return 1"}),
+        ],
         [edge("1", "out", "2"), edge("3", "resource", "2", "split_fn")],
     )
     err = _load_error(path, sample_registry)
@@ -307,12 +392,22 @@ def test_bad_function_source(tmp_path, sample_registry):
 
 
 def test_missing_required_parameter(tmp_path, extra_registry):
-    path = write_workflow(tmp_path, "required", [step_node("1", "Ask", source=True), step_node("2", "Needs", label="NeedsLabel")], [edge("1", "out", "2")])
+    path = write_workflow(
+        tmp_path,
+        "required",
+        [step_node("1", "Ask", source=True), step_node("2", "Needs", label="NeedsLabel")],
+        [edge("1", "out", "2")],
+    )
     err = _load_error(path, extra_registry)
     assert "node 2 (NeedsLabel)" in str(err)
     assert "required parameter 'must'" in str(err)
     # with a value it loads
-    path2 = write_workflow(tmp_path, "required_ok", [step_node("1", "Ask", source=True), step_node("2", "Needs", {"must": "x"})], [edge("1", "out", "2")])
+    path2 = write_workflow(
+        tmp_path,
+        "required_ok",
+        [step_node("1", "Ask", source=True), step_node("2", "Needs", {"must": "x"})],
+        [edge("1", "out", "2")],
+    )
     assert load_workflow(path2, extra_registry).nodes["2"].values == {"must": "x"}
 
 
@@ -327,16 +422,26 @@ def test_unknown_node_type(tmp_path, sample_registry):
 def test_group_and_subflow_flattened_like_the_editor(tmp_path, sample_registry):
     """Group handles (``x`` outside, ``x_inner`` inside) and a subflow's exports are followed."""
     group = {"id": "g", "type": "group", "data": {"label": "G"}}
-    sub_nodes = [{"id": "1", "type": "export", "data": {"exportType": "input"}},
-                 step_node("2", "CalcMean"),
-                 {"id": "3", "type": "export", "data": {"exportType": "output"}}]
+    sub_nodes = [
+        {"id": "1", "type": "export", "data": {"exportType": "input"}},
+        step_node("2", "CalcMean"),
+        {"id": "3", "type": "export", "data": {"exportType": "output"}},
+    ]
     write_workflow(tmp_path, "Sub", sub_nodes, [edge("1", "0", "2"), edge("2", "out", "3", "0")])
-    nodes = [step_node("1", "GenerateNumbers", source=True), group,
-             step_node("2", "Transform", parentId="g"),
-             {"id": "s", "type": "subflow", "data": {"filename": "Sub.json"}},
-             step_node("4", "CalcRunningMean")]
-    edges = [edge("1", "out", "g", "x"), edge("g", "x_inner", "2"),
-             edge("2", "out", "g", "y_inner"), edge("g", "y", "s", "0"), edge("s", "0", "4")]
+    nodes = [
+        step_node("1", "GenerateNumbers", source=True),
+        group,
+        step_node("2", "Transform", parentId="g"),
+        {"id": "s", "type": "subflow", "data": {"filename": "Sub.json"}},
+        step_node("4", "CalcRunningMean"),
+    ]
+    edges = [
+        edge("1", "out", "g", "x"),
+        edge("g", "x_inner", "2"),
+        edge("2", "out", "g", "y_inner"),
+        edge("g", "y", "s", "0"),
+        edge("s", "0", "4"),
+    ]
     wf = load_workflow(write_workflow(tmp_path, "main", nodes, edges), sample_registry)
     assert sorted(wf.nodes) == ["1", "2", "4", "s/2"]
     assert wf.nodes["2"].inputs == [("1", "out")]
@@ -348,8 +453,12 @@ def test_all_problems_reported_at_once(tmp_path, sample_registry):
     path = write_workflow(
         tmp_path,
         "many",
-        [step_node("1", "GenerateNumbers", source=True), step_node("2", "Nope"),
-         step_node("3", "CalcMean"), step_node("4", "Transform", {"scale": "abc"})],
+        [
+            step_node("1", "GenerateNumbers", source=True),
+            step_node("2", "Nope"),
+            step_node("3", "CalcMean"),
+            step_node("4", "Transform", {"scale": "abc"}),
+        ],
         [edge("1", "bad", "3"), edge("1", "out", "4")],
     )
     err = _load_error(path, sample_registry)
@@ -375,10 +484,14 @@ def test_python_graph_validation_errors(repo, sample_registry):
 
 
 def test_python_workflow_file(repo):
-    wf = load_workflow(repo / "workflows" / "sample_graph.py", search_path=[repo / "custom_nodes" / "sample"])
+    wf = load_workflow(
+        repo / "workflows" / "sample_graph.py", search_path=[repo / "custom_nodes" / "sample"]
+    )
     assert wf.name == "sample_graph"
     assert [n.name for n in wf.steps()][0] == "GenerateNumbers"
-    assert sorted(n.name for n in wf.nodes.values()) == sorted(["GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "FunctionResource", "Split"])
+    assert sorted(n.name for n in wf.nodes.values()) == sorted(
+        ["GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "FunctionResource", "Split"]
+    )
     assert wf.nodes["5"].resource_params == {"split_fn": "4"}
     assert wf.nodes["5"].inputs == [("2", "out")]
     assert wf.nodes["0"].values == {"amount": 200}

@@ -7,16 +7,23 @@ are imported under their *function* names (``generate_numbers`` is the class who
 ``__name__`` is "GenerateNumbers").
 Node ids are assigned by ``g.step``/``g.resource`` in call order ("0", "1", ...).
 """
-from graphbook import Graph, steps, resources
 
 from sample_nodes import (
     calc_mean as CalcMean,
+)
+from sample_nodes import (
     calc_running_mean as CalcRunningMean,
+)
+from sample_nodes import (
     generate_numbers as GenerateNumbers,
+)
+from sample_nodes import (
     transform as Transform,
 )
 
-SPLIT_FN = "def split_fn(data):\n    return data[\"mean\"] > 10\n"
+from graphbook import Graph, resources, steps
+
+SPLIT_FN = 'def split_fn(data):\n    return data["mean"] > 10\n'
 
 g = Graph()
 

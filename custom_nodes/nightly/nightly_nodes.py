@@ -18,7 +18,18 @@ from graphbook.steps import BatchStep, SourceStep, Split
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # Standard torch layers the checkpoint may contain: loaded with weights_only=True, so a
 # checkpoint cannot run arbitrary code.
-_LAYERS = ("Sequential", "InstanceNorm2d", "Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Flatten", "Linear", "Dropout")
+_LAYERS = (
+    "Sequential",
+    "InstanceNorm2d",
+    "Conv2d",
+    "BatchNorm2d",
+    "ReLU",
+    "MaxPool2d",
+    "AdaptiveAvgPool2d",
+    "Flatten",
+    "Linear",
+    "Dropout",
+)
 
 
 def resolve_path(path: str) -> Path:
@@ -35,7 +46,13 @@ class ClassifierModel:
     """A loaded checkpoint: the model on a device, its class names and input size."""
 
     def __init__(self, model, classes, image_size, device, path):
-        self.model, self.classes, self.image_size, self.device, self.path = model, list(classes), int(image_size), device, path
+        self.model, self.classes, self.image_size, self.device, self.path = (
+            model,
+            list(classes),
+            int(image_size),
+            device,
+            path,
+        )
 
     def on(self, device):
         """The model on ``device`` (moved once)."""
@@ -50,8 +67,16 @@ class ShapesModel(Resource):
 
     Category = "Nightly"
     Parameters = {
-        "checkpoint": {"type": "string", "default": "models/shapes_cnn.pt", "description": "Checkpoint written by examples/nightly/train_shapes_cnn.py"},
-        "device": {"type": "string", "default": "auto", "description": "auto (CUDA when available), cpu or cuda[:N]"},
+        "checkpoint": {
+            "type": "string",
+            "default": "models/shapes_cnn.pt",
+            "description": "Checkpoint written by examples/nightly/train_shapes_cnn.py",
+        },
+        "device": {
+            "type": "string",
+            "default": "auto",
+            "description": "auto (CUDA when available), cpu or cuda[:N]",
+        },
     }
 
     def __init__(self, checkpoint="models/shapes_cnn.pt", device="auto"):
@@ -64,12 +89,20 @@ class ShapesModel(Resource):
 
         path = resolve_path(self.checkpoint)
         if not path.is_file():
-            raise FileNotFoundError(f"no model checkpoint at {path}: train one with `python examples/nightly/train_shapes_cnn.py --out {self.checkpoint}`")
-        device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+            raise FileNotFoundError(
+                f"no model checkpoint at {path}: train one with `python examples/nightly/train_shapes_cnn.py --out {self.checkpoint}`"
+            )
+        device = (
+            ("cuda" if torch.cuda.is_available() else "cpu")
+            if self.device == "auto"
+            else self.device
+        )
         with torch.serialization.safe_globals([getattr(torch.nn, name) for name in _LAYERS]):
             ckpt = torch.load(path, map_location=device, weights_only=True)
         model = ckpt["model"].to(device).eval()
-        self.log(f"loaded {path} ({', '.join(ckpt['classes'])}; validation accuracy {ckpt.get('val_accuracy', float('nan')):.3f}) on {device}")
+        self.log(
+            f"loaded {path} ({', '.join(ckpt['classes'])}; validation accuracy {ckpt.get('val_accuracy', float('nan')):.3f}) on {device}"
+        )
         return ClassifierModel(model, ckpt["classes"], ckpt["image_size"], device, str(path))
 
 
@@ -80,8 +113,16 @@ class IncomingImages(SourceStep):
     Category = "Nightly"
     Outputs = ["out"]
     Parameters = {
-        "folder": {"type": "string", "default": "data/incoming/{partition_key}", "description": "Folder of the day's images ({partition_key} is the day being processed)"},
-        "labels_file": {"type": "string", "default": "labels.csv", "description": "CSV (file,label) in the folder with the true labels; optional"},
+        "folder": {
+            "type": "string",
+            "default": "data/incoming/{partition_key}",
+            "description": "Folder of the day's images ({partition_key} is the day being processed)",
+        },
+        "labels_file": {
+            "type": "string",
+            "default": "labels.csv",
+            "description": "CSV (file,label) in the folder with the true labels; optional",
+        },
     }
 
     def __init__(self, folder="data/incoming/{partition_key}", labels_file="labels.csv"):
@@ -91,18 +132,35 @@ class IncomingImages(SourceStep):
 
     def load(self):
         if "{partition_key}" in self.folder:
-            raise ValueError(f"folder {self.folder!r} needs a partition key: run a partition (a day), or set folder to a path")
+            raise ValueError(
+                f"folder {self.folder!r} needs a partition key: run a partition (a day), or set folder to a path"
+            )
         folder = resolve_path(self.folder)
         if not folder.is_dir():
-            raise FileNotFoundError(f"no incoming folder {folder}: make it with `python examples/nightly/shapes_data.py --date {folder.name}`")
+            raise FileNotFoundError(
+                f"no incoming folder {folder}: make it with `python examples/nightly/shapes_data.py --date {folder.name}`"
+            )
         labels = {}
         labels_path = folder / self.labels_file
         if self.labels_file and labels_path.is_file():
             with open(labels_path, newline="") as f:
                 labels = {row["file"]: row["label"] for row in csv.DictReader(f)}
         files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        self.log(f"{len(files)} images in {folder}" + (f", {len(labels)} labels" if labels else ", no labels"))
-        return {"out": [{"image": str(p), "name": p.stem, "day": folder.name, "true_label": labels.get(p.name)} for p in files]}
+        self.log(
+            f"{len(files)} images in {folder}"
+            + (f", {len(labels)} labels" if labels else ", no labels")
+        )
+        return {
+            "out": [
+                {
+                    "image": str(p),
+                    "name": p.stem,
+                    "day": folder.name,
+                    "true_label": labels.get(p.name),
+                }
+                for p in files
+            ]
+        }
 
 
 class ClassifyShapes(BatchStep):
@@ -114,14 +172,20 @@ class ClassifyShapes(BatchStep):
     Outputs = ["out"]
     Parameters = {
         "batch_size": {"type": "number", "default": 64, "description": "Images per model call"},
-        "item_key": {"type": "string", "default": "image", "description": "Note key holding the image path"},
+        "item_key": {
+            "type": "string",
+            "default": "image",
+            "description": "Note key holding the image path",
+        },
         "model": {"type": "resource", "description": "A ShapesModel"},
     }
 
     def __init__(self, batch_size=64, item_key="image", model=None):
         super().__init__(batch_size, item_key)
         if model is None:
-            raise ValueError("ClassifyShapes needs its model parameter bound to a ShapesModel resource")
+            raise ValueError(
+                "ClassifyShapes needs its model parameter bound to a ShapesModel resource"
+            )
         self.model = model
         self.load_fn_params = {"size": model.image_size}
         self.seen = 0
@@ -137,7 +201,11 @@ class ClassifyShapes(BatchStep):
 
         with Image.open(item) as image:
             image = image.convert("RGB").resize((size, size), Image.BILINEAR)
-        return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1).contiguous()
+        return (
+            torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0)
+            .permute(2, 0, 1)
+            .contiguous()
+        )
 
     def on_item_batch(self, outputs, items, notes):
         import torch
@@ -163,7 +231,9 @@ class ClassifyShapes(BatchStep):
         self.dagster_metadata = {"images_classified": self.seen}
         if self.labelled:
             accuracy = self.right / self.labelled
-            self.dagster_metadata.update({"accuracy": round(accuracy, 4), "images_labelled": self.labelled})
+            self.dagster_metadata.update(
+                {"accuracy": round(accuracy, 4), "images_labelled": self.labelled}
+            )
             self.log(f"accuracy {accuracy:.3f} on {self.labelled} labelled images")
 
 
@@ -173,11 +243,19 @@ class ReviewSplit(Split):
     RequiresInput = True
     Category = "Nightly"
     Outputs = ["confident", "review"]
-    Parameters = {"threshold": {"type": "number", "default": 0.9, "description": "Lowest confidence that needs no review"}}
+    Parameters = {
+        "threshold": {
+            "type": "number",
+            "default": 0.9,
+            "description": "Lowest confidence that needs no review",
+        }
+    }
 
     def __init__(self, threshold=0.9):
         # a note whose image was lost under on_item_error: skip has no confidence: it needs review
-        super().__init__(split_fn=f"def split_fn(note):\n    return note.get('confidence', -1.0) >= {float(threshold)!r}\n")
+        super().__init__(
+            split_fn=f"def split_fn(note):\n    return note.get('confidence', -1.0) >= {float(threshold)!r}\n"
+        )
         self.threshold = float(threshold)
 
     def route(self, data):
@@ -210,12 +288,26 @@ class SaveResized(BatchStep):
     Outputs = ["out"]
     Parameters = {
         "batch_size": {"type": "number", "default": 64, "description": "Notes per batch"},
-        "item_key": {"type": "string", "default": "image", "description": "Note key holding the image path"},
-        "output_dir": {"type": "string", "default": "outputs/{partition_key}", "description": "Folder of the label folders ({partition_key} is the day)"},
-        "size": {"type": "number", "default": 48, "description": "Side of the resized copies, in pixels"},
+        "item_key": {
+            "type": "string",
+            "default": "image",
+            "description": "Note key holding the image path",
+        },
+        "output_dir": {
+            "type": "string",
+            "default": "outputs/{partition_key}",
+            "description": "Folder of the label folders ({partition_key} is the day)",
+        },
+        "size": {
+            "type": "number",
+            "default": 48,
+            "description": "Side of the resized copies, in pixels",
+        },
     }
 
-    def __init__(self, batch_size=64, item_key="image", output_dir="outputs/{partition_key}", size=48):
+    def __init__(
+        self, batch_size=64, item_key="image", output_dir="outputs/{partition_key}", size=48
+    ):
         super().__init__(batch_size, item_key)
         self.output_dir = output_dir
         self.size = int(size)

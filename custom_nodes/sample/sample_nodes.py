@@ -4,9 +4,10 @@ GenerateNumbers -> Transform -> CalcMean -> Split, and Transform -> CalcRunningM
 Written as ordinary Graphbook user code: the decorated function becomes one method
 of a generated Step class and ``ctx`` is the step instance.
 """
+
 import random
 
-from graphbook import step, source, param, event
+from graphbook import event, param, source, step
 
 
 def _rng(seed):

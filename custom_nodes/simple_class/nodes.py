@@ -4,9 +4,10 @@ written by subclassing SourceStep/Step instead of using decorators.
 MyFirstSource is a non-generator SourceStep: ``load()`` returns all 10 notes at once
 on its custom pin "message".
 """
+
 import random
 
-from graphbook.steps import Step, SourceStep
+from graphbook.steps import SourceStep, Step
 
 
 class MyFirstStep(Step):

@@ -3,9 +3,10 @@
 MyFirstSource yields ``amount`` notes; MyFirstStep sends each to pin "A" with
 probability ``prob`` (a Number resource) and to "B" otherwise.
 """
+
 import random
 
-from graphbook import step, source, param, event, output
+from graphbook import event, output, param, source, step
 from graphbook.steps import Step
 
 

@@ -13,13 +13,14 @@ Two implementations of the same step are provided:
 - ``SplitWordsClass``: the class-based form with ``@staticmethod`` load_fn/dump_fn,
   which are called without ``ctx`` (``load_fn(item)``, ``dump_fn(path, parts)``).
 """
+
 import csv
 import os
 import string
 import tempfile
 from pathlib import Path
 
-from graphbook import step, source, param, batch, event, output
+from graphbook import batch, event, output, param, source, step
 from graphbook.steps import BatchStep
 
 DEFAULT_CSV = "sample_data/word_split/files.csv"
@@ -48,7 +49,7 @@ def _resolve_csv(csv_path: str) -> Path:
 
 def read_words(path: str) -> list:
     """Whitespace-separated tokens with surrounding punctuation stripped; empty tokens dropped."""
-    with open(path, "r", encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         text = f.read()
     words = (tok.strip(string.punctuation) for tok in text.split())
     return [w for w in words if w]
@@ -153,7 +154,7 @@ def input_files(ctx):
     """
     csv_file = _resolve_csv(ctx.csv_path)
     base = csv_file.parent
-    with open(csv_file, "r", encoding="utf-8", newline="") as f:
+    with open(csv_file, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
         if not reader.fieldnames or "path" not in reader.fieldnames:
             raise ValueError(f"{csv_file} has no 'path' column (columns: {reader.fieldnames})")
@@ -187,7 +188,9 @@ def route_split(ctx, note: dict) -> dict:
 @output("OutputFiles", "Metadata")
 @event("route", route_split)
 @param("part_len", "number", default=DEFAULT_PART_LEN, description="Length of each word part")
-@param("output_dir", "string", default=DEFAULT_OUTPUT_DIR, description="Folder for the output files")
+@param(
+    "output_dir", "string", default=DEFAULT_OUTPUT_DIR, description="Folder for the output files"
+)
 def split_words(ctx, outputs, items, notes):
     """
     Splits the words of each input file into overlapping parts of ``part_len``

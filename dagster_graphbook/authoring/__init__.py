@@ -9,6 +9,20 @@ from .note import Note
 __dagster_graphbook_alias__ = True
 
 __all__ = [
-    "Graph", "Note", "batch", "decorators", "event", "log", "output", "param", "prompt", "prompts",
-    "resource", "resources", "source", "step", "steps", "utils",
+    "Graph",
+    "Note",
+    "batch",
+    "decorators",
+    "event",
+    "log",
+    "output",
+    "param",
+    "prompt",
+    "prompts",
+    "resource",
+    "resources",
+    "source",
+    "step",
+    "steps",
+    "utils",
 ]

@@ -19,7 +19,10 @@ from .utils import transform_function_string
 __all__ = ["step", "resource", "param", "event", "source", "output", "batch", "prompt"]
 
 # Parameter types whose values Graphbook casts by default.
-_DEFAULT_CASTS: Dict[str, Callable[[Any], Any]] = {"function": transform_function_string, "int": int}
+_DEFAULT_CASTS: Dict[str, Callable[[Any], Any]] = {
+    "function": transform_function_string,
+    "int": int,
+}
 
 
 @dataclass
@@ -53,7 +56,9 @@ def _unwind(func: Any, spec: _Spec) -> Callable[..., Any]:
     return func
 
 
-def _resolve_params(cls_name: str, parameters: Dict[str, dict], casts: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def _resolve_params(
+    cls_name: str, parameters: Dict[str, dict], casts: Dict[str, Any], kwargs: Dict[str, Any]
+) -> Dict[str, Any]:
     values = {}
     for key, p in parameters.items():
         value = kwargs.get(key)
@@ -72,7 +77,11 @@ def _build(func: Any, name: Optional[str], spec: _Spec) -> type:
     func = _unwind(func, spec)
     short_name = func.__name__ if name is None else name.split("/")[-1]
     category = "" if name is None else "/".join(name.split("/")[:-1])
-    parameters = {**copy.deepcopy(getattr(spec.base, "Parameters", {})), **spec.parameters} if spec.base is not _resources.Resource else dict(spec.parameters)
+    parameters = (
+        {**copy.deepcopy(getattr(spec.base, "Parameters", {})), **spec.parameters}
+        if spec.base is not _resources.Resource
+        else dict(spec.parameters)
+    )
     casts = dict(spec.casts)
     base, init_call = spec.base, spec.init_call
 
@@ -81,7 +90,9 @@ def _build(func: Any, name: Optional[str], spec: _Spec) -> type:
         # Set before the base init (a non-generator `load` may run in it) and after (it resets item_key).
         self.__dict__.update(values)
         if issubclass(base, _steps.BatchStep):
-            _steps.BatchStep.__init__(self, batch_size=values["batch_size"], item_key=values["item_key"])
+            _steps.BatchStep.__init__(
+                self, batch_size=values["batch_size"], item_key=values["item_key"]
+            )
         elif not issubclass(base, _resources.Resource):
             base.__init__(self)
         self.__dict__.update(values)
@@ -124,11 +135,24 @@ def resource(name: Optional[str] = None) -> Callable[[Any], type]:
     return decorator
 
 
-def param(name: str, type: str, *, default: Any = None, required: bool = False, description: str = "", cast_as: Optional[Callable[[Any], Any]] = None) -> Callable[[Any], _Decoration]:
+def param(
+    name: str,
+    type: str,
+    *,
+    default: Any = None,
+    required: bool = False,
+    description: str = "",
+    cast_as: Optional[Callable[[Any], Any]] = None,
+) -> Callable[[Any], _Decoration]:
     """Declare a parameter (a launchpad config field under Dagster)."""
 
     def apply(spec: _Spec) -> None:
-        spec.parameters[name] = {"type": type, "default": default, "required": required, "description": description}
+        spec.parameters[name] = {
+            "type": type,
+            "default": default,
+            "required": required,
+            "description": description,
+        }
         spec.casts[name] = cast_as if cast_as is not None else _DEFAULT_CASTS.get(type)
 
     return lambda func: _Decoration(func, apply)
@@ -167,13 +191,29 @@ def output(*outputs: str) -> Callable[[Any], _Decoration]:
     return lambda func: _Decoration(func, apply)
 
 
-def batch(batch_size: int = 8, item_key: str = "", *, load_fn: Optional[Callable[..., Any]] = None, dump_fn: Optional[Callable[..., Any]] = None) -> Callable[[Any], _Decoration]:
+def batch(
+    batch_size: int = 8,
+    item_key: str = "",
+    *,
+    load_fn: Optional[Callable[..., Any]] = None,
+    dump_fn: Optional[Callable[..., Any]] = None,
+) -> Callable[[Any], _Decoration]:
     """Make the step a BatchStep: the function is ``on_item_batch(ctx, outputs, items, notes)``."""
 
     def apply(spec: _Spec) -> None:
         _rebase(spec, _steps.BatchStep, "on_item_batch")
-        spec.parameters["batch_size"] = {"type": "number", "default": batch_size, "required": True, "description": "The size of the batch to be loaded"}
-        spec.parameters["item_key"] = {"type": "string", "default": item_key, "required": True, "description": "The key to use for batching"}
+        spec.parameters["batch_size"] = {
+            "type": "number",
+            "default": batch_size,
+            "required": True,
+            "description": "The size of the batch to be loaded",
+        }
+        spec.parameters["item_key"] = {
+            "type": "string",
+            "default": item_key,
+            "required": True,
+            "description": "The key to use for batching",
+        }
         spec.casts["batch_size"] = int
         spec.casts["item_key"] = None
         if load_fn is not None:

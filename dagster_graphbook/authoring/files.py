@@ -11,7 +11,7 @@ _SWEPT: Set[str] = set()
 
 
 @contextlib.contextmanager
-def atomic_path(path: Union[str, "os.PathLike[str]"]) -> Iterator[str]:
+def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds.
 
     A retried or killed op then never leaves a half-written file under the final name; the

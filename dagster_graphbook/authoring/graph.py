@@ -20,7 +20,7 @@ class GraphNodeWrapper:
         self.parameters: Dict[str, Any] = {}
         self.overridable: Set[str] = set()
 
-    def param(self, key: str, arg: Any, *, overridable: bool = False) -> "GraphNodeWrapper":
+    def param(self, key: str, arg: Any, *, overridable: bool = False) -> GraphNodeWrapper:
         """Set parameter ``key``; ``overridable=True`` lets run config replace a ``function`` parameter's code."""
         self.parameters[key] = arg
         if overridable:
@@ -35,13 +35,15 @@ class GraphStepWrapper(GraphNodeWrapper):
 
     def __init__(self, node: type, id: str):
         super().__init__(node, id)
-        self.deps: List[Tuple[str, "GraphStepWrapper"]] = []
+        self.deps: List[Tuple[str, GraphStepWrapper]] = []
 
-    def bind(self, src: "GraphStepWrapper", key: str = "out") -> "GraphStepWrapper":
+    def bind(self, src: GraphStepWrapper, key: str = "out") -> GraphStepWrapper:
         """Feed this step with the notes of ``src``'s pin ``key``."""
         outputs = getattr(src.node, "Outputs", ["out"])
         if key not in outputs:
-            raise ValueError(f"Output slot {key!r} not found in {src.node.__name__}'s outputs {outputs}")
+            raise ValueError(
+                f"Output slot {key!r} not found in {src.node.__name__}'s outputs {outputs}"
+            )
         self.deps.append((key, src))
         return self
 
@@ -94,7 +96,7 @@ class Graph:
 
         return decorator
 
-    def get_subgraph(self, step_id: str) -> "Graph":
+    def get_subgraph(self, step_id: str) -> Graph:
         """The step, its ancestors and the resources they use."""
         keep: Dict[str, GraphNodeWrapper] = {}
 
@@ -121,7 +123,12 @@ class Graph:
             params = {}
             for key, spec in getattr(node.node, "Parameters", {}).items():
                 value = node.parameters.get(key)
-                params[key] = {**spec, "value": {"node": value.id, "slot": "resource"} if isinstance(value, GraphResourceWrapper) else value}
+                params[key] = {
+                    **spec,
+                    "value": {"node": value.id, "slot": "resource"}
+                    if isinstance(value, GraphResourceWrapper)
+                    else value,
+                }
                 if key in node.overridable:
                     params[key]["overridable"] = True
             out[node.id] = {
@@ -160,6 +167,8 @@ class Graph:
         if not run.success:
             raise RuntimeError(f"workflow {name} failed (Dagster run {run.run_id}): {run.failure}")
         counts = "; ".join(f"{s} {pins}" for s, pins in run.counts().items())
-        print(f"workflow {name}: Dagster run {run.run_id} succeeded in {run.seconds:.1f} s "
-              f"(notes per step and pin: {counts})")
+        print(
+            f"workflow {name}: Dagster run {run.run_id} succeeded in {run.seconds:.1f} s "
+            f"(notes per step and pin: {counts})"
+        )
         return run

@@ -21,7 +21,9 @@ class LogTarget:
     emit: Callable[[str, str], None]
 
 
-_current: contextvars.ContextVar[LogTarget | None] = contextvars.ContextVar("graphbook_log_target", default=None)
+_current: contextvars.ContextVar[LogTarget | None] = contextvars.ContextVar(
+    "graphbook_log_target", default=None
+)
 
 
 @contextlib.contextmanager
@@ -38,7 +40,11 @@ def stderr_target(node_id: str, node_name: str) -> LogTarget:
     """Target for worker processes: they must not write to the run's event log directly."""
 
     def emit(level: str, message: str) -> None:
-        print(f"[{node_id} {node_name}] {'[ERR] ' if level == 'error' else ''}{message}", file=sys.stderr, flush=True)
+        print(
+            f"[{node_id} {node_name}] {'[ERR] ' if level == 'error' else ''}{message}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return LogTarget(node_id, node_name, emit)
 

@@ -41,7 +41,7 @@ def web(location: str) -> None:
     exported_web[_caller_module()] = location
 
 
-def setup_plugins() -> (
-    Tuple[Dict[str, Dict[str, type]], Dict[str, Dict[str, type]], Dict[str, str]]
-):
+def setup_plugins() -> Tuple[
+    Dict[str, Dict[str, type]], Dict[str, Dict[str, type]], Dict[str, str]
+]:
     return exported_steps, exported_resources, exported_web

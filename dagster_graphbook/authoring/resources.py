@@ -56,4 +56,10 @@ class DictResource(Resource):
 
 
 # The names Graphbook's editor saves for the built-in resources.
-UI_NAMES = {"Text": Resource, "Number": NumberResource, "Function": FunctionResource, "List": ListResource, "Dict": DictResource}
+UI_NAMES = {
+    "Text": Resource,
+    "Number": NumberResource,
+    "Function": FunctionResource,
+    "List": ListResource,
+    "Dict": DictResource,
+}

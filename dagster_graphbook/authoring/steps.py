@@ -19,8 +19,18 @@ StepOutput = Dict[str, List[Any]]
 """Pin name -> list of notes."""
 
 __all__ = [
-    "StepOutput", "Step", "SourceStep", "GeneratorSourceStep", "AsyncStep", "BatchStep", "PromptStep",
-    "Split", "Copy", "LoadJSONL", "DumpJSONL", "log",
+    "StepOutput",
+    "Step",
+    "SourceStep",
+    "GeneratorSourceStep",
+    "AsyncStep",
+    "BatchStep",
+    "PromptStep",
+    "Split",
+    "Copy",
+    "LoadJSONL",
+    "DumpJSONL",
+    "log",
 ]
 
 
@@ -111,7 +121,10 @@ class SourceStep(Step):
 
     def __call__(self) -> StepOutput:
         result = self.load()
-        return {pin: value if isinstance(value, list) else [value] for pin, value in (result or {}).items()}
+        return {
+            pin: value if isinstance(value, list) else [value]
+            for pin, value in (result or {}).items()
+        }
 
 
 class GeneratorSourceStep(SourceStep):
@@ -170,9 +183,13 @@ class BatchStep(AsyncStep):
 
     @staticmethod
     def dump_fn(**args: Any) -> Any:
-        raise NotImplementedError("dump_fn must be implemented when on_item_batch returns dump tuples")
+        raise NotImplementedError(
+            "dump_fn must be implemented when on_item_batch returns dump tuples"
+        )
 
-    def on_item_batch(self, outputs: Optional[List[Any]], items: List[Any], data: List[Any]) -> Optional[List[Tuple[Any, ...]]]:
+    def on_item_batch(
+        self, outputs: Optional[List[Any]], items: List[Any], data: List[Any]
+    ) -> Optional[List[Tuple[Any, ...]]]:
         """Process one batch; return one dump_fn argument tuple per item, or None."""
         return None
 
@@ -224,7 +241,10 @@ class LoadJSONL(SourceStep):
 
     RequiresInput = False
     Parameters = {
-        "jsonl_path": {"type": "resource", "description": "Path of the .jsonl file (bind a Text resource)"},
+        "jsonl_path": {
+            "type": "resource",
+            "description": "Path of the .jsonl file (bind a Text resource)",
+        },
         "start_from": {"type": "number", "default": 0, "description": "Lines to skip"},
     }
     Outputs = ["out"]
@@ -250,7 +270,12 @@ class DumpJSONL(Step):
     """
 
     RequiresInput = True
-    Parameters = {"jsonl_path": {"type": "resource", "description": "Path of the .jsonl file (bind a Text resource)"}}
+    Parameters = {
+        "jsonl_path": {
+            "type": "resource",
+            "description": "Path of the .jsonl file (bind a Text resource)",
+        }
+    }
     Outputs = ["out"]
     Category = "IO"
 

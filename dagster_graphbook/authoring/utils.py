@@ -8,7 +8,13 @@ from typing import Any, Callable
 
 from .log import transform_json_log
 
-__all__ = ["transform_function_string", "image", "is_batchable", "convert_dict_values_to_list", "transform_json_log"]
+__all__ = [
+    "transform_function_string",
+    "image",
+    "is_batchable",
+    "convert_dict_values_to_list",
+    "transform_json_log",
+]
 
 _DEF = re.compile(r"^\s*def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", re.MULTILINE)
 
@@ -21,7 +27,9 @@ def transform_function_string(func_str: str) -> Callable[..., Any]:
     if callable(func_str):
         return func_str
     if not isinstance(func_str, str):
-        raise TypeError(f"a function parameter must be Python source starting with 'def', got {type(func_str).__name__}")
+        raise TypeError(
+            f"a function parameter must be Python source starting with 'def', got {type(func_str).__name__}"
+        )
     source = func_str.strip("\n")
     match = _DEF.search(source)
     if match is None or source.lstrip()[:3] != "def":

@@ -21,8 +21,8 @@ from ..notes_codec import compact
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .progress import Progress
-from .stall import StallWatchdog
 from .routing import Pins, StepResult
+from .stall import StallWatchdog
 from .workers import start_method_problem
 
 Emit = Callable[[str, str], None]
@@ -44,13 +44,17 @@ class BatchSettings:
     dump_workers: Optional[int] = None  # default: num_workers
     max_dumps_in_flight: int = 64
     progress_interval_s: float = 5.0
-    worker_nice: int = 0  # added to the nice value of loader and dump workers (see workers.lower_priority)
-    max_skipped_fraction: Optional[float] = None  # under skip: fail when a larger share of items is lost
+    worker_nice: int = (
+        0  # added to the nice value of loader and dump workers (see workers.lower_priority)
+    )
+    max_skipped_fraction: Optional[float] = (
+        None  # under skip: fail when a larger share of items is lost
+    )
     call_timeout_s: Optional[float] = None  # a load_fn/dump_fn call running longer is an item error
     stall_warning_s: float = 60.0  # no progress for this long: log what is stuck (0: never)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "BatchSettings":
+    def from_config(cls, config: Mapping[str, Any]) -> BatchSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in config.items() if k in known})
 
@@ -77,7 +81,9 @@ def _items_of(note: Any, item_key: str) -> List[Any]:
         raise TypeError(f"batch steps take dict-like notes, got {type(note).__name__}")
     value = get(item_key, None)
     if value is None:
-        raise KeyError(f"item_key {item_key!r} not found in note (keys: {', '.join(map(str, list(note.keys())[:10]))})")
+        raise KeyError(
+            f"item_key {item_key!r} not found in note (keys: {', '.join(map(str, list(note.keys())[:10]))})"
+        )
     if isinstance(value, list):
         return value
     if type(value).__name__ == "Tensor":
@@ -90,24 +96,49 @@ def _dump_calls(dumps: Any, n: int, label: str) -> List[Tuple[int, Tuple[Any, ..
     if dumps is None:
         return []
     if isinstance(dumps, dict):  # Graphbook's deprecated form: {key: [one per item]}
-        warnings.warn("dict returns from on_item_batch are deprecated: return one dump_fn argument tuple per item", DeprecationWarning)
+        warnings.warn(
+            "dict returns from on_item_batch are deprecated: return one dump_fn argument tuple per item",
+            DeprecationWarning,
+        )
         calls = []
         for key, values in dumps.items():
             if len(values) != n:
-                raise StepFailure(label, f"on_item_batch returned {len(values)} values under {key!r} for a batch of {n} items")
+                raise StepFailure(
+                    label,
+                    f"on_item_batch returned {len(values)} values under {key!r} for a batch of {n} items",
+                )
             calls += [(i, v if isinstance(v, tuple) else (v,)) for i, v in enumerate(values)]
         return calls
     dumps = list(dumps)
     if len(dumps) != n:
-        raise StepFailure(label, f"on_item_batch returned {len(dumps)} dump tuples for a batch of {n} items; return exactly one per item (or None)")
+        raise StepFailure(
+            label,
+            f"on_item_batch returned {len(dumps)} dump tuples for a batch of {n} items; return exactly one per item (or None)",
+        )
     return [(i, tuple(d) if isinstance(d, (tuple, list)) else (d,)) for i, d in enumerate(dumps)]
 
 
 class _BatchRun:
     """State of one batch step run: which items and dumps each note still waits for."""
 
-    def __init__(self, step: Any, notes: Sequence[Any], settings: BatchSettings, pins: Sequence[str], label: str, node: Tuple[str, str], emit: Emit):
-        self.step, self.notes, self.settings, self.label, self.node, self.emit = step, notes, settings, label, node, emit
+    def __init__(
+        self,
+        step: Any,
+        notes: Sequence[Any],
+        settings: BatchSettings,
+        pins: Sequence[str],
+        label: str,
+        node: Tuple[str, str],
+        emit: Emit,
+    ):
+        self.step, self.notes, self.settings, self.label, self.node, self.emit = (
+            step,
+            notes,
+            settings,
+            label,
+            node,
+            emit,
+        )
         self.skip = settings.on_item_error == "skip"
         self.out = Pins(pins, label, lambda msg: emit("warning", msg))
         self.errors: List[ItemError] = []
@@ -126,9 +157,20 @@ class _BatchRun:
         note_index = self.owner[index]
         if "re-initialize CUDA in forked subprocess" in tb:
             tb += f"\nHint: {_CUDA_FORK_HINT}\n"
-        error = ItemError(stage, note_index, self.position[index], short_repr(self.items[index]), short_repr(self.notes[note_index]), tb)
+        error = ItemError(
+            stage,
+            note_index,
+            self.position[index],
+            short_repr(self.items[index]),
+            short_repr(self.notes[note_index]),
+            tb,
+        )
         if not self.skip:
-            raise StepFailure(self.label, f"{stage} failed on item {short_repr(self.items[index])} (note {note_index}, item {self.position[index]})", error)
+            raise StepFailure(
+                self.label,
+                f"{stage} failed on item {short_repr(self.items[index])} (note {note_index}, item {self.position[index]})",
+                error,
+            )
         self.errors.append(error)
         lost = self.lost.setdefault(note_index, [])
         if self.position[index] not in lost:
@@ -145,7 +187,11 @@ class _BatchRun:
             except Exception as exc:
                 error = ItemError("on_data", ni, None, "", short_repr(note), traceback.format_exc())
                 if not self.skip:
-                    raise StepFailure(self.label, f"note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}", error) from exc
+                    raise StepFailure(
+                        self.label,
+                        f"note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        error,
+                    ) from exc
                 self.errors.append(error)
                 self.valid[ni] = False
                 continue
@@ -171,7 +217,11 @@ class _BatchRun:
             except Exception as exc:
                 error = ItemError("route", ni, None, "", short_repr(note), traceback.format_exc())
                 if not self.skip:
-                    raise StepFailure(self.label, f"on_after_item/route failed on note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}", error) from exc
+                    raise StepFailure(
+                        self.label,
+                        f"on_after_item/route failed on note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        error,
+                    ) from exc
                 self.errors.append(error)
                 continue
             self.out.add_routed(routed, note, f"route of note {ni}")
@@ -200,8 +250,11 @@ def check_skipped_share(label: str, skipped: int, total: int, limit: Optional[fl
     """Fail the step when the share of skipped items exceeds ``limit`` (``max_skipped_fraction``)."""
     if limit is None or total <= 0 or skipped / total <= limit:
         return
-    raise StepFailure(label, f"{skipped} of {total} items ({skipped / total:.0%}) were skipped by errors, more than "
-                      f"runtime.max_skipped_fraction {limit:g}; see the warnings above for each item")
+    raise StepFailure(
+        label,
+        f"{skipped} of {total} items ({skipped / total:.0%}) were skipped by errors, more than "
+        f"runtime.max_skipped_fraction {limit:g}; see the warnings above for each item",
+    )
 
 
 def _has_own(step: Any, name: str, placeholders: set) -> bool:
@@ -210,7 +263,16 @@ def _has_own(step: Any, name: str, placeholders: set) -> bool:
     return getattr(fn, "__func__", fn) not in placeholders
 
 
-def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSettings] = None, *, pins: Optional[Sequence[str]] = None, label: str = "batch step", node: Tuple[str, str] = ("?", "batch"), emit: Optional[Emit] = None) -> StepResult:
+def run_batch_step(
+    step: Any,
+    notes: Sequence[Any],
+    settings: Optional[BatchSettings] = None,
+    *,
+    pins: Optional[Sequence[str]] = None,
+    label: str = "batch step",
+    node: Tuple[str, str] = ("?", "batch"),
+    emit: Optional[Emit] = None,
+) -> StepResult:
     """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool."""
     from .dump_pool import DumpPool
     from .loader_pool import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
@@ -219,12 +281,23 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
     emit = emit or (lambda level, msg: None)
     pins = list(pins or getattr(step, "Outputs", ["out"]))
     if settings.worker_type not in ("process", "thread"):
-        raise StepFailure(label, f"worker_type must be 'process' or 'thread', got {settings.worker_type!r}")
+        raise StepFailure(
+            label, f"worker_type must be 'process' or 'thread', got {settings.worker_type!r}"
+        )
     if settings.on_item_error not in ("raise", "skip"):
-        raise StepFailure(label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}")
-    if settings.worker_type == "process" and settings.num_workers > 0 and multiprocessing.current_process().daemon:
+        raise StepFailure(
+            label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}"
+        )
+    if (
+        settings.worker_type == "process"
+        and settings.num_workers > 0
+        and multiprocessing.current_process().daemon
+    ):
         # Dask workers and Celery's prefork children are daemonic and may not have children
-        emit("warning", f"{label}: this step runs in a daemonic process ({multiprocessing.current_process().name}), which cannot start worker processes; using worker_type 'thread'")
+        emit(
+            "warning",
+            f"{label}: this step runs in a daemonic process ({multiprocessing.current_process().name}), which cannot start worker processes; using worker_type 'thread'",
+        )
         settings = replace(settings, worker_type="thread")
     device = resolve_device(settings.device)
     if not hasattr(step, "device"):
@@ -250,19 +323,63 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
     if not has_load:
         loader: Any = SyncBatches(run.items, batch_size)
     else:
-        dataset = ItemDataset(run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {}))
+        dataset = ItemDataset(
+            run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {})
+        )
         dataset.call_timeout_s = settings.call_timeout_s
         if processes:
-            loader = ProcessLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.start_method, device.startswith("cuda"), node, settings.worker_nice)
+            loader = ProcessLoader(
+                dataset,
+                batch_size,
+                settings.num_workers,
+                settings.prefetch,
+                settings.start_method,
+                device.startswith("cuda"),
+                node,
+                settings.worker_nice,
+            )
             loader.warn = lambda m: emit("warning", f"{label}: {m}")  # e.g. /dev/shm too small
         else:
-            loader = ThreadLoader(dataset, batch_size, settings.num_workers, settings.prefetch, settings.worker_nice, stack=device != "cpu")
-    dump_workers = settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
-    dumps = DumpPool(step.dump_fn, worker_type="thread" if not processes or settings.num_workers == 0 else "process", num_workers=dump_workers, start_method=settings.start_method, max_in_flight=settings.max_dumps_in_flight, node=node, nice=settings.worker_nice,
-                      call_timeout_s=settings.call_timeout_s) if has_dump else None
+            loader = ThreadLoader(
+                dataset,
+                batch_size,
+                settings.num_workers,
+                settings.prefetch,
+                settings.worker_nice,
+                stack=device != "cpu",
+            )
+    dump_workers = (
+        settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
+    )
+    dumps = (
+        DumpPool(
+            step.dump_fn,
+            worker_type="thread" if not processes or settings.num_workers == 0 else "process",
+            num_workers=dump_workers,
+            start_method=settings.start_method,
+            max_in_flight=settings.max_dumps_in_flight,
+            node=node,
+            nice=settings.worker_nice,
+            call_timeout_s=settings.call_timeout_s,
+        )
+        if has_dump
+        else None
+    )
 
-    progress = Progress(label, len(run.items), len(notes), device, lambda m: emit("info", m), settings.progress_interval_s)
-    watchdog = StallWatchdog(label, settings.stall_warning_s, lambda: _stuck(run, progress, dumps), lambda m: emit("warning", m))
+    progress = Progress(
+        label,
+        len(run.items),
+        len(notes),
+        device,
+        lambda m: emit("info", m),
+        settings.progress_interval_s,
+    )
+    watchdog = StallWatchdog(
+        label,
+        settings.stall_warning_s,
+        lambda: _stuck(run, progress, dumps),
+        lambda m: emit("warning", m),
+    )
     failed = True
     try:
         watchdog.__enter__()
@@ -276,7 +393,10 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
             except RuntimeError as exc:
                 if "exited unexpectedly" in str(exc) or "killed by signal" in str(exc):
                     done = progress.counts["processed"] + progress.counts["failed"]
-                    raise StepFailure(label, f"a loader worker process died (killed by a signal: out of memory, segfault or kill) while loading items {done}.. of {len(run.items)}: {exc}") from exc
+                    raise StepFailure(
+                        label,
+                        f"a loader worker process died (killed by a signal: out of memory, segfault or kill) while loading items {done}.. of {len(run.items)}: {exc}",
+                    ) from exc
                 raise
             progress.loader_wait_s += time.perf_counter() - t0
             watchdog.touch()
@@ -289,7 +409,9 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
                 run.fail_item("load_fn", index, tb)
                 run.waiting[run.owner[index]] -= 1
             if batch.indices:
-                _process_batch(run, batch, batch.indices, has_load, has_dump, device, dumps, progress)
+                _process_batch(
+                    run, batch, batch.indices, has_load, has_dump, device, dumps, progress
+                )
             if dumps is not None:
                 for done in dumps.poll():
                     run.dump_done(done, progress)
@@ -302,8 +424,12 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
                 watchdog.touch()
         run.release_ready(progress)
         if run.released != len(notes):  # pragma: no cover - would be a bug in the accounting above
-            raise StepFailure(label, f"internal error: {len(notes) - run.released} notes were never released")
-        check_skipped_share(label, len(run.errors), max(len(run.items), len(notes)), settings.max_skipped_fraction)
+            raise StepFailure(
+                label, f"internal error: {len(notes) - run.released} notes were never released"
+            )
+        check_skipped_share(
+            label, len(run.errors), max(len(run.items), len(notes)), settings.max_skipped_fraction
+        )
         failed = False
     except BrokenProcessPool as exc:
         raise StepFailure(label, str(exc)) from exc
@@ -313,7 +439,13 @@ def run_batch_step(step: Any, notes: Sequence[Any], settings: Optional[BatchSett
         if dumps is not None:
             dumps.close(abort=failed)
     emit("info", progress.line(0, 0))
-    stats: Dict[str, Any] = {**progress.stats(), "device": device, "worker_type": settings.worker_type, "num_workers": settings.num_workers, "items_skipped": len(run.errors)}
+    stats: Dict[str, Any] = {
+        **progress.stats(),
+        "device": device,
+        "worker_type": settings.worker_type,
+        "num_workers": settings.num_workers,
+        "items_skipped": len(run.errors),
+    }
     return StepResult(run.out.notes, {**stats, **run.out.dropped_stats()}, run.errors, run.files)
 
 
@@ -322,11 +454,15 @@ def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
     done = progress.counts["processed"] + progress.counts["failed"]
     parts = [f"waiting in {run.stage}"]
     if run.stage == "load_fn" and done < len(run.items):
-        parts.append(f"for the batch from item {done} {short_repr(run.items[done], 80)} (note {run.owner[done]})")
+        parts.append(
+            f"for the batch from item {done} {short_repr(run.items[done], 80)} (note {run.owner[done]})"
+        )
     pending = list(dumps.pending.values()) if dumps is not None else []
     if pending:
         shown = ", ".join(f"item {i} {short_repr(run.items[i], 60)}" for i in pending[:3])
-        parts.append(f"{len(pending)} dump_fn call(s) pending: {shown}{', ...' if len(pending) > 3 else ''}")
+        parts.append(
+            f"{len(pending)} dump_fn call(s) pending: {shown}{', ...' if len(pending) > 3 else ''}"
+        )
     return "; ".join(parts)
 
 
@@ -338,7 +474,11 @@ def _signature(value: Any) -> Optional[Tuple[Any, ...]]:
 
 def _describe(value: Any) -> str:
     sig = _signature(value)
-    return f"a tensor of shape {list(sig[1])} ({sig[2]})" if sig else f"{type(value).__name__} {short_repr(value, 60)}"
+    return (
+        f"a tensor of shape {list(sig[1])} ({sig[2]})"
+        if sig
+        else f"{type(value).__name__} {short_repr(value, 60)}"
+    )
 
 
 def _odd_positions(batch: Any) -> Tuple[List[int], Optional[Tuple[Any, ...]]]:
@@ -360,16 +500,21 @@ def _odd_positions(batch: Any) -> Tuple[List[int], Optional[Tuple[Any, ...]]]:
     return [pos for pos, sig in enumerate(sigs) if sig != expected], expected
 
 
-def _drop_odd_values(run: _BatchRun, batch: Any, progress: Progress, odd: List[int], expected: Any,
-                     why: str) -> Tuple[Any, List[int]]:
+def _drop_odd_values(
+    run: _BatchRun, batch: Any, progress: Progress, odd: List[int], expected: Any, why: str
+) -> Tuple[Any, List[int]]:
     """After ``on_item_batch`` failed on a batch holding odd values (``_odd_positions``), fail
     those items, named, and return the batch without them, so only they are lost."""
     for pos in odd:
         index = batch.indices[pos]
         progress.add("failed")
-        run.fail_item("load_fn", index, f"load_fn returned {_describe(batch.values[pos])} for this item, while the other "
-                                        f"items of its batch returned {_describe_sig(expected)}; on_item_batch failed on "
-                                        f"the batch with it: {why}\n")
+        run.fail_item(
+            "load_fn",
+            index,
+            f"load_fn returned {_describe(batch.values[pos])} for this item, while the other "
+            f"items of its batch returned {_describe_sig(expected)}; on_item_batch failed on "
+            f"the batch with it: {why}\n",
+        )
         run.waiting[run.owner[index]] -= 1
     dropped = set(odd)
     keep = [pos for pos in range(len(batch.indices)) if pos not in dropped]
@@ -381,8 +526,17 @@ def _describe_sig(sig: Tuple[Any, ...]) -> str:
     return f"tensors of shape {list(sig[1])} ({sig[2]})"
 
 
-def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: bool, has_dump: bool, device: str, dumps: Any, progress: Progress,
-                   retried: bool = False) -> None:
+def _process_batch(
+    run: _BatchRun,
+    batch: Any,
+    indices: List[int],
+    has_load: bool,
+    has_dump: bool,
+    device: str,
+    dumps: Any,
+    progress: Progress,
+    retried: bool = False,
+) -> None:
     step = run.step
     outputs = batch.outputs(device) if has_load else None
     items = [run.items[i] for i in indices]
@@ -403,7 +557,9 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
             why = f"{type(exc).__name__}: {exc}"
             batch, indices = _drop_odd_values(run, batch, progress, odd, expected, why)
             if indices:
-                _process_batch(run, batch, indices, has_load, has_dump, device, dumps, progress, retried=True)
+                _process_batch(
+                    run, batch, indices, has_load, has_dump, device, dumps, progress, retried=True
+                )
             return
         for i in indices:
             progress.add("failed")
@@ -413,7 +569,9 @@ def _process_batch(run: _BatchRun, batch: Any, indices: List[int], has_load: boo
     finally:
         progress.on_item_batch_s += time.perf_counter() - t0
     if calls and not has_dump:
-        raise StepFailure(run.label, "on_item_batch returned dump tuples but the step has no dump_fn")
+        raise StepFailure(
+            run.label, "on_item_batch returned dump tuples but the step has no dump_fn"
+        )
     for pos, args in calls:
         index = indices[pos]
         if contains_cuda(args):

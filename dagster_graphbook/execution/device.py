@@ -13,7 +13,9 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was requested but torch sees no CUDA device; use device 'auto' or 'cpu'")
+        raise RuntimeError(
+            f"device {device!r} was requested but torch sees no CUDA device; use device 'auto' or 'cpu'"
+        )
     torch.device(device)  # validates the spelling
     return device
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 from ..authoring.log import LogTarget, log_target
 from .errors import ItemError, StepFailure, short_repr
@@ -19,7 +19,18 @@ from .routing import Pins, StepResult, normalize_yield
 Emit = Callable[[str, str], None]  # (level, message)
 
 
-def run_step(step: Any, kind: str, notes: Sequence[Any], *, pins: Sequence[str], label: str, node: Tuple[str, str], emit: Emit, on_item_error: str = "raise", batch_settings: Any = None) -> StepResult:
+def run_step(
+    step: Any,
+    kind: str,
+    notes: Sequence[Any],
+    *,
+    pins: Sequence[str],
+    label: str,
+    node: Tuple[str, str],
+    emit: Emit,
+    on_item_error: str = "raise",
+    batch_settings: Any = None,
+) -> StepResult:
     """Run one step over ``notes`` (ignored for sources) and return its notes per pin."""
     with log_target(LogTarget(node[0], node[1], emit)):
         _call_hook(step, "on_start", label)
@@ -31,7 +42,9 @@ def run_step(step: Any, kind: str, notes: Sequence[Any], *, pins: Sequence[str],
                 from .batch import BatchSettings, run_batch_step
 
                 settings = batch_settings or BatchSettings(on_item_error=on_item_error)
-                result = run_batch_step(step, notes, settings, pins=pins, label=label, node=node, emit=emit)
+                result = run_batch_step(
+                    step, notes, settings, pins=pins, label=label, node=node, emit=emit
+                )
             else:
                 result = _run_notes(step, notes, pins, label, on_item_error, emit)
             failed = False
@@ -50,7 +63,11 @@ def _call_hook(step: Any, hook: str, label: str) -> None:
     try:
         getattr(step, hook)()
     except Exception as exc:
-        raise StepFailure(label, f"{hook} failed: {type(exc).__name__}: {exc}", ItemError(hook, -1, None, "", "", traceback.format_exc())) from exc
+        raise StepFailure(
+            label,
+            f"{hook} failed: {type(exc).__name__}: {exc}",
+            ItemError(hook, -1, None, "", "", traceback.format_exc()),
+        ) from exc
 
 
 def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepResult:
@@ -68,14 +85,19 @@ def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepR
         raise
     except Exception as exc:
         produced = sum(out.counts().values())
-        raise StepFailure(label, f"load failed after {produced} notes: {type(exc).__name__}: {exc}", ItemError("load", produced, None, "", "", traceback.format_exc())) from exc
+        raise StepFailure(
+            label,
+            f"load failed after {produced} notes: {type(exc).__name__}: {exc}",
+            ItemError("load", produced, None, "", "", traceback.format_exc()),
+        ) from exc
     seconds = round(time.perf_counter() - start, 4)
     stats = {"notes_out": sum(out.counts().values()), "seconds": seconds}
     return StepResult(out.notes, {**stats, **out.dropped_stats()})
 
 
-def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str,
-               on_item_error: str, emit: Emit) -> StepResult:
+def _run_notes(
+    step: Any, notes: Sequence[Any], pins: Sequence[str], label: str, on_item_error: str, emit: Emit
+) -> StepResult:
     start = time.perf_counter()
     out = Pins(pins, label, lambda msg: emit("warning", msg))
     errors: List[ItemError] = []
@@ -85,14 +107,22 @@ def _run_notes(step: Any, notes: Sequence[Any], pins: Sequence[str], label: str,
         except Exception as exc:
             error = ItemError("step", index, None, "", short_repr(note), traceback.format_exc())
             if on_item_error != "skip":
-                raise StepFailure(label, f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}", error) from exc
+                raise StepFailure(
+                    label,
+                    f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                    error,
+                ) from exc
             errors.append(error)
             continue
         out.add(routed, f"note {index}")
-    stats = {"notes_in": len(notes), "notes_out": sum(out.counts().values()), "notes_failed": len(errors), "seconds": round(time.perf_counter() - start, 4)}
+    stats = {
+        "notes_in": len(notes),
+        "notes_out": sum(out.counts().values()),
+        "notes_failed": len(errors),
+        "seconds": round(time.perf_counter() - start, 4),
+    }
     return StepResult(out.notes, {**stats, **out.dropped_stats()}, errors)
 
 
 def step_label(workflow: str, step_name: str, node_id: str) -> str:
     return f"workflow '{workflow}', step '{step_name}' (node {node_id})"
-

@@ -9,8 +9,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import traceback
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from concurrent.futures.process import BrokenProcessPool
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .errors import exit_hint
@@ -27,7 +33,13 @@ class DumpDone(NamedTuple):
     files: List[Tuple[str, int]]  # (path, bytes) of files dump_fn says it wrote
 
 
-def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str, nice: int = 0, call_timeout_s: Optional[float] = None) -> None:
+def _init(
+    dump_fn: Callable[..., Any],
+    node_id: str,
+    node_name: str,
+    nice: int = 0,
+    call_timeout_s: Optional[float] = None,
+) -> None:
     global _DUMP_FN, _CALL_TIMEOUT_S
     init_worker(node_id, node_name, nice)
     _DUMP_FN = dump_fn
@@ -36,7 +48,13 @@ def _init(dump_fn: Callable[..., Any], node_id: str, node_name: str, nice: int =
 
 def _written(result: Any) -> List[Tuple[str, int]]:
     """Graphbook ignores dump_fn's return value; a path (or list of paths) returned is recorded."""
-    paths = [result] if isinstance(result, (str, os.PathLike)) else result if isinstance(result, (list, tuple)) else []
+    paths = (
+        [result]
+        if isinstance(result, (str, os.PathLike))
+        else result
+        if isinstance(result, (list, tuple))
+        else []
+    )
     out = []
     for p in paths:
         if isinstance(p, (str, os.PathLike)) and os.path.isfile(p):
@@ -44,7 +62,9 @@ def _written(result: Any) -> List[Tuple[str, int]]:
     return out
 
 
-def _call(args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None) -> Tuple[Optional[str], List[Tuple[str, int]]]:
+def _call(
+    args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None
+) -> Tuple[Optional[str], List[Tuple[str, int]]]:
     from .call_timeout import time_limit
 
     try:
@@ -57,21 +77,45 @@ def _call(args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None) -> Tup
 class DumpPool:
     """Runs dump calls; ``submit`` blocks while ``max_in_flight`` calls are pending."""
 
-    def __init__(self, dump_fn: Callable[..., Any], *, worker_type: str, num_workers: int, start_method: str, max_in_flight: int, node: Tuple[str, str], nice: int = 0,
-                 call_timeout_s: Optional[float] = None):
+    def __init__(
+        self,
+        dump_fn: Callable[..., Any],
+        *,
+        worker_type: str,
+        num_workers: int,
+        start_method: str,
+        max_in_flight: int,
+        node: Tuple[str, str],
+        nice: int = 0,
+        call_timeout_s: Optional[float] = None,
+    ):
         self.dump_fn = dump_fn
         self.max_in_flight = max(1, max_in_flight)
         self.pending: Dict[Future, Any] = {}
         if worker_type == "thread":
-            self.executor: Any = ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="graphbook-dump", initializer=lower_priority, initargs=(nice, True))
+            self.executor: Any = ThreadPoolExecutor(
+                max(1, num_workers),
+                thread_name_prefix="graphbook-dump",
+                initializer=lower_priority,
+                initargs=(nice, True),
+            )
             self.threads = True
         else:
-            self.executor = ProcessPoolExecutor(max(1, num_workers), mp_context=multiprocessing.get_context(start_method), initializer=_init, initargs=(dump_fn, *node, nice, call_timeout_s))
+            self.executor = ProcessPoolExecutor(
+                max(1, num_workers),
+                mp_context=multiprocessing.get_context(start_method),
+                initializer=_init,
+                initargs=(dump_fn, *node, nice, call_timeout_s),
+            )
             self.threads = False
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
         done = self.poll(block=len(self.pending) >= self.max_in_flight)
-        future = self.executor.submit(_call, tuple(args), self.dump_fn) if self.threads else self.executor.submit(_call, tuple(args))
+        future = (
+            self.executor.submit(_call, tuple(args), self.dump_fn)
+            if self.threads
+            else self.executor.submit(_call, tuple(args))
+        )
         self.pending[future] = key
         return done
 
@@ -79,14 +123,18 @@ class DumpPool:
         """Finished calls; with ``block``, wait for at least one. Raises if a worker died."""
         if not self.pending:
             return []
-        finished, _ = wait(list(self.pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        finished, _ = wait(
+            list(self.pending), timeout=None if block else 0, return_when=FIRST_COMPLETED
+        )
         out = []
         for future in finished:
             key = self.pending.pop(future)
             try:
                 error, files = future.result()
             except BrokenProcessPool as exc:
-                raise BrokenProcessPool(f"a dump worker process died (killed by a signal: out of memory, segfault or kill) during dump_fn: {exc}") from exc
+                raise BrokenProcessPool(
+                    f"a dump worker process died (killed by a signal: out of memory, segfault or kill) during dump_fn: {exc}"
+                ) from exc
             out.append(DumpDone(key, error, files))
         return out
 

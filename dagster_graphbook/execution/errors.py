@@ -15,8 +15,10 @@ def exit_hint(exc: BaseException, where: str) -> str:
     """A line after the traceback when user code called ``sys.exit()`` instead of raising."""
     if not isinstance(exc, SystemExit):
         return ""
-    return (f"{where} called sys.exit({exc.code!r}) (SystemExit): treated as this item's error; "
-            "raise an exception instead\n")
+    return (
+        f"{where} called sys.exit({exc.code!r}) (SystemExit): treated as this item's error; "
+        "raise an exception instead\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,9 @@ class ItemError:
         return asdict(self)
 
     def headline(self) -> str:
-        where = f"note {self.note_index}" + (f", item {self.item_index} {self.item}" if self.item_index is not None else "")
+        where = f"note {self.note_index}" + (
+            f", item {self.item_index} {self.item}" if self.item_index is not None else ""
+        )
         last = self.error.strip().splitlines()[-1] if self.error.strip() else "error"
         return f"{self.stage} failed on {where}: {last}"
 

@@ -67,7 +67,9 @@ class ItemDataset(Dataset):
             return i, None, traceback.format_exc() + exit_hint(exc, "load_fn")
 
 
-def _split(samples: List[Tuple[int, Any, Optional[str]]]) -> Tuple[List[int], List[Any], List[Tuple[int, str]]]:
+def _split(
+    samples: List[Tuple[int, Any, Optional[str]]],
+) -> Tuple[List[int], List[Any], List[Tuple[int, str]]]:
     indices = [i for i, _, err in samples if err is None]
     values = [v for _, v, err in samples if err is None]
     errors = [(i, err) for i, _, err in samples if err is not None]
@@ -78,7 +80,10 @@ def _stackable(values: List[Any]) -> bool:
     if len(values) < 2 or not all(isinstance(v, torch.Tensor) for v in values):
         return False
     first = values[0]
-    return all(v.shape == first.shape and v.dtype == first.dtype and v.device == first.device for v in values)
+    return all(
+        v.shape == first.shape and v.dtype == first.dtype and v.device == first.device
+        for v in values
+    )
 
 
 def collate(samples: List[Tuple[int, Any, Optional[str]]]) -> LoadedBatch:
@@ -100,7 +105,9 @@ class SlabRef(NamedTuple):
     dtype: torch.dtype
 
 
-_HEADER = 64  # bytes before the data: the int64 batch number, then padding that keeps the data aligned
+_HEADER = (
+    64  # bytes before the data: the int64 batch number, then padding that keeps the data aligned
+)
 
 
 def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
@@ -111,7 +118,7 @@ def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
 
 
 def _view(block: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return block[_HEADER: _HEADER + _nbytes(shape, dtype)].view(dtype).view(shape)
+    return block[_HEADER : _HEADER + _nbytes(shape, dtype)].view(dtype).view(shape)
 
 
 def _stamp(block: torch.Tensor) -> torch.Tensor:
@@ -147,8 +154,10 @@ class _SlabRing:
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
         size = _HEADER + _nbytes(shape, dtype)
         if self.budget is not None and size * self.slots > self.budget:
-            why = (f"a ring of {self.slots} blocks of {size / 2**20:.1f} MiB does not fit in the "
-                   f"{self.budget / 2**20:.0f} MiB of /dev/shm left to each loader worker")
+            why = (
+                f"a ring of {self.slots} blocks of {size / 2**20:.1f} MiB does not fit in the "
+                f"{self.budget / 2**20:.0f} MiB of /dev/shm left to each loader worker"
+            )
             return PipedBatch.of(torch.stack(values), why)
         slot = self.seq % self.slots
         block, new = self.blocks[slot], None
@@ -174,7 +183,7 @@ class PipedBatch(NamedTuple):
     reason: str
 
     @classmethod
-    def of(cls, block: torch.Tensor, reason: str) -> "PipedBatch":
+    def of(cls, block: torch.Tensor, reason: str) -> PipedBatch:
         if block.dtype == torch.bfloat16:  # numpy has no bfloat16
             return cls(block.view(torch.int16).numpy(), block.dtype, reason)
         return cls(block.numpy(), block.dtype, reason)
@@ -185,9 +194,11 @@ class PipedBatch(NamedTuple):
 
 
 SHM_DIR = "/dev/shm"
-SHM_HELP = ("give the container more shared memory: `docker run --shm-size=2g`, "
-            "`shm_size: 2gb` in docker compose, or on Kubernetes an "
-            "`emptyDir: {medium: Memory, sizeLimit: 2Gi}` volume mounted at /dev/shm")
+SHM_HELP = (
+    "give the container more shared memory: `docker run --shm-size=2g`, "
+    "`shm_size: 2gb` in docker compose, or on Kubernetes an "
+    "`emptyDir: {medium: Memory, sizeLimit: 2Gi}` volume mounted at /dev/shm"
+)
 
 
 def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
@@ -268,19 +279,43 @@ def _drop_frame_locals(exc: BaseException) -> None:
 class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, start_method: str, pin_memory: bool, node: Tuple[str, str], nice: int = 0,
-                 ring_slots: Optional[int] = None, warn: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self,
+        dataset: ItemDataset,
+        batch_size: int,
+        num_workers: int,
+        prefetch: int,
+        start_method: str,
+        pin_memory: bool,
+        node: Tuple[str, str],
+        nice: int = 0,
+        ring_slots: Optional[int] = None,
+        warn: Optional[Callable[[str], None]] = None,
+    ):
         kwargs: Dict[str, Any] = {}
         prefetch = max(1, prefetch)
         if num_workers > 0:
-            kwargs = dict(prefetch_factor=prefetch, multiprocessing_context=start_method, worker_init_fn=_WorkerInit(*node, nice), persistent_workers=False, timeout=LIVENESS_CHECK_S)
+            kwargs = dict(
+                prefetch_factor=prefetch,
+                multiprocessing_context=start_method,
+                worker_init_fn=_WorkerInit(*node, nice),
+                persistent_workers=False,
+                timeout=LIVENESS_CHECK_S,
+            )
         # slots per worker: more than the tasks a worker can be ahead of the consumed batch
         budget = shm_budget(num_workers) if num_workers > 0 else None  # sized from free /dev/shm
         collate_fn = _WorkerCollate(ring_slots or prefetch + 2, budget)
         self.warn = warn
         self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
-        self.loader = DataLoader(dataset, batch_sampler=_BatchSampler(len(dataset), batch_size), num_workers=num_workers, collate_fn=collate_fn, pin_memory=False, **kwargs)
+        self.loader = DataLoader(
+            dataset,
+            batch_sampler=_BatchSampler(len(dataset), batch_size),
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            pin_memory=False,
+            **kwargs,
+        )
         self.pin = pin_memory
         self.blocks: Dict[Tuple[int, int], torch.Tensor] = {}  # (worker, slot) -> shared block
         self._it: Optional[Iterator[LoadedBatch]] = None
@@ -305,8 +340,10 @@ class ProcessLoader:
         if isinstance(ref, PipedBatch):
             self.piped += 1
             if self.piped == 1 and self.warn is not None:
-                self.warn(f"{ref.reason}: batches travel through pipes instead "
-                          f"(slower, more CPU); {SHM_HELP}")
+                self.warn(
+                    f"{ref.reason}: batches travel through pipes instead "
+                    f"(slower, more CPU); {SHM_HELP}"
+                )
             out = ref.tensor()
             return batch._replace(stacked=out.pin_memory() if self.pin else out)
         if isinstance(ref, SlabRef):
@@ -316,11 +353,16 @@ class ProcessLoader:
             out = torch.empty(ref.shape, dtype=ref.dtype, pin_memory=self.pin)
             out.copy_(_view(block, ref.shape, ref.dtype))
             if int(_stamp(block)[0]) != ref.seq:
-                raise RuntimeError(f"internal error: loader worker {ref.worker} rewrote ring slot {ref.slot} before batch {ref.seq} "
-                                   f"was copied out (it holds batch {int(_stamp(block)[0])}); please report this with your torch version")
+                raise RuntimeError(
+                    f"internal error: loader worker {ref.worker} rewrote ring slot {ref.slot} before batch {ref.seq} "
+                    f"was copied out (it holds batch {int(_stamp(block)[0])}); please report this with your torch version"
+                )
             return batch._replace(stacked=out)
         if self.pin:
-            return batch._replace(values=_pin(batch.values), stacked=None if batch.stacked is None else batch.stacked.pin_memory())
+            return batch._replace(
+                values=_pin(batch.values),
+                stacked=None if batch.stacked is None else batch.stacked.pin_memory(),
+            )
         return batch
 
     def in_flight(self) -> Optional[int]:
@@ -368,7 +410,15 @@ def _load_range(dataset: ItemDataset, indices: range, stack: bool) -> LoadedBatc
 class ThreadLoader:
     """Batches loaded by a thread pool, at most ``num_workers * prefetch`` batches ahead."""
 
-    def __init__(self, dataset: ItemDataset, batch_size: int, num_workers: int, prefetch: int, nice: int = 0, stack: bool = False):
+    def __init__(
+        self,
+        dataset: ItemDataset,
+        batch_size: int,
+        num_workers: int,
+        prefetch: int,
+        nice: int = 0,
+        stack: bool = False,
+    ):
         self.dataset = dataset
         self.nice = nice
         self.stack = stack
@@ -379,7 +429,12 @@ class ThreadLoader:
         self.pending: deque = deque()
 
     def __iter__(self) -> Iterator[LoadedBatch]:
-        self.pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="graphbook-load", initializer=lower_priority, initargs=(self.nice, True))
+        self.pool = ThreadPoolExecutor(
+            self.num_workers,
+            thread_name_prefix="graphbook-load",
+            initializer=lower_priority,
+            initargs=(self.nice, True),
+        )
         ranges = iter(self.ranges)
         for r in ranges:
             self.pending.append(self.pool.submit(_load_range, self.dataset, r, self.stack))

@@ -18,10 +18,26 @@ PROGRESS_LINE = re.compile(r"^\d+/\d+ \(\d+%\) · ")
 class Progress:
     """Counts what a batch step did and reports it at a steady interval."""
 
-    def __init__(self, label: str, total_items: int, total_notes: int, device: str, emit: Callable[[str], None], interval_s: float = 5.0):
+    def __init__(
+        self,
+        label: str,
+        total_items: int,
+        total_notes: int,
+        device: str,
+        emit: Callable[[str], None],
+        interval_s: float = 5.0,
+    ):
         self.label, self.device, self.emit, self.interval_s = label, device, emit, interval_s
         self.total_items, self.total_notes = total_items, total_notes
-        self.counts: Dict[str, int] = {"loaded": 0, "processed": 0, "failed": 0, "dumps_submitted": 0, "dumps_done": 0, "notes_released": 0, "batches": 0}
+        self.counts: Dict[str, int] = {
+            "loaded": 0,
+            "processed": 0,
+            "failed": 0,
+            "dumps_submitted": 0,
+            "dumps_done": 0,
+            "notes_released": 0,
+            "batches": 0,
+        }
         self.start = time.perf_counter()
         self.next_report = self.start + min(FIRST_REPORT_S, interval_s)
         self.loader_wait_s = 0.0

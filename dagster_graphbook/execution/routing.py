@@ -24,8 +24,9 @@ class PinNotes(list):
     across all its pins: a child fed by several pins of one step takes the notes in that order,
     as Graphbook's per-parent queue hands them out (``Split`` into one step keeps note order)."""
 
-    def __init__(self, notes: Sequence[Any] = (), order: Sequence[int] = (),
-                 source: Optional[str] = None):
+    def __init__(
+        self, notes: Sequence[Any] = (), order: Sequence[int] = (), source: Optional[str] = None
+    ):
         super().__init__(notes)
         self.order = list(order)
         self.source = source
@@ -38,8 +39,9 @@ class Pins:
     listens to that pin), but never silently: one warning per pin and a count per pin.
     """
 
-    def __init__(self, pins: Sequence[str], label: str,
-                 warn: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self, pins: Sequence[str], label: str, warn: Optional[Callable[[str], None]] = None
+    ):
         self.pins = list(pins)
         self.label = label
         self.warn = warn
@@ -59,9 +61,11 @@ class Pins:
 
     def _drop(self, pin: Any, notes: List[Any], where: str) -> None:
         if pin not in self.dropped and self.warn is not None:
-            self.warn(f"{self.label}: {where} sent notes to pin {pin!r}, which the step does "
-                      f"not declare (its pins: {', '.join(self.pins)}); they are dropped, as in "
-                      f"Graphbook (count in metadata 'notes_dropped_{pin}')")
+            self.warn(
+                f"{self.label}: {where} sent notes to pin {pin!r}, which the step does "
+                f"not declare (its pins: {', '.join(self.pins)}); they are dropped, as in "
+                f"Graphbook (count in metadata 'notes_dropped_{pin}')"
+            )
         self.dropped[pin] = self.dropped.get(pin, 0) + len(notes)
 
     def add_routed(self, routed: Any, note: Any, where: str) -> None:
@@ -75,7 +79,9 @@ class Pins:
         return {f"notes_dropped_{pin}": n for pin, n in self.dropped.items()}
 
 
-def normalize_yield(value: Any, pins: Sequence[str], warn: Callable[[str], None], warned: List[bool]) -> Dict[str, List[Any]]:
+def normalize_yield(
+    value: Any, pins: Sequence[str], warn: Callable[[str], None], warned: List[bool]
+) -> Dict[str, List[Any]]:
     """One source yield (or ``load()`` result) as ``{pin: notes}``.
 
     Graphbook treats every yielded dict as ``{pin: note(s)}``, so a bare note dict such as
@@ -89,8 +95,10 @@ def normalize_yield(value: Any, pins: Sequence[str], warn: Callable[[str], None]
             return {pin: v if isinstance(v, list) else [v] for pin, v in value.items()}
         if not warned[0]:
             warned[0] = True
-            warn(f"yielded a dict whose keys ({', '.join(map(str, list(value)[:5]))}) are not output pins; "
-                 f"treating it as one note on pin {pins[0]!r}. Yield {{{pins[0]!r}: note}} to be explicit.")
+            warn(
+                f"yielded a dict whose keys ({', '.join(map(str, list(value)[:5]))}) are not output pins; "
+                f"treating it as one note on pin {pins[0]!r}. Yield {{{pins[0]!r}: note}} to be explicit."
+            )
         return {pins[0]: [value]}
     if isinstance(value, list):
         return {pins[0]: value}

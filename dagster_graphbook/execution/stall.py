@@ -29,7 +29,7 @@ class StallWatchdog:
             target=self._watch, name="graphbook-stall-watchdog", daemon=True
         )
 
-    def __enter__(self) -> "StallWatchdog":
+    def __enter__(self) -> StallWatchdog:
         if self.interval_s > 0:
             self.thread.start()
         return self

@@ -30,7 +30,9 @@ class StepPlan:
     output_names: Mapping[str, str]  # pin -> Dagster output name
     input_names: Tuple[str, ...]  # in edge order
     resource_keys: Mapping[str, str]  # parameter -> Dagster resource key
-    function_params: Mapping[str, Optional[str]] = field(default_factory=dict)  # workflow's code per function param
+    function_params: Mapping[str, Optional[str]] = field(
+        default_factory=dict
+    )  # workflow's code per function param
     overridable: Tuple[str, ...] = ()
 
     @property
@@ -38,9 +40,14 @@ class StepPlan:
         return step_label(self.workflow, self.step_name, self.node_id)
 
 
-def config_kwargs(config: Mapping[str, Any], function_params: Mapping[str, Optional[str]],
-                  overridable: Tuple[str, ...], label: str, partition_key: Optional[str] = None,
-                  why: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def config_kwargs(
+    config: Mapping[str, Any],
+    function_params: Mapping[str, Optional[str]],
+    overridable: Tuple[str, ...],
+    label: str,
+    partition_key: Optional[str] = None,
+    why: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
     """Constructor kwargs from op or resource config; refuses run config that replaces code.
 
     ``{partition_key}`` is filled into string parameters, never into code (function parameters).
@@ -74,7 +81,9 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
 def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Any:
     """The step instance from its op config (parameters, checked partition key) and resources."""
     partition_key = _partition_key(context, plan)
-    kwargs = config_kwargs(config, plan.function_params, plan.overridable, plan.label, partition_key)
+    kwargs = config_kwargs(
+        config, plan.function_params, plan.overridable, plan.label, partition_key
+    )
     for key, resource_key in plan.resource_keys.items():
         kwargs[key] = getattr(context.resources, resource_key)
     try:
@@ -94,9 +103,29 @@ def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[st
 def _error_metadata(errors: List[Any]) -> Dict[str, Any]:
     if not errors:
         return {"errors_skipped": dg.MetadataValue.int(0)}
-    rows = [dg.TableRecord({"stage": e.stage, "note": e.note_index, "item": "" if e.item_index is None else f"{e.item_index}: {e.item}", "error": e.headline()}) for e in errors[:_MAX_ERROR_ROWS]]
-    schema = dg.TableSchema(columns=[dg.TableColumn("stage", "string"), dg.TableColumn("note", "int"), dg.TableColumn("item", "string"), dg.TableColumn("error", "string")])
-    return {"errors_skipped": dg.MetadataValue.int(len(errors)), "errors": dg.MetadataValue.table(rows, schema=schema)}
+    rows = [
+        dg.TableRecord(
+            {
+                "stage": e.stage,
+                "note": e.note_index,
+                "item": "" if e.item_index is None else f"{e.item_index}: {e.item}",
+                "error": e.headline(),
+            }
+        )
+        for e in errors[:_MAX_ERROR_ROWS]
+    ]
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn("stage", "string"),
+            dg.TableColumn("note", "int"),
+            dg.TableColumn("item", "string"),
+            dg.TableColumn("error", "string"),
+        ]
+    )
+    return {
+        "errors_skipped": dg.MetadataValue.int(len(errors)),
+        "errors": dg.MetadataValue.table(rows, schema=schema),
+    }
 
 
 def _stats_metadata(stats: Dict[str, Any], files: List[Tuple[str, int]]) -> Dict[str, Any]:
@@ -115,14 +144,20 @@ def _stats_metadata(stats: Dict[str, Any], files: List[Tuple[str, int]]) -> Dict
     return meta
 
 
-def _retry_or_raise(context: dg.AssetExecutionContext, plan: StepPlan, runtime: Mapping[str, Any], exc: Exception) -> None:
+def _retry_or_raise(
+    context: dg.AssetExecutionContext, plan: StepPlan, runtime: Mapping[str, Any], exc: Exception
+) -> None:
     """``runtime.retries`` from run config: ask Dagster to run the step again; once spent, the step fails with ``exc`` itself."""
     retries = int(runtime.get("retries") or 0)
     attempt = context.retry_number + 1
     if attempt > retries:
         return
-    context.log.warning(f"{plan.label}: attempt {attempt} of {retries + 1} failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying")
-    raise dg.RetryRequested(max_retries=retries, seconds_to_wait=float(runtime.get("retry_delay_s") or 0.0)) from exc
+    context.log.warning(
+        f"{plan.label}: attempt {attempt} of {retries + 1} failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying"
+    )
+    raise dg.RetryRequested(
+        max_retries=retries, seconds_to_wait=float(runtime.get("retry_delay_s") or 0.0)
+    ) from exc
 
 
 def interleave(streams: List[List[Any]]) -> List[Any]:
@@ -148,8 +183,9 @@ def _emission_order(streams: List[List[Any]]) -> List[Any]:
     if len(streams) == 1:
         return list(streams[0])
     if all(len(getattr(s, "order", ())) == len(s) for s in streams):
-        tagged = heapq.merge(*[zip(s.order, range(len(s)), [k] * len(s))
-                               for k, s in enumerate(streams)])
+        tagged = heapq.merge(
+            *[zip(s.order, range(len(s)), [k] * len(s)) for k, s in enumerate(streams)]
+        )
         return [streams[k][i] for _, i, k in tagged]
     turns = itertools.zip_longest(*streams, fillvalue=_GAP)
     return [n for turn in turns for n in turn if n is not _GAP]
@@ -158,7 +194,9 @@ def _emission_order(streams: List[List[Any]]) -> List[Any]:
 _GAP = object()
 
 
-def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapping[str, List[Any]]) -> Iterator[dg.Output]:
+def execute_step(
+    context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapping[str, List[Any]]
+) -> Iterator[dg.Output]:
     """Run the step over the notes of all its inputs and yield its notes per pin."""
     config = dict(context.op_execution_context.op_config or {})
     runtime = dict(config.pop(RUNTIME_KEY, None) or {})
@@ -166,7 +204,9 @@ def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapp
     notes = interleave([inputs[name] or [] for name in plan.input_names])
 
     def emit(level: str, message: str) -> None:
-        getattr(context.log, level if level in ("info", "warning", "error", "debug") else "info")(message)
+        getattr(context.log, level if level in ("info", "warning", "error", "debug") else "info")(
+            message
+        )
 
     batch_settings = None
     if plan.kind == "batch":
@@ -174,21 +214,38 @@ def execute_step(context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapp
 
         batch_settings = BatchSettings.from_config(runtime)
     try:
-        result = run_step(step, plan.kind, notes, pins=plan.pins, label=plan.label, node=(plan.node_id, plan.step_name), emit=emit,
-                          on_item_error=runtime.get("on_item_error", "raise"), batch_settings=batch_settings)
+        result = run_step(
+            step,
+            plan.kind,
+            notes,
+            pins=plan.pins,
+            label=plan.label,
+            node=(plan.node_id, plan.step_name),
+            emit=emit,
+            on_item_error=runtime.get("on_item_error", "raise"),
+            batch_settings=batch_settings,
+        )
     except Exception as exc:
         _retry_or_raise(context, plan, runtime, exc)
         raise
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
-    meta = {**_stats_metadata(result.stats, result.files), **_error_metadata(result.errors), "notes_in": dg.MetadataValue.int(len(notes))}
+    meta = {
+        **_stats_metadata(result.stats, result.files),
+        **_error_metadata(result.errors),
+        "notes_in": dg.MetadataValue.int(len(notes)),
+    }
     if result.files:  # which files this materialization wrote (issue 11.5)
         from ..manifests import write_manifest
 
         storage = context.instance.storage_directory()
-        manifest = write_manifest(result.files, storage, context.op_execution_context.op_def.name, context.run_id)
+        manifest = write_manifest(
+            result.files, storage, context.op_execution_context.op_def.name, context.run_id
+        )
         meta["files_manifest"] = dg.MetadataValue.path(manifest)
-    meta.update(_stats_metadata(dict(getattr(step, "dagster_metadata", None) or {}), []))  # figures the step reports (e.g. accuracy), plotted by the UI
+    meta.update(
+        _stats_metadata(dict(getattr(step, "dagster_metadata", None) or {}), [])
+    )  # figures the step reports (e.g. accuracy), plotted by the UI
     for pin in plan.pins:
         notes_out = result.outputs.get(pin, [])
         if hasattr(notes_out, "source"):

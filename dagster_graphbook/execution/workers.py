@@ -36,7 +36,9 @@ def lower_priority(nice: int, thread: bool = False) -> None:
             import threading
 
             tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+            os.setpriority(
+                os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+            )
         elif not thread:
             os.nice(nice)
     except (OSError, AttributeError):
@@ -64,9 +66,16 @@ def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional
     import pickle
 
     for what, obj in objects.items():
-        for ref in (obj, type(obj), getattr(obj, "__func__", None), getattr(getattr(obj, "__self__", None), "__class__", None)):
+        for ref in (
+            obj,
+            type(obj),
+            getattr(obj, "__func__", None),
+            getattr(getattr(obj, "__self__", None), "__class__", None),
+        ):
             module = sys.modules.get(getattr(ref, "__module__", None) or "")
-            if module is not None and (getattr(module, "__graphbook_file_module__", False) or module.__name__ == "__main__"):
+            if module is not None and (
+                getattr(module, "__graphbook_file_module__", False) or module.__name__ == "__main__"
+            ):
                 return (
                     f"{what} {getattr(ref, '__qualname__', ref)!r} is defined in {getattr(module, '__file__', module.__name__)}, "
                     f"a file loaded by path that {start_method} workers cannot import; use start_method 'fork' "
@@ -77,4 +86,3 @@ def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional
         except Exception as exc:
             return f"{what} cannot be sent to {start_method} workers: {type(exc).__name__}: {exc}; use start_method 'fork'"
     return None
-

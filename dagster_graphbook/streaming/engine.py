@@ -62,7 +62,7 @@ class _Node:
         self.inbox: Deque[Any] = deque()
         self.inbox_items = 0  # batch steps: items of the notes waiting
         self.kept: Dict[str, List[Any]] = {p: [] for p in spec.stored}
-        self.stats = StreamStats(pins={p: 0 for p in spec.pins})
+        self.stats = StreamStats(pins=dict.fromkeys(spec.pins, 0))
         self.source: Optional[Iterator[Any]] = None
         self.exhausted = spec.kind != "source"
         self.log = LogTarget(spec.node_id, spec.name, emit)

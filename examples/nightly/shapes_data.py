@@ -42,7 +42,9 @@ def _contrasting(rng: random.Random, background: Tuple[int, int, int]) -> Tuple[
             return colour
 
 
-def _rotated(points: Sequence[Tuple[float, float]], cx: float, cy: float, angle: float) -> List[Tuple[float, float]]:
+def _rotated(
+    points: Sequence[Tuple[float, float]], cx: float, cy: float, angle: float
+) -> List[Tuple[float, float]]:
     c, s = math.cos(angle), math.sin(angle)
     return [(cx + (x - cx) * c - (y - cy) * s, cy + (x - cx) * s + (y - cy) * c) for x, y in points]
 
@@ -60,9 +62,20 @@ def draw_shape(rng: random.Random, label: str, size: int = IMAGE_SIZE) -> Image.
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
     elif label == "square":
         s = r * 0.8
-        draw.polygon(_rotated([(cx - s, cy - s), (cx + s, cy - s), (cx + s, cy + s), (cx - s, cy + s)], cx, cy, angle), fill=fill)
+        draw.polygon(
+            _rotated(
+                [(cx - s, cy - s), (cx + s, cy - s), (cx + s, cy + s), (cx - s, cy + s)],
+                cx,
+                cy,
+                angle,
+            ),
+            fill=fill,
+        )
     elif label == "triangle":
-        pts = [(cx + r * math.cos(a), cy + r * math.sin(a)) for a in (angle + k * 2 * math.pi / 3 for k in range(3))]
+        pts = [
+            (cx + r * math.cos(a), cy + r * math.sin(a))
+            for a in (angle + k * 2 * math.pi / 3 for k in range(3))
+        ]
         draw.polygon(pts, fill=fill)
     elif label == "cross":
         w = r * 0.32
@@ -84,7 +97,9 @@ def samples(seed: str, count: int) -> List[Tuple[Image.Image, str]]:
     return out
 
 
-def make_day(root: os.PathLike | str, date: str, count: int = DEFAULT_COUNT, *, overwrite: bool = False) -> Path:
+def make_day(
+    root: os.PathLike | str, date: str, count: int = DEFAULT_COUNT, *, overwrite: bool = False
+) -> Path:
     """Write day ``date``'s images and ``labels.csv`` under ``root/date``; return the folder."""
     dt.date.fromisoformat(date)  # a clear error for a bad date
     root = Path(root)
@@ -112,15 +127,30 @@ def make_day(root: os.PathLike | str, date: str, count: int = DEFAULT_COUNT, *, 
 
 def yesterday() -> str:
     """The latest complete day (UTC): what the nightly schedule processes."""
-    return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write each day's shape images and labels.csv into ROOT/<YYYY-MM-DD>/.")
-    parser.add_argument("--root", default="data/incoming", help="folder of the dated day folders (default: data/incoming)")
-    parser.add_argument("--date", default=None, help="last day to write, YYYY-MM-DD (default: yesterday, UTC)")
-    parser.add_argument("--days", type=int, default=1, help="number of days ending at --date (default: 1)")
-    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help=f"images per day (default: {DEFAULT_COUNT})")
+    parser = argparse.ArgumentParser(
+        description="Write each day's shape images and labels.csv into ROOT/<YYYY-MM-DD>/."
+    )
+    parser.add_argument(
+        "--root",
+        default="data/incoming",
+        help="folder of the dated day folders (default: data/incoming)",
+    )
+    parser.add_argument(
+        "--date", default=None, help="last day to write, YYYY-MM-DD (default: yesterday, UTC)"
+    )
+    parser.add_argument(
+        "--days", type=int, default=1, help="number of days ending at --date (default: 1)"
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=DEFAULT_COUNT,
+        help=f"images per day (default: {DEFAULT_COUNT})",
+    )
     parser.add_argument("--overwrite", action="store_true", help="rewrite days that already exist")
     args = parser.parse_args(argv)
     last = dt.date.fromisoformat(args.date or yesterday())
@@ -128,7 +158,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         day = (last - dt.timedelta(days=back)).isoformat()
         existed = (Path(args.root) / day).exists()
         folder = make_day(args.root, day, args.count, overwrite=args.overwrite)
-        print(f"{folder}: {'kept (exists)' if existed and not args.overwrite else f'{args.count} images'}")
+        print(
+            f"{folder}: {'kept (exists)' if existed and not args.overwrite else f'{args.count} images'}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ def image_tensor(image, size: int = MODEL_INPUT):
     from PIL import Image
 
     image = image.convert("RGB").resize((size, size), Image.BILINEAR)
-    return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1).contiguous()
+    return (
+        torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1).contiguous()
+    )
 
 
 def build_model(num_classes: int):
@@ -40,14 +42,26 @@ def build_model(num_classes: int):
 
     return nn.Sequential(
         nn.InstanceNorm2d(3),  # per-image contrast: colours are random, shapes are what matters
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (MODEL_INPUT // 8) ** 2, 64), nn.ReLU(), nn.Linear(64, num_classes),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * (MODEL_INPUT // 8) ** 2, 64),
+        nn.ReLU(),
+        nn.Linear(64, num_classes),
     )
 
 
-def _dataset(seed: str, count: int) -> Tuple["object", "object"]:
+def _dataset(seed: str, count: int) -> Tuple[object, object]:
     import torch
 
     pairs = samples(seed, count)
@@ -56,7 +70,16 @@ def _dataset(seed: str, count: int) -> Tuple["object", "object"]:
     return x, y
 
 
-def train(out: str, *, train_count: int = 3000, val_count: int = 600, epochs: int = 8, seed: int = 0, threads: int = 1, quiet: bool = False) -> float:
+def train(
+    out: str,
+    *,
+    train_count: int = 3000,
+    val_count: int = 600,
+    epochs: int = 8,
+    seed: int = 0,
+    threads: int = 1,
+    quiet: bool = False,
+) -> float:
     """Train, save the checkpoint atomically to ``out`` and return the validation accuracy."""
     import torch
     from torch import nn
@@ -69,7 +92,9 @@ def train(out: str, *, train_count: int = 3000, val_count: int = 600, epochs: in
     vx, vy = _dataset(f"val-{seed}", val_count)
     model = build_model(len(CLASSES))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=epochs * ((train_count + 63) // 64))
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=5e-3, total_steps=epochs * ((train_count + 63) // 64)
+    )
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(epochs):
         model.train()
@@ -85,10 +110,20 @@ def train(out: str, *, train_count: int = 3000, val_count: int = 600, epochs: in
         with torch.no_grad():
             val_acc = (model(vx).argmax(1) == vy).float().mean().item()
         if not quiet:
-            print(f"epoch {epoch + 1}/{epochs}: loss {loss.item():.3f}, val accuracy {val_acc:.3f} ({time.perf_counter() - start:.1f} s)")
+            print(
+                f"epoch {epoch + 1}/{epochs}: loss {loss.item():.3f}, val accuracy {val_acc:.3f} ({time.perf_counter() - start:.1f} s)"
+            )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     tmp = f"{out}.tmp-{os.getpid()}"
-    torch.save({"model": model.cpu().eval(), "classes": list(CLASSES), "image_size": MODEL_INPUT, "val_accuracy": val_acc}, tmp)
+    torch.save(
+        {
+            "model": model.cpu().eval(),
+            "classes": list(CLASSES),
+            "image_size": MODEL_INPUT,
+            "val_accuracy": val_acc,
+        },
+        tmp,
+    )
     os.replace(tmp, out)
     if not quiet:
         print(f"saved {out}: val accuracy {val_acc:.3f}, {time.perf_counter() - start:.1f} s")
@@ -96,14 +131,31 @@ def train(out: str, *, train_count: int = 3000, val_count: int = 600, epochs: in
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Train the shapes CNN on generated images and save a checkpoint.")
-    parser.add_argument("--out", default="models/shapes_cnn.pt", help="checkpoint path (default: models/shapes_cnn.pt)")
+    parser = argparse.ArgumentParser(
+        description="Train the shapes CNN on generated images and save a checkpoint."
+    )
+    parser.add_argument(
+        "--out",
+        default="models/shapes_cnn.pt",
+        help="checkpoint path (default: models/shapes_cnn.pt)",
+    )
     parser.add_argument("--train-count", type=int, default=3000)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the model is small, more threads only contend)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: the model is small, more threads only contend)",
+    )
     args = parser.parse_args(argv)
-    train(args.out, train_count=args.train_count, epochs=args.epochs, seed=args.seed, threads=args.threads)
+    train(
+        args.out,
+        train_count=args.train_count,
+        epochs=args.epochs,
+        seed=args.seed,
+        threads=args.threads,
+    )
 
 
 if __name__ == "__main__":

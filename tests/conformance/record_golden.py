@@ -32,7 +32,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List
 
-import graphbook
 from graphbook.core.processing import graph_processor, web_processor
 
 HERE = Path(__file__).resolve().parent

@@ -92,9 +92,9 @@ def _golden_notes(golden: Dict[str, Any]) -> Dict[str, Dict[str, List[Any]]]:
 @pytest.mark.parametrize("name", [c for c in CASES if "difference" not in _case(c)])
 def test_equal_to_graphbook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     golden = _golden(name)
-    assert (
-        golden["load_error"] is None and not golden["errors"]
-    ), f"{name}: the reference run failed; mark the case a difference"
+    assert golden["load_error"] is None and not golden["errors"], (
+        f"{name}: the reference run failed; mark the case a difference"
+    )
     ours = _run_ours(name, tmp_path, monkeypatch)
     expected = _canonical(_golden_notes(golden))
     # pins the step does not declare: Graphbook keeps them in its queues; we drop and count them

@@ -1,8 +1,8 @@
 """MnistClassifier.py's shape without torch: nodes defined in the workflow file, resources feeding
 resources (device -> model -> optimizer), a batching @source with int epochs/batch_size, a
 train step and an evaluating step with @event("__init__") and @event("on_end")."""
-from graphbook import Graph
-from graphbook import step, source, param, resource, event
+
+from graphbook import Graph, event, param, resource, source, step
 from graphbook.core.steps import Step
 
 DATA = [(x, 2 * x + 1) for x in range(10)]

@@ -1,5 +1,6 @@
+from sample_steps import CalcMean, GenerateNumbers, SplitMean, Threshold, Transform
+
 from graphbook import Graph
-from sample_steps import GenerateNumbers, Transform, CalcMean, SplitMean, Threshold
 
 g = Graph()
 

@@ -1,5 +1,6 @@
 """The functional pokemon/segmentation sources' shape: a @source that yields bare note dicts."""
-from graphbook import step, source, param
+
+from graphbook import param, source, step
 
 
 @step("LoadImageDataset")

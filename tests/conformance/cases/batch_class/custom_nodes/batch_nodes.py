@@ -1,5 +1,5 @@
+from graphbook import param, source, step
 from graphbook.core.steps import BatchStep
-from graphbook import step, source, param
 
 
 @step("Items")

@@ -1,4 +1,4 @@
-from graphbook import step, source, param, batch
+from graphbook import batch, param, source, step
 
 
 @step("Items")

@@ -1,5 +1,6 @@
 """The class-based image_segmentation/pokemon shape on numbers: a source of item lists, a
 BatchStep with @staticmethod load_fn and a dump_fn writing one file per item, then Split."""
+
 import os
 
 from graphbook.core.steps import BatchStep, SourceStep
@@ -16,8 +17,10 @@ class LoadDataset(SourceStep):
         self.count = count
 
     def load(self):
-        notes = [{"name": f"n{i}", "items": [{"value": i * 10 + k} for k in range(i + 1)]}
-                 for i in range(self.count)]
+        notes = [
+            {"name": f"n{i}", "items": [{"value": i * 10 + k} for k in range(i + 1)]}
+            for i in range(self.count)
+        ]
         return {"out": notes}
 
 

@@ -1,4 +1,4 @@
-from graphbook.core.steps import Step, SourceStep
+from graphbook.core.steps import SourceStep, Step
 
 
 class MyFirstSource(SourceStep):

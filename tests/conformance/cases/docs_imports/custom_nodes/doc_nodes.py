@@ -1,7 +1,7 @@
 """The shapes of Graphbook's docs code blocks (they import graphbook.steps, absent from 0.13.3)."""
 
-from graphbook.steps import Step, SourceStep
 from graphbook import utils
+from graphbook.steps import SourceStep, Step
 
 
 class DocSource(SourceStep):

@@ -1,6 +1,6 @@
 """Offline stand-ins for the web_scraper example's nodes (same decorators, pins and note shapes)."""
 
-from graphbook import step, source, param, output, resource
+from graphbook import output, param, resource, source, step
 
 
 @step("Custom/UrlSource")

@@ -1,4 +1,4 @@
-from graphbook import step, param, output, event
+from graphbook import event, output, param, step
 
 
 def route(ctx, data):

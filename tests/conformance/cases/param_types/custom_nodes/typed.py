@@ -1,4 +1,4 @@
-from graphbook import step, source, param
+from graphbook import param, source, step
 
 
 @step("Numbers")

@@ -1,7 +1,8 @@
 """Node file using a plugin package that sits in the workflow folder (on sys.path in Graphbook)."""
 
-from graphbook import step, source, param
-from plugin_pkg import ImageTagger, Greeting  # noqa: F401  (registered by class name)
+from plugin_pkg import Greeting, ImageTagger  # noqa: F401  (registered by class name)
+
+from graphbook import param, source, step
 
 
 @step("Numbers")

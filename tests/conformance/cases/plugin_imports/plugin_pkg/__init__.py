@@ -1,8 +1,8 @@
 """A plugin package written like graphbook-huggingface (same import lines, export() and web())."""
 
-from graphbook.core.plugins import export, web
-import graphbook.core.steps as steps
 import graphbook.core.resources as resources
+import graphbook.core.steps as steps
+from graphbook.core.plugins import export, web
 from graphbook.core.utils import image
 
 

@@ -1,7 +1,7 @@
 """Class-based steps as in examples/workflows/python/SampleWorkflow.py (deterministic numbers)."""
 
-from graphbook.core.steps import Step, GeneratorSourceStep
 from graphbook.core.resources import Resource
+from graphbook.core.steps import GeneratorSourceStep, Step
 
 
 class GenerateNumbers(GeneratorSourceStep):

@@ -1,4 +1,4 @@
-from graphbook import step, source, param, event
+from graphbook import event, param, source, step
 
 
 @step("GenerateNumbers")

@@ -1,4 +1,4 @@
-from graphbook import step, output, event
+from graphbook import event, output, step
 
 
 def route(ctx, data):
