@@ -580,3 +580,32 @@ def test_class_source_with_a_generator_attribute():
     result, _ = _drive(Seeded(), "source")
     rng = random.Random(0)
     assert result.outputs["out"] == [{"x": rng.random()} for _ in range(3)]
+
+
+def test_dump_jsonl_removes_what_a_killed_run_left(tmp_path):
+    """kill -9 mid-write leaves a temporary file; the next run's DumpJSONL removes it."""
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "out.jsonl"
+    writer = (
+        "import sys, time\n"
+        "from dagster_graphbook import DumpJSONL\n"
+        "d = DumpJSONL(sys.argv[1]); d.on_start()\n"
+        "d.on_after_item({'i': 0}); d._file.flush()\n"
+        "print('written', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "written"
+    leftovers = [p.name for p in tmp_path.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(f".tmp-{proc.pid}-")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert [p.name for p in tmp_path.iterdir()] == leftovers  # the kill left it
+
+    from dagster_graphbook import DumpJSONL
+
+    _drive(DumpJSONL(str(path)), "step", [{"i": 1}])
+    assert path.read_text().splitlines() == ['{"i": 1}']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
