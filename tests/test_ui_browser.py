@@ -16,6 +16,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import serve_webserver
+from ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = "nightly_shapes"
@@ -40,6 +42,20 @@ pytestmark = [
         "(scripts/test.sh does when run as root with apt-get), or set CHROMIUM and CHROMEDRIVER",
     ),
 ]
+
+
+@pytest.fixture(scope="module")
+def ui_project(tmp_path_factory) -> Path:
+    """The UI cases' location (tests/ui_cases.py), in a folder the test edits."""
+    return make_ui_project(tmp_path_factory.mktemp("ui_cases"), with_repository=True).parent
+
+
+@pytest.fixture(scope="module")
+def webserver(ui_project, tmp_path_factory):
+    """One webserver for every view: the repository's location and the UI cases'."""
+    home = tmp_path_factory.mktemp("dagster_home")
+    with serve_webserver(ui_project / "workspace.yaml", home) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +98,22 @@ def _save(driver, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
     return path
 
 
+def _skip_community_dialog(driver) -> None:
+    """The first visit on localhost shows a "Join the Dagster community" dialog after a second:
+    skip it (not shown once dismissed in this browser)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    skip = (By.XPATH, "//button[normalize-space()='Skip']")
+    try:
+        WebDriverWait(driver, 8).until(EC.element_to_be_clickable(skip)).click()
+        WebDriverWait(driver, 30).until(EC.invisibility_of_element_located(skip))
+    except TimeoutException:  # not shown (already dismissed for this instance)
+        pass
+
+
 def _edit(yaml_text: str, key: str, value: str) -> str:
     """Set ``key: value`` on the one line of the launchpad's YAML that holds ``key``."""
     pattern = re.compile(rf"^(\s*{re.escape(key)}:).*$", re.M)
@@ -96,7 +128,6 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
         ElementClickInterceptedException,
         NoSuchElementException,
         StaleElementReferenceException,
-        TimeoutException,
     )
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -132,16 +163,7 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
         field.send_keys(day)
 
     driver.get(webserver.url)
-    # The first visit on localhost shows a "Join the Dagster community" dialog after a second: skip it.
-    try:
-        WebDriverWait(driver, 8).until(
-            EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Skip']"))
-        ).click()
-        wait.until(
-            EC.invisibility_of_element_located((By.XPATH, "//button[normalize-space()='Skip']"))
-        )
-    except TimeoutException:  # not shown (already dismissed for this instance)
-        pass
+    _skip_community_dialog(driver)
 
     # Jobs -> the demo job: its asset graph
     click("//a[normalize-space()='Jobs']")
@@ -233,3 +255,63 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     for path in written:
         with Image.open(path) as image:
             assert image.size == (20, 20), path
+
+
+def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_project, tmp_path):
+    """The views of issue 14 on the UI cases' location (tests/ui_cases.py): a run's progress
+    lines, an asset's failed blocking check, "Unsynced" after a parameter edit, and the job of a
+    workflow that failed to load, with its error."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    start = time.time()
+    driver = browser
+    wait = WebDriverWait(driver, 60)
+
+    def visible(xpath: str) -> None:
+        wait.until(EC.visibility_of_element_located((By.XPATH, xpath)))
+
+    # accuracy 0.5: the blocking check on Score fails and After does not run (launched as the
+    # launchpad would, through GraphQL, to keep the test short)
+    run_id = webserver.launch(
+        "checked", checked_config(score=0.5), repositoryLocationName=LOCATION
+    )
+    assert webserver.wait(run_id) == "FAILURE"
+
+    # the run page, its log filtered to the batch step: short progress lines
+    driver.get(f"{webserver.url}/runs/{run_id}?selection=checked__Slow")
+    _skip_community_dialog(driver)
+    visible("//*[contains(text(), '/12 (') and contains(text(), 'items/s · ETA')]")
+    shown = [
+        e.text
+        for e in driver.find_elements(By.XPATH, "//*[contains(text(), 'items/s · ETA')]")
+    ]
+    assert any(re.match(r"^\d+/12 \(\d+%\) · [\d.]+ items/s · ETA ", t) for t in shown), shown
+    time.sleep(1)  # let the log rows settle for the screenshot
+    _save(driver, tmp_path, "ui-run-progress.png", docs=True)
+
+    # Score's checks tab: the blocking check failed on this run, with its value
+    driver.get(f"{webserver.url}/assets/checked/Score?view=checks")
+    visible("//*[normalize-space()='accuracy_min_0_9']")
+    visible("//*[normalize-space()='Failed']")
+    _save(driver, tmp_path, "ui-asset-checks.png", docs=True)
+
+    # a parameter edited in the workflow file, the location reloaded: Items shows Unsynced
+    set_param(ui_project / "checked.json", "1", "n", 10)
+    reload = webserver.graphql(
+        "mutation($l: String!) { reloadRepositoryLocation(repositoryLocationName: $l) {"
+        " __typename } }",
+        {"l": LOCATION},
+    )["reloadRepositoryLocation"]
+    assert reload["__typename"] == "WorkspaceLocationEntry", reload
+    driver.get(f"{webserver.url}/assets/checked/Items")
+    visible("//*[normalize-space()='Unsynced']")
+    _save(driver, tmp_path, "ui-unsynced.png", docs=True)
+
+    # the broken workflow's job, its load error as the description
+    driver.get(f"{webserver.url}/locations/{LOCATION}/jobs/broken")
+    visible("//*[starts-with(normalize-space(), 'FAILED TO LOAD:')]")
+    visible(f"//*[contains(text(), '{BROKEN_STEP}')]")
+    _save(driver, tmp_path, "ui-broken-job.png", docs=True)
+    print(f"browser views of checks, progress, Unsynced, broken job: {time.time() - start:.1f} s")
