@@ -236,8 +236,10 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def webserver(tmp_path_factory):
-    """``dagster-webserver -w workspace.yaml`` on a free loopback port with its own instance, one per module."""
-    with serve_webserver(REPO / "workspace.yaml", tmp_path_factory.mktemp("dagster_home")) as server:
+    """``dagster-webserver -w workspace.yaml`` on a free loopback port with its own instance,
+    one per module."""
+    home = tmp_path_factory.mktemp("dagster_home")
+    with serve_webserver(REPO / "workspace.yaml", home) as server:
         yield server
 
 

@@ -1,4 +1,5 @@
-"""The Dagster UI in headless Chromium: find the demo job, launch a day from its launchpad, see it succeed.
+"""The Dagster UI in headless Chromium: find the demo job, launch a day from its launchpad, see it
+succeed; then the views of asset checks, progress lines, "Unsynced" and a broken workflow file.
 
 Chromium and chromedriver come from Debian (`apt-get install chromium chromium-driver`, which
 `scripts/test.sh` does when they are missing); Selenium is pointed at them (its Selenium
@@ -83,8 +84,8 @@ def browser():
 
 
 def _save(driver, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
-    """A screenshot under the test's folder; with ``docs``, also a 256-colour copy in docs/ for the README,
-    only when asked for with UPDATE_UI_SCREENSHOTS=1 (never in CI)."""
+    """A screenshot under the test's folder; with ``docs``, also a 256-colour copy in docs/ for
+    the README, only when asked for with UPDATE_UI_SCREENSHOTS=1 (never in CI)."""
     path = tmp_path / name
     assert driver.save_screenshot(str(path)), f"could not save {path}"
     if docs and os.environ.get("UPDATE_UI_SCREENSHOTS") == "1":
@@ -142,7 +143,8 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     outputs = nightly_inputs["root"] / "browser-outputs"
 
     def act(action) -> None:
-        """Run ``action(driver)``, again while the page re-renders under it (stale or covered elements)."""
+        """Run ``action(driver)``, again while the page re-renders under it (stale or covered
+        elements)."""
         WebDriverWait(
             driver,
             60,
@@ -178,7 +180,10 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     click("//button[.//div[@aria-label='arrow_drop_down']]")
     click("//*[normalize-space()='Open launchpad']")
     # the config editor (CodeMirror) fills in once the launchpad has generated the default config
-    editor = "Array.from(document.querySelectorAll('.CodeMirror')).map(e => e.CodeMirror).find(cm => cm.getValue().startsWith('ops:'))"
+    editor = (
+        "Array.from(document.querySelectorAll('.CodeMirror')).map(e => e.CodeMirror)"
+        ".find(cm => cm.getValue().startsWith('ops:'))"
+    )
     wait.until(lambda d: d.execute_script(f"return !!({editor})"))
     act(type_partition)
     click(f"//button[@role='menuitem'][normalize-space()='{day}']")
@@ -211,14 +216,16 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     materialize.click()
     wait.until(EC.url_matches(r"/runs/[0-9a-f-]{36}"))
     run_id = driver.current_url.rstrip("/").split("/")[-1]
-    # the demo run takes tens of seconds on 2 CPU cores; a failed run fails here with its errors, not after a timeout
+    # the demo run takes tens of seconds on 2 CPU cores; a failed run fails here with its errors,
+    # not after a timeout
     webserver.expect_success(run_id, timeout_s=300)
     # ... and the run page's status tag turns to Success
     wait.until(
         EC.visibility_of_element_located(
             (
                 By.XPATH,
-                "//div[@role='img' and @aria-label='run_success']/following-sibling::div[normalize-space()='Success']",
+                "//div[@role='img' and @aria-label='run_success']"
+                "/following-sibling::div[normalize-space()='Success']",
             )
         )
     )
@@ -226,10 +233,12 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
     shot = _save(driver, tmp_path, "ui-run-success.png", docs=True)
     assert shot.stat().st_size > 10_000
     print(
-        f"browser test: {time.time() - start:.1f} s from opening the UI to the run page showing Success"
+        f"browser test: {time.time() - start:.1f} s from opening the UI to the run page "
+        "showing Success"
     )
 
-    # the workflow's lineage: the incoming folder (external) -> the four steps, ReviewSplit's two pins
+    # the workflow's lineage: the incoming folder (external) -> the four steps, ReviewSplit's
+    # two pins
     driver.get(f"{webserver.url}/locations/graphbook/asset-groups/{DEMO}/lineage")
     for name in (
         "incoming",
@@ -261,6 +270,8 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     """The views of issue 14 on the UI cases' location (tests/ui_cases.py): a run's progress
     lines, an asset's failed blocking check, "Unsynced" after a parameter edit, and the job of a
     workflow that failed to load, with its error."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
@@ -270,13 +281,19 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     wait = WebDriverWait(driver, 60)
 
     def visible(xpath: str) -> None:
-        wait.until(EC.visibility_of_element_located((By.XPATH, xpath)))
+        """Wait for ``xpath``; if it never shows, fail with the page's text and a screenshot."""
+        try:
+            wait.until(EC.visibility_of_element_located((By.XPATH, xpath)))
+        except TimeoutException:
+            shot = _save(driver, tmp_path, "not-shown.png")
+            text = driver.find_element(By.TAG_NAME, "body").text
+            raise AssertionError(
+                f"{xpath} not shown on {driver.current_url} (screenshot {shot}):\n{text[:3000]}"
+            ) from None
 
     # accuracy 0.5: the blocking check on Score fails and After does not run (launched as the
     # launchpad would, through GraphQL, to keep the test short)
-    run_id = webserver.launch(
-        "checked", checked_config(score=0.5), repositoryLocationName=LOCATION
-    )
+    run_id = webserver.launch("checked", checked_config(score=0.5), repositoryLocationName=LOCATION)
     assert webserver.wait(run_id) == "FAILURE"
 
     # the run page, its log filtered to the batch step: short progress lines
@@ -284,8 +301,7 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     _skip_community_dialog(driver)
     visible("//*[contains(text(), '/12 (') and contains(text(), 'items/s · ETA')]")
     shown = [
-        e.text
-        for e in driver.find_elements(By.XPATH, "//*[contains(text(), 'items/s · ETA')]")
+        e.text for e in driver.find_elements(By.XPATH, "//*[contains(text(), 'items/s · ETA')]")
     ]
     assert any(re.match(r"^\d+/12 \(\d+%\) · [\d.]+ items/s · ETA ", t) for t in shown), shown
     time.sleep(1)  # let the log rows settle for the screenshot
@@ -305,8 +321,17 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
         {"l": LOCATION},
     )["reloadRepositoryLocation"]
     assert reload["__typename"] == "WorkspaceLocationEntry", reload
+    stale = webserver.graphql(
+        '{ assetNodeOrError(assetKey: {path: ["checked", "Items"]}) {'
+        " ... on AssetNode { staleStatus } } }"
+    )["assetNodeOrError"]
+    assert stale == {"staleStatus": "STALE"}, stale
     driver.get(f"{webserver.url}/assets/checked/Items")
-    visible("//*[normalize-space()='Unsynced']")
+    unsynced = "//*[starts-with(normalize-space(), 'Unsynced')][not(*)]"  # "Unsynced (1)"
+    visible(unsynced)
+    # hovering the badge lists the causes: the code version changed
+    ActionChains(driver).move_to_element(driver.find_element(By.XPATH, unsynced)).perform()
+    visible("//*[contains(translate(text(), 'CV', 'cv'), 'code version')]")
     _save(driver, tmp_path, "ui-unsynced.png", docs=True)
 
     # the broken workflow's job, its load error as the description

@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 import pytest
 from conftest import serve_webserver
-from ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, selector, set_param
+from ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
 
 pytestmark = pytest.mark.ui
 
@@ -65,9 +65,7 @@ def _reload(server) -> None:
 # (d) a broken workflow file
 
 
-def test_broken_workflow_shows_as_a_job_with_its_error_and_the_others_launch(
-    server, versioned_run
-):
+def test_broken_workflow_shows_as_a_job_with_its_error_and_the_others_launch(server, versioned_run):
     query = """query($r: RepositorySelector!) { repositoryOrError(repositorySelector: $r) {
       __typename ... on Repository { jobs { name description } } } }"""
     repo = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}
@@ -162,9 +160,7 @@ def test_progress_lines_in_the_run_event_log(server, failed_check_run):
     query = """query($id: ID!) { logsForRun(runId: $id, limit: 1000) { ... on EventConnection {
       events { __typename ... on MessageEvent { message stepKey } } } } }"""
     events = server.graphql(query, {"id": failed_check_run})["logsForRun"]["events"]
-    lines = [
-        e["message"] for e in events if e.get("message") and PROGRESS.match(e["message"])
-    ]
+    lines = [e["message"] for e in events if e.get("message") and PROGRESS.match(e["message"])]
     assert lines, [e.get("message") for e in events]
     assert {e["stepKey"] for e in events if e.get("message") in lines} == {"checked__Slow"}
     # short: no workflow, step or node repeated beside the op name
@@ -186,9 +182,7 @@ def _nodes(server) -> Dict[str, Dict[str, Any]]:
     return {"/".join(n["assetKey"]["path"]): n for n in nodes}
 
 
-def test_code_versions_change_on_edits_and_the_asset_shows_unsynced(
-    server, project, versioned_run
-):
+def test_code_versions_change_on_edits_and_the_asset_shows_unsynced(server, project, versioned_run):
     before = _nodes(server)
     ours = {k: n for k, n in before.items() if k.split("/")[0] in ("checked", "versioned")}
     assert len(ours) == 6 and all(n["opVersion"] for n in ours.values()), ours

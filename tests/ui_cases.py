@@ -1,4 +1,4 @@
-"""A small code location for the UI tests: asset checks, progress lines, code versions, a broken file.
+"""A small code location for the UI tests: checks, progress lines, code versions, a broken file.
 
 ``make_ui_project(root)`` writes it under ``root`` (files the tests may edit, like a user would)
 and returns the ``workspace.yaml`` that a real ``dagster-webserver`` serves as location
@@ -170,12 +170,4 @@ def checked_config(*, score: float) -> Dict[str, Any]:
             },
             "checked__Score": {"config": {"score": score}},
         }
-    }
-
-
-def selector(job: str) -> Dict[str, str]:
-    return {
-        "repositoryLocationName": LOCATION,
-        "repositoryName": "__repository__",
-        "pipelineName": job,
     }
