@@ -273,6 +273,7 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -296,9 +297,13 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     run_id = webserver.launch("checked", checked_config(score=0.5), repositoryLocationName=LOCATION)
     assert webserver.wait(run_id) == "FAILURE"
 
-    # the run page, its log filtered to the batch step: short progress lines
-    driver.get(f"{webserver.url}/runs/{run_id}?selection=checked__Slow")
+    # the run page, its log filtered on "ETA" (as a user would type it): short progress lines
+    driver.get(f"{webserver.url}/runs/{run_id}")
     _skip_community_dialog(driver)
+    visible("//*[normalize-space()='RUN_FAILURE']")  # the whole log is loaded
+    log_filter = driver.find_element(By.CSS_SELECTOR, "input[placeholder^='Filter']")
+    log_filter.send_keys("ETA", Keys.ENTER)
+    wait.until(lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='RUN_FAILURE']"))
     visible("//*[contains(text(), '/12 (') and contains(text(), 'items/s · ETA')]")
     shown = [
         e.text for e in driver.find_elements(By.XPATH, "//*[contains(text(), 'items/s · ETA')]")
