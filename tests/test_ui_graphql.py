@@ -39,10 +39,10 @@ def _launch(server, job: str, config: Dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def failed_check_run(server) -> str:
-    """``checked`` launched with accuracy 0.5: its blocking check fails."""
+def low_score_run(server) -> str:
+    """``checked`` launched with accuracy 0.5 (its blocking check on Score fails), finished."""
     run_id = _launch(server, "checked", checked_config(score=0.5))
-    assert server.wait(run_id) == "FAILURE"
+    server.wait(run_id)
     return run_id
 
 
@@ -116,12 +116,12 @@ def _checks(server, *key: str) -> Dict[str, Dict[str, Any]]:
     return {c["name"]: c for c in checks["checks"]}
 
 
-def test_check_evaluations_show_on_the_assets(server, failed_check_run):
+def test_check_evaluations_show_on_the_assets(server, low_score_run):
     blocking = _checks(server, "checked", "Score")["accuracy_min_0_9"]
     assert blocking["blocking"] is True
     assert blocking["description"] == "accuracy >= 0.9 (blocking)"
     execution = blocking["executionForLatestMaterialization"]
-    assert execution["runId"] == failed_check_run
+    assert execution["runId"] == low_score_run
     assert execution["status"] == "FAILED"
     evaluation = execution["evaluation"]
     assert evaluation["success"] is False and evaluation["severity"] == "ERROR"
@@ -130,15 +130,16 @@ def test_check_evaluations_show_on_the_assets(server, failed_check_run):
     warning = _checks(server, "checked", "Items")["row_count_min_1"]
     assert warning["blocking"] is False
     execution = warning["executionForLatestMaterialization"]
-    assert execution["runId"] == failed_check_run and execution["status"] == "SUCCEEDED"
+    assert execution["runId"] == low_score_run and execution["status"] == "SUCCEEDED"
     assert execution["evaluation"]["severity"] == "WARN"
     assert "row_count = 12" in execution["evaluation"]["description"]
 
 
-def test_blocking_check_failure_skips_the_steps_downstream(server, project, failed_check_run):
+def test_blocking_check_failure_skips_the_steps_downstream(server, project, low_score_run):
     query = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status
       stepStats { stepKey status } } } }"""
-    run = server.graphql(query, {"id": failed_check_run})["runOrError"]
+    run = server.graphql(query, {"id": low_score_run})["runOrError"]
+    assert run["status"] == "FAILURE"
     steps = {s["stepKey"]: s["status"] for s in run["stepStats"]}
     assert steps["checked__Items"] == steps["checked__Slow"] == "SUCCESS"
     assert steps["checked__Score"] == "FAILURE"
@@ -147,7 +148,7 @@ def test_blocking_check_failure_skips_the_steps_downstream(server, project, fail
     # Score's notes were stored and materialized: the check judged them
     query = """query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
       assetMaterializations(limit: 1) { runId } } } }"""
-    for key, runs in ((["checked", "Score"], [failed_check_run]), (["checked", "After"], [])):
+    for key, runs in ((["checked", "Score"], [low_score_run]), (["checked", "After"], [])):
         node = server.graphql(query, {"k": {"path": key}})["assetNodeOrError"]
         assert [m["runId"] for m in node["assetMaterializations"]] == runs, key
 
@@ -156,10 +157,10 @@ def test_blocking_check_failure_skips_the_steps_downstream(server, project, fail
 # (c) progress lines
 
 
-def test_progress_lines_in_the_run_event_log(server, failed_check_run):
+def test_progress_lines_in_the_run_event_log(server, low_score_run):
     query = """query($id: ID!) { logsForRun(runId: $id, limit: 1000) { ... on EventConnection {
       events { __typename ... on MessageEvent { message stepKey } } } } }"""
-    events = server.graphql(query, {"id": failed_check_run})["logsForRun"]["events"]
+    events = server.graphql(query, {"id": low_score_run})["logsForRun"]["events"]
     lines = [e["message"] for e in events if e.get("message") and PROGRESS.match(e["message"])]
     assert lines, [e.get("message") for e in events]
     assert {e["stepKey"] for e in events if e.get("message") in lines} == {"checked__Slow"}
