@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import pytest
 
@@ -235,7 +236,17 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def webserver(tmp_path_factory):
-    """``dagster-webserver -w workspace.yaml`` on a free loopback port with its own instance, one per module."""
+    """``dagster-webserver -w workspace.yaml`` on a free loopback port with its own instance,
+    one per module."""
+    home = tmp_path_factory.mktemp("dagster_home")
+    with serve_webserver(REPO / "workspace.yaml", home) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
+    """``dagster-webserver -w WORKSPACE`` (run from the repository root) with its instance in
+    ``home``, on a free loopback port; stopped on exit."""
     import os
     import signal
     import subprocess
@@ -244,7 +255,6 @@ def webserver(tmp_path_factory):
 
     import requests
 
-    home = tmp_path_factory.mktemp("dagster_home")
     (home / "dagster.yaml").write_text(WEBSERVER_INSTANCE_YAML)
     port = _free_port()
     log_path = home / "webserver.log"
@@ -257,7 +267,7 @@ def webserver(tmp_path_factory):
                 "-m",
                 "dagster_webserver",
                 "-w",
-                "workspace.yaml",
+                str(workspace),
                 "-h",
                 "127.0.0.1",
                 "-p",
