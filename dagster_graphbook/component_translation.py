@@ -79,7 +79,9 @@ def asset_props(
         if k not in node.resource_params
     }
     resources = {
-        p: workflow.nodes[rid].name for p, rid in node.resource_params.items() if rid in workflow.nodes
+        p: workflow.nodes[rid].name
+        for p, rid in node.resource_params.items()
+        if rid in workflow.nodes
     }
     return GraphbookAssetProps(
         workflow=WorkflowProps(workflow.name, workflow.source, workflow.doc or ""),

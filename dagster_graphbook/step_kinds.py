@@ -26,7 +26,7 @@ _TORCH_MODEL = re.compile(
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def uses_torch_model(cls: type) -> bool:
     """Whether the class's source builds or loads a torch model (see the module docstring)."""
     return bool(_TORCH_MODEL.search(_class_source(cls)))

@@ -69,7 +69,7 @@ NIGHTLY = f"""
         description: "{{{{ node.label }}}} ({{{{ node.id }}}}), pin {{{{ pin }}}}"
         automation_condition: "{{{{ dg.AutomationCondition.eager() }}}}"
         metadata:
-          threshold: "{{{{ node.params.threshold }}}}"
+          threshold: "{{{{ node.params.get('threshold') }}}}"
       retry_policy: {{max_retries: 2, delay: 0.5, backoff: exponential, jitter: full}}
       pool: vision
 """
@@ -91,10 +91,10 @@ def test_translation_sets_owners_tags_group_description_automation_metadata(nigh
     assert classify.description.endswith("pin out")
     assert isinstance(classify.automation_condition, dg.AutomationCondition)
     review = specs[K(["nightly_shapes", "ReviewSplit", "review"])]
-    assert review.metadata["threshold"] == "0.9"  # the node's parameter, from the workflow
+    assert review.metadata["threshold"] == 0.9  # the node's parameter, from the workflow
     assert review.metadata["dagster_graphbook/node_id"]  # ours stay: metadata is merged
     assert review.description.endswith("pin review")
-    assert review.group_name == "nightly_shapes_split"
+    assert review.group_name == "nightly_shapes_step"
     # the asset check follows the translated spec
     assert {c.asset_key for c in nightly.resolve_asset_graph().asset_check_keys} == {
         K(["nightly_shapes", "ClassifyShapes"])
@@ -168,17 +168,22 @@ def test_translation_key_prefix_builds_and_runs(tmp_path):
     "translation, message",
     [
         ("{description: '{{ node.nope }}'}", "nope"),
-        ("{partitions_def: {type: static, partition_keys: [a]}}", "use the component's `partitions`"),
+        (
+            "{partitions_def: {type: static, partition_keys: [a]}}",
+            "use the component's `partitions`",
+        ),
     ],
 )
 def test_bad_translation_names_workflow_step_and_pin(tmp_path, translation, message):
     """A translation that fails leaves the other definitions loaded and a job whose description
     names the workflow file, the step and the pin."""
     yaml_text = textwrap.dedent(SAMPLE).replace("NOTES", str(tmp_path / "n"))
-    yaml_text = yaml_text.replace("  translation:\n    key_prefix: lab", f"  translation: {translation}")
+    yaml_text = yaml_text.replace(
+        "  translation:\n    key_prefix: lab", f"  translation: {translation}"
+    )
     defs = _load(tmp_path, "gb_translation_bad", yaml_text)
-    (job,) = [j for j in defs.jobs if j.name.startswith("FAILED TO LOAD")]
-    assert "sample.json" in job.description
+    job = defs.resolve_job_def("sample")
+    assert job.description.startswith("FAILED TO LOAD") and "sample.json" in job.description
     assert "translation of step 'GenerateNumbers'" in job.description
     assert "pin 'out'" in job.description and message in job.description
 
