@@ -214,10 +214,10 @@ def flaky(ctx, data):
 """
 
 
-def test_retry_policy_runs_a_step_failing_once_again(tmp_path):
-    """A real run: the step fails on its first attempt, Dagster's retry policy (from
-    ``GraphbookWorkflow(retry_policy=...)``, as YAML sets it) runs it again, and it succeeds."""
-    nodes = write_nodes(tmp_path / "nodes", "flaky.py", FLAKY_NODES)
+def test_yaml_retry_policy_runs_a_step_failing_once_again(tmp_path):
+    """A real run: the step fails on its first attempt, the component's ``retry_policy`` has
+    Dagster run it again, and it succeeds (attempts counted in a file)."""
+    write_nodes(tmp_path / "nodes", "flaky.py", FLAKY_NODES)
     attempts = tmp_path / "attempts.txt"
     path = write_workflow(
         tmp_path,
@@ -228,14 +228,19 @@ def test_retry_policy_runs_a_step_failing_once_again(tmp_path):
     data = json.loads(path.read_text())
     data["nodes"][1]["data"]["parameters"]["attempts_file"]["value"] = str(attempts)
     path.write_text(json.dumps(data))
-    spec = GraphbookWorkflow(
-        path,
-        custom_nodes=[nodes],
-        executor="in_process",
-        retry_policy=dg.RetryPolicy(max_retries=1),
-        notes_dir=str(tmp_path / "notes"),
+    defs = _load(
+        tmp_path,
+        "gb_translation_retry",
+        f"""
+        type: dagster_graphbook.GraphbookWorkflowComponent
+        attributes:
+          workflow: {path}
+          custom_nodes: [{tmp_path / "nodes"}]
+          executor: in_process
+          notes_dir: {tmp_path / "notes"}
+          retry_policy: {{max_retries: 1}}
+        """,
     )
-    defs = build_definitions([spec], strict=True)
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("flaky").execute_in_process(instance=instance)
         retried = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
@@ -256,6 +261,12 @@ def test_python_hooks_decide_retry_policy_and_pool_where_the_workflow_sets_none(
 
     nightly = [REPO / "custom_nodes" / "nightly"]
     source = REPO / "workflows" / "nightly_shapes.json"
+    defs = build_definitions([GraphbookWorkflow(source, custom_nodes=nightly)], strict=True)
+    classify = _op(defs, K(["nightly_shapes", "ClassifyShapes"]))
+    review = _op(defs, K(["nightly_shapes", "ReviewSplit", "review"]))
+    assert (classify.retry_policy, classify.pool) == (None, "gpu")  # the defaults
+    assert (review.retry_policy, review.pool) == (None, None)
+
     defs = build_definitions(
         [GraphbookWorkflow(source, custom_nodes=nightly)], translator=PerStep(), strict=True
     )
@@ -269,18 +280,6 @@ def test_python_hooks_decide_retry_policy_and_pool_where_the_workflow_sets_none(
     defs = build_definitions([spec], translator=PerStep(), strict=True)
     classify = _op(defs, K(["nightly_shapes", "ClassifyShapes"]))
     assert (classify.retry_policy, classify.pool) == (wide, "night")
-
-
-def test_default_pool_and_retry_policy_unchanged():
-    defs = build_definitions(
-        [REPO / "workflows" / "nightly_shapes.json"],
-        custom_nodes=[REPO / "custom_nodes" / "nightly"],
-        strict=True,
-    )
-    classify = _op(defs, K(["nightly_shapes", "ClassifyShapes"]))
-    review = _op(defs, K(["nightly_shapes", "ReviewSplit", "review"]))
-    assert (classify.pool, classify.retry_policy) == ("gpu", None)
-    assert (review.pool, review.retry_policy) == (None, None)
 
 
 def test_new_component_fields_carry_descriptions_and_examples():
