@@ -295,6 +295,24 @@ def test_new_component_fields_carry_descriptions_and_examples():
     assert all(p.get("description") and p.get("examples") for p in retry.values()), retry
 
 
+def test_bad_retry_policy_names_the_file_line_and_allowed_values(tmp_path):
+    bad = f"""
+        type: dagster_graphbook.GraphbookWorkflowComponent
+        attributes:
+          workflow: {REPO}/workflows/sample.json
+          retry_policy: {{max_retries: 1, backoff: sideways}}
+        """
+    with pytest.raises(Exception) as info:
+        _load(tmp_path, "gb_translation_bad_retry", bad)
+    chain, error = [], info.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    text = "\n".join(chain)
+    assert "defs.yaml:5 - attributes.retry_policy" in text
+    assert "Input should be 'linear' or 'exponential'" in text
+
+
 def test_dg_check_defs_accepts_translation_retry_policy_and_pool(tmp_path):
     """``dg check defs`` (schema check, then load) on a dg project whose component uses them."""
     import os
@@ -333,3 +351,26 @@ def test_dg_check_defs_accepts_translation_retry_policy_and_pool(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "All definitions loaded successfully" in out.stdout + out.stderr
+
+
+def test_python_component_takes_a_translation_callable():
+    """The callable form: ``translation(spec, props) -> AssetSpec`` with the node and workflow."""
+    from dagster.components.core.component_tree import ComponentTree
+
+    from dagster_graphbook import GraphbookWorkflowComponent
+
+    def translation(spec, props):
+        return spec.replace_attributes(
+            owners=[f"team:{props.workflow.name}"], kinds={f"step_{props.node.step_kind}"}
+        ).merge_attributes(tags={"node_id": props.node.id, "pin": props.pin})
+
+    component = GraphbookWorkflowComponent(
+        workflow=str(REPO / "workflows" / "nightly_shapes.json"),
+        custom_nodes=[str(REPO / "custom_nodes" / "nightly")],
+        translation=translation,
+    )
+    defs = component.build_defs(ComponentTree.for_test().load_context)
+    review = _specs(defs)[K(["nightly_shapes", "ReviewSplit", "review"])]
+    assert list(review.owners) == ["team:nightly_shapes"]
+    assert set(review.kinds) == {"python", "parquet", "step_step"}  # ours are kept
+    assert (review.tags["node_id"], review.tags["pin"]) == ("3", "review")
