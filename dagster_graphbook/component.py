@@ -13,6 +13,9 @@ attributes:
   external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
   gpus: 1                                            # batch steps request a GPU (op tags)
+  translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
+  retry_policy: {max_retries: 2, delay: 10}          # every step op (dg.RetryPolicy)
+  pool: vision                                       # every step op's concurrency pool
 ```
 
 Like dagster-dbt's ``DbtProjectComponent``: the component points at an external file and builds
