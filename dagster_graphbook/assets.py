@@ -165,8 +165,13 @@ def build_workflow_defs(
     executor_def: Optional[dg.ExecutorDefinition] = None,
     streaming: bool = False,
     checks: Optional[Dict[str, List[StepCheck]]] = None,
+    pool: Optional[str] = None,
 ) -> WorkflowDefs:
-    """Translate one validated workflow (``streaming``: all steps as one streaming op)."""
+    """Translate one validated workflow (``streaming``: all steps as one streaming op).
+
+    ``retry_policy`` and ``pool`` apply to every step op where set; else the translator's
+    ``get_retry_policy`` and ``get_pool`` decide per step.
+    """
     translator = translator or GraphbookTranslator()
     resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
     resources = {
@@ -214,6 +219,7 @@ def build_workflow_defs(
             op_tags or {},
             (external_deps or {}).get(node.id, []),
             (checks or {}).get(node.id, []),
+            pool,
         )
         assets.append(asset)
         keys += list(asset.keys)
@@ -238,6 +244,7 @@ def _step_asset(
     op_tags: Dict[str, Any],
     external_deps: List[dg.AssetKey],
     checks: Sequence[StepCheck] = (),
+    pool: Optional[str] = None,
 ) -> dg.AssetsDefinition:
     output_names = {pin: safe_name(pin) for pin in node.outputs}
     label = f"workflow '{workflow.name}', step '{step_name}' (node {node.id})"
@@ -267,9 +274,9 @@ def _step_asset(
         config_schema=config,
         required_resource_keys=set(plan.resource_keys.values()),
         op_tags={**translator.get_op_tags(workflow, node), **op_tags},
-        pool=translator.get_pool(workflow, node),
+        pool=pool if pool is not None else translator.get_pool(workflow, node),
         partitions_def=partitions_def,
-        retry_policy=retry_policy,
+        retry_policy=retry_policy or translator.get_retry_policy(workflow, node),
         description=translator.get_description(workflow, node),
         can_subset=False,
         check_specs=[b.spec(partitions_def) for b in bound] or None,

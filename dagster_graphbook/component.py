@@ -13,6 +13,9 @@ attributes:
   external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
   gpus: 1                                            # batch steps request a GPU (op tags)
+  translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
+  retry_policy: {max_retries: 2, delay: 10}          # every step op (dg.RetryPolicy)
+  pool: vision                                       # every step op's concurrency pool
 ```
 
 Like dagster-dbt's ``DbtProjectComponent``: the component points at an external file and builds
@@ -27,6 +30,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 import dagster as dg
 
 from .checks import StepCheck
+from .component_translation import TRANSLATION_RESOLVER, TranslationFn, translator_for
 from .definitions import GraphbookWorkflow, build_definitions
 from .scaffold import GraphbookWorkflowScaffolder
 from .schedules import FolderSensor, daily_partitions
@@ -43,6 +47,31 @@ class DailyPartitions(dg.Model, dg.Resolvable):
     start_date: str
     end_offset: int = 0
     timezone: Optional[str] = None
+
+
+class RetryPolicyModel(dg.Model, dg.Resolvable):
+    """Dagster's ``RetryPolicy`` for every step op: a failed step runs again from its inputs."""
+
+    max_retries: Annotated[int, _doc("times a failed step runs again", 2)] = 1
+    delay: Annotated[
+        Optional[float], _doc("seconds before a retry (the first, with a backoff)", 10)
+    ] = None
+    backoff: Annotated[
+        Optional[Literal["linear", "exponential"]],
+        _doc("how the delay grows from retry to retry", "exponential"),
+    ] = None
+    jitter: Annotated[
+        Optional[Literal["full", "plus_minus"]],
+        _doc("random change to each delay (full: 0 to delay; plus_minus: delay +- delay)", "full"),
+    ] = None
+
+    def policy(self) -> dg.RetryPolicy:
+        return dg.RetryPolicy(
+            max_retries=self.max_retries,
+            delay=self.delay,
+            backoff=dg.Backoff(self.backoff.upper()) if self.backoff else None,
+            jitter=dg.Jitter(self.jitter.upper()) if self.jitter else None,
+        )
 
 
 @dg.scaffold_with(GraphbookWorkflowScaffolder)
@@ -161,6 +190,22 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             {"ClassifyShapes": 1},
         ),
     ] = None
+    translation: Annotated[Optional[TranslationFn], TRANSLATION_RESOLVER] = None
+    retry_policy: Annotated[
+        Optional[RetryPolicyModel],
+        _doc(
+            "retry policy of every step op (Python: GraphbookTranslator.get_retry_policy per step)",
+            {"max_retries": 2, "delay": 10, "backoff": "exponential", "jitter": "full"},
+        ),
+    ] = None
+    pool: Annotated[
+        Optional[str],
+        _doc(
+            "concurrency pool of every step op (default: batch steps share `gpu`); limit it with "
+            "`dagster instance concurrency set <pool> N`",
+            "vision_gpu",
+        ),
+    ] = None
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
@@ -200,7 +245,11 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             if self.notes_dir and "://" not in self.notes_dir
             else self.notes_dir,
             notes_keep=self.notes_keep,
+            retry_policy=self.retry_policy.policy() if self.retry_policy else None,
+            pool=self.pool,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return build_definitions([self.workflow_spec(Path(context.path))])
+        return build_definitions(
+            [self.workflow_spec(Path(context.path))], translator=translator_for(self.translation)
+        )

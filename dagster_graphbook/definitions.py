@@ -60,6 +60,9 @@ class GraphbookWorkflow:
     # where this workflow's notes go (default: build_definitions', else the instance's storage)
     notes_dir: Optional[str] = None
     notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
+    # concurrency pool of every step op (default: the translator's get_pool, batch steps in "gpu");
+    # retry_policy above likewise applies to every step op, else the translator's get_retry_policy
+    pool: Optional[str] = None
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -122,6 +125,7 @@ def build_workflow(
         executor_def=executor_def,
         checks=checks,
         streaming=spec.streaming,
+        pool=spec.pool,
     )
     storage = notes_metadata(spec.notes_dir, spec.notes_keep)
     if storage:

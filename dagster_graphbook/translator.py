@@ -15,6 +15,7 @@ from typing import Any, Dict, Mapping, Optional
 import dagster as dg
 
 from .code_version import node_code_references, node_code_version
+from .step_kinds import step_kinds
 from .workflow import Workflow, WorkflowNode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
@@ -78,7 +79,9 @@ class GraphbookTranslator:
         return workflow.doc or f"Graphbook workflow `{workflow.name}` ({workflow.source})"
 
     def get_kinds(self, workflow: Workflow, node: WorkflowNode) -> set:
-        return {"python", "pytorch"} if node.step_kind == "batch" else {"python"}
+        """What the step does: ``python``; ``parquet`` when it has a sink pin (stored as a table);
+        ``pytorch`` when it or a resource it is bound to runs a torch model (``step_kinds.py``)."""
+        return step_kinds(workflow, node)
 
     def get_metadata(self, workflow: Workflow, node: WorkflowNode, pin: str) -> Mapping[str, Any]:
         meta: Dict[str, Any] = {
@@ -132,3 +135,18 @@ class GraphbookTranslator:
     def get_code_references(self, workflow: Workflow, node: WorkflowNode) -> Any:
         """``dagster/code_references``: the step class's file and line, the workflow file's node."""
         return node_code_references(workflow, node)
+
+    def get_retry_policy(self, workflow: Workflow, node: WorkflowNode) -> Optional[dg.RetryPolicy]:
+        """The step op's retry policy where the workflow sets none (``GraphbookWorkflow`` or YAML
+        ``retry_policy``, which apply to every step); ``None``: no retries.
+
+        Examples:
+            .. code-block:: python
+
+                class RetryLoads(GraphbookTranslator):
+                    def get_retry_policy(self, workflow, node):
+                        if node.step_kind == "source":
+                            return dg.RetryPolicy(max_retries=3, delay=10)
+                        return None
+        """
+        return None

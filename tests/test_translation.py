@@ -123,7 +123,7 @@ def test_batch_step_config_and_kinds(repo):
         and runtime["worker_type"].default_value == "process"
     )
     spec = asset.specs_by_key[K(["word_split", "SplitWords", "OutputFiles"])]
-    assert set(spec.kinds) == {"python", "pytorch"}
+    assert set(spec.kinds) == {"python", "parquet"}  # a sink (table); no torch model
     assert spec.tags["graphbook/step_kind"] == "batch"
     src_spec = _asset_for(defs, K(["word_split", "InputFiles"])).specs_by_key[
         K(["word_split", "InputFiles"])

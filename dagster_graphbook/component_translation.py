@@ -1,0 +1,192 @@
+"""The component's ``translation:``: asset attributes from YAML, templated over each node.
+
+As dagster-dbt's ``DbtProjectComponent`` does: a mapping of AssetSpec attributes (owners, tags,
+kinds, group_name, description, automation_condition, key or key_prefix, metadata, ...) whose
+strings may use ``{{ node.<attr> }}``, ``{{ workflow.<attr> }}``, ``{{ pin }}`` and ``{{ spec }}``
+(the spec before translation); or one template string that evaluates to such a mapping or to an
+``AssetSpec``; or, from Python, a callable ``(spec, props) -> AssetSpec``.
+
+```yaml
+translation:
+  owners: [team:vision]
+  group_name: "{{ workflow.name }}_{{ node.step_kind }}"
+  tags: {category: "{{ node.category }}"}
+  kinds: [images]
+  automation_condition: "{{ dg.AutomationCondition.eager() }}"
+```
+
+Tags and metadata are merged with the translator's; kinds too (``python``/``parquet``/``pytorch``
+stay; override ``GraphbookTranslator.get_kinds`` in Python to drop one); the rest replace.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+import dagster as dg
+from dagster.components.resolved.core_models import AssetAttributesModel
+from dagster.components.utils import TranslatorResolvingInfo
+
+from .translator import GraphbookTranslator
+from .workflow import Workflow, WorkflowError, WorkflowNode
+
+
+@dataclass(frozen=True)
+class NodeProps:
+    """The Graphbook node, as templates see it (``{{ node.step }}``, ``{{ node.params.x }}``)."""
+
+    id: str
+    name: str  # the class name (Graphbook's registry key)
+    label: str  # the label set in the editor, else the class name
+    step: str  # the step's name in asset keys and op names (unique in the workflow)
+    step_kind: str  # source, step, batch, split, ...
+    category: str  # the class's Graphbook ``Category`` ("" when none)
+    doc: str  # the class's docstring
+    params: Mapping[str, Any]  # parameter values (the workflow's, else the class's defaults)
+    resources: Mapping[str, str]  # parameter -> class name of the resource bound to it
+
+
+@dataclass(frozen=True)
+class WorkflowProps:
+    """The workflow, as templates see it (``{{ workflow.name }}``)."""
+
+    name: str
+    source: str  # the workflow file (or the Python Graph's name)
+    doc: str
+
+
+@dataclass(frozen=True)
+class GraphbookAssetProps:
+    """What a translation receives for one asset: a node's output ``pin`` in a workflow."""
+
+    workflow: WorkflowProps
+    node: NodeProps
+    pin: str
+
+
+TranslationFn = Callable[[dg.AssetSpec, GraphbookAssetProps], dg.AssetSpec]
+
+
+def asset_props(
+    translator: GraphbookTranslator, workflow: Workflow, node: WorkflowNode, pin: str
+) -> GraphbookAssetProps:
+    """The template scope for ``node``'s asset of ``pin``."""
+    params = {
+        k: node.values.get(k, s.get("default"))
+        for k, s in node.parameters.items()
+        if k not in node.resource_params
+    }
+    resources = {
+        p: workflow.nodes[rid].name
+        for p, rid in node.resource_params.items()
+        if rid in workflow.nodes
+    }
+    return GraphbookAssetProps(
+        workflow=WorkflowProps(workflow.name, workflow.source, workflow.doc or ""),
+        node=NodeProps(
+            id=node.id,
+            name=node.name,
+            label=node.label or node.name,
+            step=translator.step_names(workflow)[node.id],
+            step_kind=node.step_kind,
+            category=str(getattr(node.cls, "Category", "") or ""),
+            doc=inspect.cleandoc(node.cls.__doc__ or ""),
+            params=params,
+            resources=resources,
+        ),
+        pin=pin,
+    )
+
+
+def resolve_translation(context: dg.ResolutionContext, model: Any) -> TranslationFn:
+    """The YAML ``translation`` (a mapping, or a template string) as a translation function."""
+    info = TranslatorResolvingInfo(
+        asset_attributes=model, resolution_context=context, model_key="translation"
+    )
+
+    def translate(spec: dg.AssetSpec, props: GraphbookAssetProps) -> dg.AssetSpec:
+        scope = {"node": props.node, "workflow": props.workflow, "pin": props.pin, "spec": spec}
+        return info.get_asset_spec(spec, scope)
+
+    return translate
+
+
+TRANSLATION_RESOLVER = dg.Resolver(
+    resolve_translation,
+    model_field_type=Union[str, AssetAttributesModel],
+    inject_before_resolve=False,
+    description=(
+        "asset attributes for every step's assets (owners, tags, kinds, group_name, description, "
+        "automation_condition, key/key_prefix, metadata), templated over the node: "
+        "{{ node.id|name|label|step|step_kind|category|doc|params|resources }}, "
+        "{{ workflow.name|source|doc }}, {{ pin }}, {{ spec }}; tags, metadata and kinds are "
+        "merged with ours"
+    ),
+    examples=[
+        {
+            "owners": ["team:vision"],
+            "tags": {"category": "{{ node.category }}"},
+            "group_name": "{{ workflow.name }}_{{ node.step_kind }}",
+            "automation_condition": "{{ dg.AutomationCondition.eager() }}",
+        },
+        {"description": "{{ node.label }}: {{ node.doc }}", "kinds": ["images"]},
+    ],
+)
+
+
+class TranslatedGraphbookTranslator(GraphbookTranslator):
+    """``GraphbookTranslator`` whose asset specs go through a translation function (the YAML
+    component's ``translation``), cached per node and pin; keys come from the translated spec."""
+
+    def __init__(self, translation: TranslationFn) -> None:
+        self.translation = translation
+        self._specs: Dict[Tuple[int, str, str], Tuple[Workflow, dg.AssetSpec]] = {}
+        self._base_keys: set = set()  # (workflow, node, pin) whose untranslated spec is building
+
+    def get_asset_key(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetKey:
+        if (id(workflow), node.id, pin) in self._base_keys:
+            return super().get_asset_key(workflow, node, pin)
+        return self.get_asset_spec(workflow, node, pin).key
+
+    def get_asset_spec(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetSpec:
+        where = (id(workflow), node.id, pin)
+        hit = self._specs.get(where)
+        if hit is not None and hit[0] is workflow:
+            return hit[1]
+        self._base_keys.add(where)
+        try:
+            base = super().get_asset_spec(workflow, node, pin)
+        finally:
+            self._base_keys.discard(where)
+        spec = self._translate(base, workflow, node, pin)
+        self._specs[where] = (workflow, spec)
+        return spec
+
+    def _translate(
+        self, base: dg.AssetSpec, workflow: Workflow, node: WorkflowNode, pin: str
+    ) -> dg.AssetSpec:
+        step = self.step_names(workflow)[node.id]
+        where = f"translation of step '{step}' ({node.describe()}), pin '{pin}'"
+        try:
+            spec = self.translation(base, asset_props(self, workflow, node, pin))
+        except Exception as exc:
+            raise WorkflowError(workflow.source, [f"{where}: {type(exc).__name__}: {exc}"]) from exc
+        if not isinstance(spec, dg.AssetSpec):
+            raise WorkflowError(
+                workflow.source, [f"{where}: returned {type(spec).__name__}, not an AssetSpec"]
+            )
+        problems = []
+        if spec.partitions_def is not None:
+            problems.append(f"{where}: sets partitions_def; use the component's `partitions`")
+        if set(spec.deps) != set(base.deps):
+            problems.append(f"{where}: sets deps; use the component's `external_deps`")
+        if problems:
+            raise WorkflowError(workflow.source, problems)
+        return spec.merge_attributes(kinds=set(base.kinds) - set(spec.kinds))
+
+
+def translator_for(translation: Optional[TranslationFn]) -> Optional[GraphbookTranslator]:
+    """The translator a component builds with (``None``: the default one)."""
+    return TranslatedGraphbookTranslator(translation) if translation is not None else None
