@@ -1,4 +1,5 @@
-"""Workflows as Dagster definitions: asset keys, deps, config schema, resources, descriptions, jobs."""
+"""Workflows as Dagster definitions: asset keys, deps, config schema, resources, descriptions,
+jobs; and every translator hook, each overriding one name or attribute everywhere."""
 
 from __future__ import annotations
 
@@ -606,7 +607,7 @@ def test_translation_is_comprehensive():
 
 CODE_LOCATION = """
 import dagster as dg
-from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, build_definitions
+from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, StepCheck, build_definitions
 
 
 class Lake(GraphbookTranslator):
@@ -619,7 +620,14 @@ class Lake(GraphbookTranslator):
 
 
 defs = build_definitions(
-    [GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}], streaming={streaming})],
+    [
+        GraphbookWorkflow(
+            {wf!r},
+            custom_nodes=[{nodes!r}],
+            streaming={streaming},
+            checks=[] if {streaming} else [StepCheck(step="Transform", metric="row_count", min=1)],
+        )
+    ],
     translator=Lake(),
     strict=True,
 )
@@ -652,6 +660,9 @@ def test_overridden_names_materialize_from_the_code_location(
         (record,) = instance.get_run_records()
         assert instance.get_latest_materialization_event(K(["lake", "sample", "Split", "A"]))
         assert not instance.get_latest_materialization_event(K(["sample", "Split", "A"]))
+        if not streaming:  # the check sits on the translator's key
+            check = dg.AssetCheckKey(K(["lake", "sample", "Transform"]), "row_count_min_1")
+            assert instance.get_latest_asset_check_evaluation_record(check).evaluation.passed
         run = run_job("sample", SAMPLE_PARAMS, module=module, instance=instance)
         assert run.success, run.failure
         stored = {s: p for s, p in run.notes.items() if p}  # a streamed pin keeps no notes
@@ -677,3 +688,48 @@ def test_colliding_keys_name_the_steps_and_pins(repo):
     message = str(exc.value)
     assert "sample.json" in message and "have the same asset key 'same'" in message
     assert "step 'Transform' (node 7), pin 'out'" in message
+
+
+MP_TRANSLATOR = """
+from dagster_graphbook import GraphbookTranslator
+
+
+class Renamed(GraphbookTranslator):
+    def get_asset_spec(self, workflow, node, pin):
+        spec = super().get_asset_spec(workflow, node, pin)
+        return spec.replace_attributes(key=spec.key.with_prefix("mp"))
+
+    def get_op_name(self, workflow, node):
+        return "mp_" + self.step_names(workflow)[node.id]
+"""
+
+
+def test_multiprocess_runs_rebuild_the_translator(repo, tmp_path, monkeypatch, baseline):
+    """Each step process rebuilds the run's translator from its module, so the job it rebuilds
+    has the same keys and op names; a translator it cannot import is refused up front."""
+    import importlib
+
+    from dagster_graphbook import run_workflow
+
+    (tmp_path / "mp_translator.py").write_text(MP_TRANSLATOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    translator = importlib.import_module("mp_translator").Renamed()
+    home = str(tmp_path / "home")
+    kwargs = dict(params=SAMPLE_PARAMS, dagster_home=home, executor="multiprocess")
+    sample, nodes = repo / "workflows" / "sample.json", [repo / "custom_nodes" / "sample"]
+    run = run_workflow(sample, nodes, translator=translator, **kwargs)
+    assert run.success, run.failure
+    assert run.notes == baseline(False)
+    with dg.DagsterInstance.from_config(home) as instance:
+        assert instance.get_latest_materialization_event(K(["mp", "sample", "Split", "B"]))
+        steps = {e.step_key for e in instance.all_logs(run.run_id) if e.step_key}
+    assert steps == {f"mp_{s}" for s in SAMPLE_STEPS}
+
+    class Local(GraphbookTranslator):
+        pass
+
+    with pytest.raises(
+        ValueError, match=r"define .*Local at the top level of an importable module"
+    ):
+        run_workflow(sample, nodes, translator=Local(), **kwargs)
