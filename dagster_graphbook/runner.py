@@ -16,7 +16,14 @@ from upath import UPath
 from .authoring.graph import Graph
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
-from .translator import GraphbookTranslator, TaggedStep, read_steps_tag, resolve_refs
+from .translator import (
+    GraphbookTranslator,
+    TaggedStep,
+    import_translator,
+    path_of_translator,
+    read_steps_tag,
+    resolve_refs,
+)
 from .workflow import Workflow, WorkflowError
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
@@ -128,33 +135,8 @@ def _reconstruct_job(
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
     the ``module:Class`` of the run's translator."""
     spec = GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name, streaming=streaming)
-    defs = _definitions(spec, notes_dir, _import_translator(translator))[0]
+    defs = _definitions(spec, notes_dir, import_translator(translator))[0]
     return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]
-
-
-def _translator_path(translator: GraphbookTranslator) -> Optional[str]:
-    """``module:Class`` a step process rebuilds ``translator`` from (``None``: the default)."""
-    cls = type(translator)
-    if cls is GraphbookTranslator:
-        return None
-    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
-        raise ValueError(
-            f"the multiprocess executor rebuilds the translator in each step process: define "
-            f"{cls.__qualname__} at the top level of an importable module"
-        )
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _import_translator(path: Optional[str]) -> Optional[GraphbookTranslator]:
-    if path is None:
-        return None
-    import importlib
-
-    module, _, qualname = path.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj()
 
 
 def _definitions(
@@ -227,7 +209,7 @@ def run_workflow(
         )
     elif executor == "multiprocess":
         source = _source_path(workflow)
-        translator_path = _translator_path(translator)
+        translator_path = path_of_translator(translator)
         args = (source, tuple(spec.custom_nodes), name, notes_dir, streaming, translator_path)
         recon = dg.build_reconstructable_job(
             "dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args

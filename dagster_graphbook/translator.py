@@ -471,3 +471,36 @@ class GraphbookTranslator:
                         )
         """
         return node_code_references(workflow, node)
+
+
+def path_of_translator(translator: GraphbookTranslator) -> Optional[str]:
+    """``module:Class`` a step process rebuilds ``translator`` from (``None``: the default)."""
+    cls = type(translator)
+    if cls is GraphbookTranslator:
+        return None
+    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
+        raise ValueError(
+            f"the multiprocess executor rebuilds the translator in each step process: define "
+            f"{cls.__qualname__} at the top level of an importable module"
+        )
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def import_translator(path: Optional[str]) -> Optional[GraphbookTranslator]:
+    """The translator of class ``module:Class`` (built without arguments); ``None`` for none."""
+    if path is None:
+        return None
+    import importlib
+
+    module, sep, qualname = path.partition(":")
+    if not sep or not qualname:
+        raise ValueError(f"translator {path!r}: expected MODULE:CLASS, e.g. my_pkg.names:Lake")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"translator {path!r}: {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, GraphbookTranslator)):
+        raise ValueError(f"translator {path!r} is not a GraphbookTranslator subclass")
+    return obj()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict
 
@@ -733,3 +734,24 @@ def test_multiprocess_runs_rebuild_the_translator(repo, tmp_path, monkeypatch, b
         ValueError, match=r"define .*Local at the top level of an importable module"
     ):
         run_workflow(sample, nodes, translator=Local(), **kwargs)
+
+
+def test_cli_takes_a_translator(repo, tmp_path, monkeypatch, capsys, dagster_home):
+    """``--translator MODULE:CLASS``: validate lists its keys, run records on them; a bad path is
+    refused with a message naming it."""
+    from dagster_graphbook.cli import main
+
+    (tmp_path / "cli_translator.py").write_text(MP_TRANSLATOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    wf = [str(repo / "workflows" / "sample.json"), "--custom-nodes"]
+    wf.append(str(repo / "custom_nodes" / "sample"))
+    assert main(["validate", *wf, "--translator", "cli_translator:Renamed"]) == 0
+    assert "  asset mp/sample/Split/A\n" in capsys.readouterr().out
+    run = ["run", *wf, "--no-progress", "--dagster-home", dagster_home]
+    assert main([*run, "--translator", "cli_translator:Nope"]) == 2
+    assert "translator 'cli_translator:Nope': AttributeError" in capsys.readouterr().err
+    assert main([*run, "--translator", "cli_translator:Renamed"]) == 0
+    out = capsys.readouterr().out  # notes loaded back under the step name
+    assert re.search(r"^  Split +A: [1-9]\d* notes, B: [1-9]\d* notes$", out, re.M), out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert instance.get_latest_materialization_event(K(["mp", "sample", "Split", "B"]))
