@@ -180,9 +180,16 @@ class GraphbookTranslator:
                 output_names={pin: safe_name(pin) for pin in node.outputs},
                 stream_output_names={pin: f"{step}__{safe_name(pin)}" for pin in node.outputs},
             )
+        resource_keys = {n.id: self.get_resource_key(workflow, n) for n in workflow.resources()}
+        for nid, key in resource_keys.items():
+            other = next((o for o, k in resource_keys.items() if k == key and o < nid), None)
+            if other is not None:
+                problems.append(
+                    f"resource nodes {other} and {nid} have the same resource key {key!r}: "
+                    "make the translator's resource keys unique"
+                )
         if problems:
             raise WorkflowError(workflow.source, problems)
-        resource_keys = {n.id: self.get_resource_key(workflow, n) for n in workflow.resources()}
         resource_refs = resolve_refs(
             ((n.label or n.name, n.id, n.name), resource_keys[n.id]) for n in workflow.resources()
         )

@@ -691,6 +691,32 @@ def test_colliding_keys_name_the_steps_and_pins(repo):
     assert "step 'Transform' (node 7), pin 'out'" in message
 
 
+def test_colliding_resource_keys_name_the_nodes(tmp_path, repo):
+    class OneResource(GraphbookTranslator):
+        def get_resource_key(self, workflow, node):
+            return "shared"
+
+    path = write_workflow(
+        tmp_path,
+        "two_resources",
+        [
+            step_node("1", "GenerateNumbers", {"amount": 2}, source=True),
+            resource_node("r1", "Number", {"val": 1}),
+            resource_node("r2", "Number", {"val": 2}),
+        ],
+        [],
+    )
+    with pytest.raises(WorkflowError) as exc:
+        build_definitions(
+            [path],
+            custom_nodes=[repo / "custom_nodes" / "sample"],
+            translator=OneResource(),
+            strict=True,
+        )
+    assert "two_resources.json" in str(exc.value)
+    assert "resource nodes r1 and r2 have the same resource key 'shared'" in str(exc.value)
+
+
 MP_TRANSLATOR = """
 from dagster_graphbook import GraphbookTranslator
 
