@@ -408,6 +408,12 @@ def _extra_dep(defs):
     assert parents[K(["sample", "Transform"])] == {K(["sample", "GenerateNumbers"])}
 
 
+def _dep_inside_the_stream(defs):
+    parents = _parents(defs)[K(["sample", "CalcRunningMean"])]
+    assert parents == {K(["sample", "Transform"]), K(["sample", "CalcMean"])}
+    assert set(_ops(defs)) == {"sample__stream"}
+
+
 def _streamed(defs):
     assert set(_ops(defs)) == {"sample_streamed"}
 
@@ -442,6 +448,14 @@ HOOKS = [
         ),
         _extra_dep,
         run=True,
+    ),
+    Hook(
+        "get_asset_spec",
+        lambda base, wf, node, pin: base(wf, node, pin).merge_attributes(
+            deps=[K(["sample", "CalcMean"])] if node.name == "CalcRunningMean" else []
+        ),
+        _dep_inside_the_stream,
+        streaming=True,
     ),
     Hook(
         "get_asset_spec",

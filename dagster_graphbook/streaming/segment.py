@@ -105,7 +105,7 @@ def segment_asset(
         op_tags={
             "graphbook/streaming": "true",
             **(op_tags or {}),
-            **all_names.steps_tag(op_names),
+            **all_names.steps_tag(all_names.steps),
         },
         pool=next((p for p in pools if p), None),
         partitions_def=partitions_def,
