@@ -4,7 +4,7 @@ one resource per resource node, one job selecting all of the workflow's assets."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import dagster as dg
 
@@ -13,7 +13,7 @@ from .checks import BoundCheck, StepCheck, with_checks
 from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
 from .io import NOTES_IO_MANAGER_KEY
 from .streaming.advice import warn_heavy_outputs
-from .translator import GraphbookTranslator, safe_name
+from .translator import GraphbookTranslator, WorkflowNames
 from .trust import code_params, locked_resource_params
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
@@ -151,6 +151,7 @@ class WorkflowDefs:
     resources: Dict[str, dg.ResourceDefinition]
     job: Any
     asset_keys: List[dg.AssetKey] = field(default_factory=list)
+    names: Optional[WorkflowNames] = None  # the translator's names, the one source of them
 
 
 def build_workflow_defs(
@@ -173,13 +174,13 @@ def build_workflow_defs(
     ``get_retry_policy`` and ``get_pool`` decide per step.
     """
     translator = translator or GraphbookTranslator()
-    resource_keys = {n.id: translator.get_resource_key(workflow, n) for n in workflow.resources()}
+    names = translator.names(workflow)
+    resource_keys = dict(names.resource_keys)
     resources = {
         resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator)
         for n in workflow.resources()
     }
     assets, keys = [], []
-    step_names = translator.step_names(workflow)
     if streaming:
         from .streaming.segment import segment_asset
 
@@ -192,8 +193,7 @@ def build_workflow_defs(
                 ],
             )
         parts = {
-            n.id: _plan_and_config(workflow, n, translator, resource_keys, step_names[n.id], {})
-            for n in workflow.steps()
+            n.id: _plan_and_config(workflow, n, names, resource_keys, {}) for n in workflow.steps()
         }
         deps = sorted({k for ks in (external_deps or {}).values() for k in ks}, key=str)
         asset = segment_asset(
@@ -213,7 +213,6 @@ def build_workflow_defs(
             node,
             translator,
             resource_keys,
-            step_names[node.id],
             partitions_def,
             retry_policy,
             op_tags or {},
@@ -224,13 +223,13 @@ def build_workflow_defs(
         assets.append(asset)
         keys += list(asset.keys)
     job = dg.define_asset_job(
-        translator.get_job_name(workflow),
+        names.job_name,
         selection=dg.AssetSelection.assets(*keys),
         description=translator.get_job_description(workflow),
         tags=job_tags,
         executor_def=executor_def,
     )
-    return WorkflowDefs(workflow, assets, resources, job, keys)
+    return WorkflowDefs(workflow, assets, resources, job, keys, names)
 
 
 def _step_asset(
@@ -238,7 +237,6 @@ def _step_asset(
     node: WorkflowNode,
     translator: GraphbookTranslator,
     resource_keys: Dict[str, str],
-    step_name: str,
     partitions_def: Any,
     retry_policy: Any,
     op_tags: Dict[str, Any],
@@ -246,34 +244,37 @@ def _step_asset(
     checks: Sequence[StepCheck] = (),
     pool: Optional[str] = None,
 ) -> dg.AssetsDefinition:
-    output_names = {pin: safe_name(pin) for pin in node.outputs}
-    label = f"workflow '{workflow.name}', step '{step_name}' (node {node.id})"
+    names = translator.names(workflow)
+    step = names.steps[node.id]
+    output_names = dict(step.output_names)
+    label = f"workflow '{workflow.name}', step '{step.step}' (node {node.id})"
     bound = []
     for check in checks:
         pin = check.pin or node.outputs[0]
-        key = translator.get_asset_spec(workflow, node, pin).key
-        bound.append(BoundCheck(check, key, pin, label))
+        bound.append(BoundCheck(check, step.key(pin), pin, label))
+    ins = input_assets(names, workflow, node)
+    extra, internal = spec_deps(step.specs, output_names, ins, external_deps)
     outs = {
         output_names[pin]: dg.AssetOut.from_spec(
-            translator.get_asset_spec(workflow, node, pin), io_manager_key=NOTES_IO_MANAGER_KEY
+            spec.replace_attributes(deps=[]), io_manager_key=NOTES_IO_MANAGER_KEY
         )
-        for pin in node.outputs
+        for pin, spec in step.specs.items()
     }
-    ins: Dict[str, dg.AssetIn] = {}
-    for src_id, pin in node.inputs:
-        ins[f"in_{len(ins)}"] = dg.AssetIn(
-            key=translator.get_asset_key(workflow, workflow.nodes[src_id], pin)
-        )
-    plan, config = _plan_and_config(workflow, node, translator, resource_keys, step_name, ins)
+    plan, config = _plan_and_config(workflow, node, names, resource_keys, ins)
 
     @dg.multi_asset(
-        name=translator.get_op_name(workflow, node),
+        name=step.op_name,
         outs=outs,
         ins=ins,
-        deps=external_deps or None,
+        deps=extra or None,
+        internal_asset_deps=internal,
         config_schema=config,
         required_resource_keys=set(plan.resource_keys.values()),
-        op_tags={**translator.get_op_tags(workflow, node), **op_tags},
+        op_tags={
+            **translator.get_op_tags(workflow, node),
+            **op_tags,
+            **names.steps_tag([node.id]),
+        },
         pool=pool if pool is not None else translator.get_pool(workflow, node),
         partitions_def=partitions_def,
         retry_policy=retry_policy or translator.get_retry_policy(workflow, node),
@@ -291,25 +292,60 @@ def _step_asset(
     return _step
 
 
+def input_assets(
+    names: WorkflowNames, workflow: Workflow, node: WorkflowNode
+) -> Dict[str, dg.AssetIn]:
+    """The node's inputs, each keyed by the upstream pin's spec (with the partition mapping an
+    overridden spec gives that dep)."""
+    own = {d.asset_key: d for spec in names.steps[node.id].specs.values() for d in spec.deps}
+    ins: Dict[str, dg.AssetIn] = {}
+    for src_id, pin in node.inputs:
+        key = names.steps[src_id].key(pin)
+        mapping = own[key].partition_mapping if key in own else None
+        ins[f"in_{len(ins)}"] = dg.AssetIn(key=key, partition_mapping=mapping)
+    return ins
+
+
+def spec_deps(
+    specs: Mapping[str, dg.AssetSpec],
+    output_names: Mapping[str, str],
+    ins: Mapping[str, dg.AssetIn],
+    external: Sequence[Any],
+) -> Tuple[List[dg.AssetDep], Dict[str, Set[dg.AssetKey]]]:
+    """Non-data deps (external inputs, deps an overridden spec adds) and each output's deps."""
+    inputs = {i.key for i in ins.values()}
+    extra: Dict[dg.AssetKey, dg.AssetDep] = {}
+    for dep in (dg.AssetDep(k) for k in external):
+        extra.setdefault(dep.asset_key, dep)
+    internal: Dict[str, Set[dg.AssetKey]] = {}
+    for pin, spec in specs.items():
+        own = {d.asset_key for d in spec.deps if d.asset_key not in inputs}
+        for dep in spec.deps:
+            if dep.asset_key in own:
+                extra.setdefault(dep.asset_key, dep)
+        internal[output_names[pin]] = inputs | own | set(external)
+    return list(extra.values()), internal
+
+
 def _plan_and_config(
     workflow: Workflow,
     node: WorkflowNode,
-    translator: GraphbookTranslator,
+    names: WorkflowNames,
     resource_keys: Dict[str, str],
-    step_name: str,
     ins: Dict[str, Any],
 ) -> tuple:
     """What an op runs for ``node``, and its config fields (a step op's or a streaming op's)."""
     kind = node.step_kind
+    step = names.steps[node.id]
     plan = StepPlan(
         workflow=workflow.name,
         workflow_source=workflow.source,
         node_id=node.id,
-        step_name=step_name,
+        step_name=step.step,
         cls=node.cls,
         kind=kind,
         pins=tuple(node.outputs),
-        output_names={pin: safe_name(pin) for pin in node.outputs},
+        output_names=dict(step.output_names),
         input_names=tuple(ins),
         resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
         function_params=_function_params(node),

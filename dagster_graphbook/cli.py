@@ -12,6 +12,7 @@ import yaml
 
 from .execution.progress import PROGRESS_LINE
 from .runner import RUN_TOKEN_TAG, get_instance, run_workflow
+from .translator import import_translator
 
 
 def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
@@ -121,6 +122,11 @@ def _summary(run: Any) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     import uuid
 
+    try:
+        translator = import_translator(args.translator)
+    except ValueError as exc:
+        print(f"dagster-graphbook run: {exc}", file=sys.stderr)
+        return 2
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
     with _progress(args, instance, token):
@@ -133,6 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             partition_key=args.partition,
             tags={RUN_TOKEN_TAG: token},
             streaming=args.streaming,
+            translator=translator,
         )
     print(_summary(run))
     print(
@@ -196,8 +203,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     try:
-        defs = build_workflow(GraphbookWorkflow(args.workflow, custom_nodes=args.custom_nodes))
-    except WorkflowError as exc:
+        spec = GraphbookWorkflow(args.workflow, custom_nodes=args.custom_nodes)
+        defs = build_workflow(spec, import_translator(args.translator))
+    except (WorkflowError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
     wf = defs.workflow
@@ -228,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
             default=[],
             metavar="DIR",
             help="folder of custom node files (repeatable)",
+        )
+        p.add_argument(
+            "--translator",
+            default=None,
+            metavar="MODULE:CLASS",
+            help="GraphbookTranslator subclass naming the assets and ops (as the code location's)",
         )
     run.add_argument(
         "--set",

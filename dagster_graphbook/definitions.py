@@ -65,7 +65,7 @@ class GraphbookWorkflow:
     pool: Optional[str] = None
 
 
-def load(spec: GraphbookWorkflow) -> Workflow:
+def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
@@ -80,7 +80,7 @@ def load(spec: GraphbookWorkflow) -> Workflow:
     if spec.gpus is not None:
         from .gpus import resolve_gpus
 
-        names = GraphbookTranslator().step_names(workflow)
+        names = (translator or GraphbookTranslator()).step_names(workflow)
         workflow.gpus = resolve_gpus(workflow, spec.gpus, names)
     return workflow
 
@@ -90,7 +90,7 @@ def build_workflow(
 ) -> WorkflowDefs:
     """Load, validate and translate one workflow."""
     translator = translator or GraphbookTranslator()
-    workflow = load(spec)
+    workflow = load(spec, translator)
     _check_depth(workflow)
     names = translator.step_names(workflow)
     deps = {}
@@ -214,7 +214,7 @@ def build_definitions(
                 dg.AssetSpec(
                     dg.AssetKey.from_coercible(k),
                     description="external input of a Graphbook workflow",
-                    group_name=defs.workflow.name,
+                    group_name=translator.get_group_name(defs.workflow),
                 )
                 for k in keys
             ]

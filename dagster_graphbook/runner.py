@@ -16,7 +16,14 @@ from upath import UPath
 from .authoring.graph import Graph
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
-from .translator import GraphbookTranslator
+from .translator import (
+    GraphbookTranslator,
+    TaggedStep,
+    import_translator,
+    path_of_translator,
+    read_steps_tag,
+    resolve_refs,
+)
 from .workflow import Workflow, WorkflowError
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
@@ -85,15 +92,7 @@ class WorkflowRun:
 
 def _step_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, str]:
     """Every name a user may call a step by (step name, label, class name, node id) -> op name."""
-    names = translator.step_names(workflow)
-    refs: Dict[str, str] = {}
-    for node in workflow.steps():
-        op = translator.get_op_name(workflow, node)
-        for ref in (node.id, node.name, node.label, names[node.id]):
-            if ref:
-                refs.setdefault(ref, op)
-        refs[names[node.id]] = op
-    return refs
+    return {ref: s.op_name for ref, s in translator.names(workflow).step_refs().items()}
 
 
 def run_config_for(
@@ -102,7 +101,7 @@ def run_config_for(
     """``{"Step.param": v, "Step.runtime.num_workers": 0}`` -> Dagster run config."""
     translator = translator or GraphbookTranslator()
     refs = _step_refs(workflow, translator)
-    resource_refs = _resource_refs(workflow, translator)
+    resource_refs = translator.names(workflow).resource_refs
     ops: Dict[str, Any] = {}
     resources: Dict[str, Any] = {}
     for key, value in params.items():
@@ -125,32 +124,28 @@ def run_config_for(
     return {**({"ops": ops} if ops else {}), **({"resources": resources} if resources else {})}
 
 
-def _resource_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, str]:
-    """Resource nodes by label, class name or node id -> their Dagster resource key."""
-    refs: Dict[str, str] = {}
-    for node in workflow.resources():
-        for ref in (node.label, node.id, node.name):
-            if ref:
-                refs.setdefault(ref, translator.get_resource_key(workflow, node))
-    return refs
-
-
 def _reconstruct_job(
     source: str,
     custom_nodes: Tuple[str, ...],
     name: Optional[str],
     notes_dir: Optional[str],
     streaming: bool = False,
+    translator: Optional[str] = None,
 ) -> dg.JobDefinition:
-    """Rebuild the job in an executor's step process (multiprocess executor)."""
+    """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
+    the ``module:Class`` of the run's translator."""
     spec = GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name, streaming=streaming)
-    defs = _definitions(spec, notes_dir)[0]
+    defs = _definitions(spec, notes_dir, import_translator(translator))[0]
     return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]
 
 
-def _definitions(spec: GraphbookWorkflow, notes_dir: Optional[str]) -> Tuple[dg.Definitions, Any]:
+def _definitions(
+    spec: GraphbookWorkflow,
+    notes_dir: Optional[str],
+    translator: Optional[GraphbookTranslator] = None,
+) -> Tuple[dg.Definitions, Any]:
     spec.notes_dir = notes_dir
-    wdefs = build_workflow(spec)
+    wdefs = build_workflow(spec, translator)
     defs = dg.Definitions(
         assets=wdefs.assets,
         jobs=[wdefs.job],
@@ -174,12 +169,14 @@ def run_workflow(
     name: Optional[str] = None,
     quiet: bool = True,
     streaming: bool = False,
+    translator: Optional[GraphbookTranslator] = None,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
-    steps as one op (README "Streaming"); only the pins no step reads keep notes.
+    steps as one op (README "Streaming"); only the pins no step reads keep notes. ``translator``
+    names the assets and ops as in the code location (``build_definitions(translator=...)``).
     """
     instance = instance or get_instance(dagster_home)
     spec = GraphbookWorkflow(
@@ -188,8 +185,8 @@ def run_workflow(
         name=name,
         streaming=streaming,
     )
-    defs, wdefs = _definitions(spec, notes_dir)
-    translator = GraphbookTranslator()
+    translator = translator or GraphbookTranslator()
+    defs, wdefs = _definitions(spec, notes_dir, translator)
     config: Dict[str, Any] = dict(run_config or {})
     for section, entries in run_config_for(wdefs.workflow, params or {}, translator).items():
         config[section] = {**(config.get(section) or {}), **entries}  # ops / resources from params
@@ -212,7 +209,8 @@ def run_workflow(
         )
     elif executor == "multiprocess":
         source = _source_path(workflow)
-        args = (source, tuple(spec.custom_nodes), name, notes_dir, streaming)
+        translator_path = path_of_translator(translator)
+        args = (source, tuple(spec.custom_nodes), name, notes_dir, streaming, translator_path)
         recon = dg.build_reconstructable_job(
             "dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args
         )
@@ -284,20 +282,19 @@ def run_job(
                 f"the job is partitioned: give a partition key (the latest is {job.partitions_def.get_last_partition_key()})"
             ],
         )
-    ops = {node.name for node in job.graph.nodes}
+    tagged = _tagged_steps(job)
+    refs = resolve_refs((t.refs, (op, t)) for op, t in tagged)
     config: Dict[str, Any] = {}
     for key, value in (params or {}).items():
         step, _, path = key.partition(".")
-        op = f"{job_name}__{step}"
-        if f"{job_name}__stream" in ops:  # streaming job: step config sits under the one op's
-            op, path = f"{job_name}__stream", f"{op}.{path}" if path else ""
-        if op not in ops or not path:
+        if step not in refs or not path:
+            steps = ", ".join(sorted(t.step for _, t in tagged))
             raise WorkflowError(
-                job_name,
-                [
-                    f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(o.split('__', 1)[-1] for o in ops))}"
-                ],
+                job_name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
             )
+        op, entry = refs[step]
+        if op != entry.op_name:  # streaming job: step config sits under the one op's
+            path = f"{entry.op_name}.{path}"
         target = config.setdefault("ops", {}).setdefault(op, {}).setdefault("config", {})
         *parents, leaf = path.split(".")
         for p in parents:
@@ -319,6 +316,7 @@ def run_job(
         time.perf_counter() - start,
         failure=None if result.success else _failure_message(instance, result.run_id),
     )
+    pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
     for record in instance.all_logs(
         result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
     ):
@@ -326,13 +324,20 @@ def run_job(
         if m is None:
             continue
         run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
-        if "notes_path" in m.metadata:
-            path = m.asset_key.path
+        if "notes_path" in m.metadata and m.asset_key in pins:
+            step, pin = pins[m.asset_key]
             with UPath(str(m.metadata["notes_path"].value)).open("rb") as f:
-                run.notes.setdefault(path[1] if len(path) > 1 else path[0], {})[
-                    path[2] if len(path) > 2 else "out"
-                ] = pickle.load(f)
+                run.notes.setdefault(step, {})[pin] = pickle.load(f)
     return run
+
+
+def _tagged_steps(job: dg.JobDefinition) -> List[Tuple[str, TaggedStep]]:
+    """``(op name, step)`` for every step the job's ops run, as their op tags name them."""
+    return [
+        (node.name, step)
+        for node in job.graph.nodes
+        for step in read_steps_tag(node.definition.tags)
+    ]
 
 
 def _source_path(workflow: Any) -> str:
@@ -354,15 +359,13 @@ def _load_notes(
         materialization = record.asset_materialization
         if materialization is not None and "notes_path" in materialization.metadata:
             paths[materialization.asset_key] = str(materialization.metadata["notes_path"].value)
-    workflow = wdefs.workflow
-    names = translator.step_names(workflow)
     out: Dict[str, Dict[str, List[Any]]] = {}
-    for node in workflow.steps():
-        pins = out.setdefault(names[node.id], {})
-        for pin in node.outputs:
-            if translator.get_asset_key(workflow, node, pin) not in paths:
+    for step in translator.names(wdefs.workflow).steps.values():
+        pins = out.setdefault(step.step, {})
+        for pin, spec in step.specs.items():
+            if spec.key not in paths:
                 continue  # a pin inside a stream stores no notes
-            with UPath(paths[translator.get_asset_key(workflow, node, pin)]).open("rb") as f:
+            with UPath(paths[spec.key]).open("rb") as f:
                 pins[pin] = pickle.load(f)
     return out
 

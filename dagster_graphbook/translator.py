@@ -3,22 +3,33 @@
 Like dagster-dbt's ``DagsterDbtTranslator``: one class, each mapping a method, overridable by
 subclassing. Methods receive the `Workflow` and the `WorkflowNode` (whose ``raw`` is the node
 dict as Graphbook's editor saved it).
+
+The translator is the one source of names: `GraphbookTranslator.names` asks every hook once per
+workflow and the rest of the package (assets, streaming op, runner, CLI) reads keys, deps, op
+names and resource keys from that `WorkflowNames`, never composing them itself. So an override
+of any hook, ``get_asset_spec`` included, changes every place that uses the name.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections import Counter
-from typing import Any, Dict, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
 from .code_version import node_code_references, node_code_version
 from .step_kinds import step_kinds
-from .workflow import Workflow, WorkflowNode
+from .workflow import Workflow, WorkflowError, WorkflowNode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
+
+# Op tag naming the steps an op runs and the asset of each pin: how a job of a code location,
+# whose translator is not at hand, maps ``STEP.PARAM`` and stored notes back to steps.
+STEPS_TAG = "dagster_graphbook/steps"
 
 
 def safe_name(text: str) -> str:
@@ -26,12 +37,171 @@ def safe_name(text: str) -> str:
     return _UNSAFE.sub("_", text).strip("_") or "node"
 
 
-class GraphbookTranslator:
-    """Maps a Graphbook workflow onto Dagster definitions."""
+@dataclass(frozen=True)
+class StepNames:
+    """The Dagster names of one step node, as its workflow's translator gave them."""
 
-    def get_step_name(self, workflow: Workflow, node: WorkflowNode) -> str:
-        """The step's part of asset keys and op names: its label, else its class name."""
-        return safe_name(node.label or node.name)
+    node_id: str
+    step: str  # unique in the workflow; the step's name in notes and messages
+    op_name: str
+    refs: Tuple[str, ...]  # what a user may call the step by: step name, node id, class, label
+    specs: Mapping[str, dg.AssetSpec]  # pin -> asset spec
+    output_names: Mapping[str, str]  # pin -> output name of the step's own op
+    stream_output_names: Mapping[str, str]  # pin -> output name inside the streaming op
+
+    def key(self, pin: str) -> dg.AssetKey:
+        return self.specs[pin].key
+
+
+@dataclass(frozen=True)
+class WorkflowNames:
+    """Every Dagster name of one workflow, each asked of the translator once."""
+
+    workflow: str
+    job_name: str
+    stream_op_name: str
+    steps: Mapping[str, StepNames]  # step node id -> its names, in topological order
+    resource_keys: Mapping[str, str]  # resource node id -> resource key
+    resource_refs: Mapping[str, str]  # resource label, class name or node id -> resource key
+
+    def step_refs(self) -> Dict[str, StepNames]:
+        """Every name a user may call a step by -> the step (a step name wins over a label)."""
+        return resolve_refs((s.refs, s) for s in self.steps.values())
+
+    def steps_tag(self, node_ids: Iterable[str]) -> Dict[str, str]:
+        """The `STEPS_TAG` op tag of an op running the steps ``node_ids``."""
+        value = [
+            {
+                "op": s.op_name,
+                "refs": list(s.refs),
+                "assets": [[list(spec.key.path), pin] for pin, spec in s.specs.items()],
+            }
+            for s in (self.steps[n] for n in node_ids)
+        ]
+        return {STEPS_TAG: json.dumps(value, separators=(",", ":"))}
+
+
+@dataclass(frozen=True)
+class TaggedStep:
+    """A step as an op's `STEPS_TAG` describes it (see `read_steps_tag`)."""
+
+    op_name: str  # the step's op name (inside a streaming op: its config key)
+    refs: Tuple[str, ...]
+    pins: Mapping[dg.AssetKey, str]  # asset key -> pin
+
+    @property
+    def step(self) -> str:
+        return self.refs[0]
+
+
+def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
+    """The steps an op runs, from its `STEPS_TAG` (none for an op that is not a step's)."""
+    raw = op_tags.get(STEPS_TAG)
+    entries = json.loads(raw) if isinstance(raw, str) else raw or []
+    return [
+        TaggedStep(e["op"], tuple(e["refs"]), {dg.AssetKey(path): pin for path, pin in e["assets"]})
+        for e in entries
+    ]
+
+
+def resolve_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, Any]:
+    """``(refs, value)`` pairs -> ref -> value; a step name (first ref) wins over the others."""
+    items = list(items)
+    refs: Dict[str, Any] = {}
+    for names, value in items:
+        for ref in names[1:]:
+            if ref:
+                refs.setdefault(ref, value)
+    refs.update({names[0]: value for names, value in items})
+    return refs
+
+
+class GraphbookTranslator:
+    """Maps a Graphbook workflow onto Dagster definitions.
+
+    Subclass it and override a ``get_*`` method to change one attribute everywhere; pass the
+    instance as ``build_definitions(..., translator=...)`` (and ``run_workflow(translator=...)``).
+    """
+
+    # ------------------------------------------------------------------ names, asked once
+
+    def names(self, workflow: Workflow) -> WorkflowNames:
+        """Every key, op name and resource key of ``workflow``, from the hooks, computed once.
+
+        Raises `WorkflowError` when two steps or pins get the same op name or asset key.
+        """
+        cache = self.__dict__.setdefault("_names_cache", {})
+        hit = cache.get(id(workflow))
+        if hit is not None and hit[0] is workflow:
+            return hit[1]
+        names = self._build_names(workflow)
+        cache[id(workflow)] = (workflow, names)
+        return names
+
+    def _build_names(self, workflow: Workflow) -> WorkflowNames:
+        step_names = self.step_names(workflow)
+        steps: Dict[str, StepNames] = {}
+        owner: Dict[Any, str] = {}  # asset key or op name -> who has it, for the error
+        problems: List[str] = []
+        for node in workflow.steps():
+            step = step_names[node.id]
+            specs = {}
+            for pin in node.outputs:
+                spec = self.get_asset_spec(workflow, node, pin)
+                if not isinstance(spec, dg.AssetSpec):
+                    raise WorkflowError(
+                        workflow.source,
+                        [
+                            f"{type(self).__name__}.get_asset_spec returned "
+                            f"{type(spec).__name__} for step {step!r}, pin {pin!r}; "
+                            "expected a dagster.AssetSpec"
+                        ],
+                    )
+                where = f"step {step!r} (node {node.id}), pin {pin!r}"
+                if spec.key in owner:
+                    problems.append(
+                        f"{where} and {owner[spec.key]} have the same asset key "
+                        f"{spec.key.to_user_string()!r}: make the translator's keys unique"
+                    )
+                owner.setdefault(spec.key, where)
+                specs[pin] = spec
+            op_name = self.get_op_name(workflow, node)
+            if ("op", op_name) in owner:
+                problems.append(
+                    f"step {step!r} (node {node.id}) and {owner[('op', op_name)]} have the "
+                    f"same op name {op_name!r}: make the translator's op names unique"
+                )
+            owner.setdefault(("op", op_name), f"step {step!r} (node {node.id})")
+            steps[node.id] = StepNames(
+                node_id=node.id,
+                step=step,
+                op_name=op_name,
+                refs=tuple(r for r in (step, node.id, node.name, node.label) if r),
+                specs=specs,
+                output_names={pin: safe_name(pin) for pin in node.outputs},
+                stream_output_names={pin: f"{step}__{safe_name(pin)}" for pin in node.outputs},
+            )
+        resource_keys = {n.id: self.get_resource_key(workflow, n) for n in workflow.resources()}
+        for nid, key in resource_keys.items():
+            other = next((o for o, k in resource_keys.items() if k == key and o < nid), None)
+            if other is not None:
+                problems.append(
+                    f"resource nodes {other} and {nid} have the same resource key {key!r}: "
+                    "make the translator's resource keys unique"
+                )
+        if problems:
+            raise WorkflowError(workflow.source, problems)
+        resource_refs = resolve_refs(
+            ((n.label or n.name, n.id, n.name), resource_keys[n.id]) for n in workflow.resources()
+        )
+        return WorkflowNames(
+            workflow=workflow.name,
+            job_name=self.get_job_name(workflow),
+            stream_op_name=self.get_stream_op_name(workflow),
+            steps=steps,
+            resource_keys=resource_keys,
+            resource_refs=resource_refs,
+        )
 
     def step_names(self, workflow: Workflow) -> Dict[str, str]:
         """Step names for every node, made unique with the node id where two collide.
@@ -52,38 +222,184 @@ class GraphbookTranslator:
         cache[id(workflow)] = (workflow, unique)
         return unique
 
+    # ------------------------------------------------------------------ hooks
+
+    def get_asset_spec(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetSpec:
+        """The asset of one output pin: the main hook, memoized per (workflow, node, pin).
+
+        Its key is the asset key everywhere (the step's op, the inputs of the steps it feeds, the
+        runner's notes); its ``deps`` start with the specs of the pins the node reads. Extra deps
+        become non-data dependencies; the pins the node reads stay its inputs.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_asset_spec(self, workflow, node, pin):
+                        spec = super().get_asset_spec(workflow, node, pin)
+                        return spec.replace_attributes(
+                            key=spec.key.with_prefix("lake"), owners=["team:ml"]
+                        )
+        """
+        memo = self.__dict__.setdefault("_spec_cache", {})
+        memo_id = (id(workflow), node.id, pin)
+        hit = memo.get(memo_id)
+        if hit is not None and hit[0] is workflow:
+            return hit[1]
+        parents: Dict[dg.AssetKey, None] = {}
+        for src, src_pin in node.inputs:
+            parents[self.get_asset_spec(workflow, workflow.nodes[src], src_pin).key] = None
+        spec = dg.AssetSpec(
+            key=self.get_asset_key(workflow, node, pin),
+            deps=list(parents),
+            description=self.get_description(workflow, node),
+            group_name=self.get_group_name(workflow),
+            kinds=self.get_kinds(workflow, node),
+            metadata={
+                **self.get_metadata(workflow, node, pin),
+                "dagster/code_references": self.get_code_references(workflow, node),
+            },
+            tags=self.get_tags(workflow, node),
+            code_version=self.get_code_version(workflow, node),
+        )
+        memo[memo_id] = (workflow, spec)
+        return spec
+
+    def get_step_name(self, workflow: Workflow, node: WorkflowNode) -> str:
+        """The step's part of asset keys and op names: its label, else its class name.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_step_name(self, workflow, node):
+                        return super().get_step_name(workflow, node).lower()
+        """
+        return safe_name(node.label or node.name)
+
     def get_asset_key(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetKey:
-        """``[workflow, step, pin]``, or ``[workflow, step]`` for a step whose only pin is ``out``."""
+        """``[workflow, step, pin]``, or ``[workflow, step]`` for a step whose only pin is ``out``.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_asset_key(self, workflow, node, pin):
+                        return super().get_asset_key(workflow, node, pin).with_prefix("lake")
+        """
         step = self.step_names(workflow)[node.id]
         if node.outputs == ["out"]:
             return dg.AssetKey([workflow.name, step])
         return dg.AssetKey([workflow.name, step, safe_name(pin)])
 
     def get_op_name(self, workflow: Workflow, node: WorkflowNode) -> str:
+        """The step's op name (``workflow__step``), also its config key in the Launchpad.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_op_name(self, workflow, node):
+                        return f"gb_{super().get_op_name(workflow, node)}"
+        """
         return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
 
+    def get_stream_op_name(self, workflow: Workflow) -> str:
+        """The one op of a streaming workflow (``GraphbookWorkflow(streaming=True)``).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_stream_op_name(self, workflow):
+                        return f"{workflow.name}_streamed"
+        """
+        return f"{self.get_job_name(workflow)}__stream"
+
     def get_job_name(self, workflow: Workflow) -> str:
+        """The workflow's job (schedules and sensors are named after it).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_job_name(self, workflow):
+                        return f"{workflow.name}_job"
+        """
         return workflow.name
 
     def get_group_name(self, workflow: Workflow) -> str:
+        """The asset group of the workflow's assets and of its external inputs.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_group_name(self, workflow):
+                        return "ml_pipelines"
+        """
         return workflow.name
 
     def get_resource_key(self, workflow: Workflow, node: WorkflowNode) -> str:
+        """The Dagster resource key of a resource node (what the steps using it require).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_resource_key(self, workflow, node):
+                        return f"shared_{safe_name(node.label or node.name).lower()}"
+        """
         return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
 
     def get_description(self, workflow: Workflow, node: WorkflowNode) -> str:
+        """The step's (or resource's) description: its class docstring.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_description(self, workflow, node):
+                        return f"{super().get_description(workflow, node)}\n\nOwned by ML."
+        """
         doc = inspect.cleandoc(node.cls.__doc__ or "")
         return doc or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})"
 
     def get_job_description(self, workflow: Workflow) -> str:
+        """The job's description: the workflow's doc, else its source.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_job_description(self, workflow):
+                        return f"Nightly run of {workflow.name}"
+        """
         return workflow.doc or f"Graphbook workflow `{workflow.name}` ({workflow.source})"
 
     def get_kinds(self, workflow: Workflow, node: WorkflowNode) -> set:
-        """What the step does: ``python``; ``parquet`` when it has a sink pin (stored as a table);
-        ``pytorch`` when it or a resource it is bound to runs a torch model (``step_kinds.py``)."""
+        """Kinds shown as badges: ``python``; ``parquet`` when the step has a sink pin (stored as a
+        table); ``pytorch`` when it or a resource it is bound to runs a torch model (``step_kinds.py``).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_kinds(self, workflow, node):
+                        return {*super().get_kinds(workflow, node), "s3"}
+        """
         return step_kinds(workflow, node)
 
     def get_metadata(self, workflow: Workflow, node: WorkflowNode, pin: str) -> Mapping[str, Any]:
+        """Definition metadata of one pin's asset.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_metadata(self, workflow, node, pin):
+                        return {**super().get_metadata(workflow, node, pin), "team": "ml"}
+        """
         meta: Dict[str, Any] = {
             "dagster_graphbook/workflow": workflow.source,
             "dagster_graphbook/node_id": node.id,
@@ -95,10 +411,28 @@ class GraphbookTranslator:
         return meta
 
     def get_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, str]:
+        """Asset tags of the step's assets.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_tags(self, workflow, node):
+                        return {**super().get_tags(workflow, node), "tier": "gold"}
+        """
         return {"graphbook/step_kind": node.step_kind}
 
     def get_op_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, Any]:
-        """Op tags (executors read them: ``dagster-k8s/config``, ``dagster-ray/config``, ...)."""
+        """Op tags (executors read them: ``dagster-k8s/config``, ``dagster-ray/config``, ...).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_op_tags(self, workflow, node):
+                        k8s = {"container_config": {"resources": {"limits": {"cpu": "2"}}}}
+                        return {**super().get_op_tags(workflow, node), "dagster-k8s/config": k8s}
+        """
         from .gpus import gpu_op_tags
 
         gpus = gpu_op_tags(workflow.gpus.get(node.id, 0))  # GraphbookWorkflow(gpus=...)
@@ -108,32 +442,43 @@ class GraphbookTranslator:
         """Concurrency pool: batch steps share ``gpu`` so one GPU is not oversubscribed across runs.
 
         A pool without a limit set on the instance does not restrict anything; set one with
-        ``dagster instance concurrency set gpu 1``.
+        ``dagster instance concurrency set gpu 1``. A streaming op takes its first step's pool.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_pool(self, workflow, node):
+                        return "a100" if node.step_kind == "batch" else None
         """
         return "gpu" if node.step_kind == "batch" else None
 
-    def get_asset_spec(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetSpec:
-        """The main hook: override and call ``super().get_asset_spec(...).replace_attributes(...)``."""
-        return dg.AssetSpec(
-            key=self.get_asset_key(workflow, node, pin),
-            description=self.get_description(workflow, node),
-            group_name=self.get_group_name(workflow),
-            kinds=self.get_kinds(workflow, node),
-            metadata={
-                **self.get_metadata(workflow, node, pin),
-                "dagster/code_references": self.get_code_references(workflow, node),
-            },
-            tags=self.get_tags(workflow, node),
-            code_version=self.get_code_version(workflow, node),
-        )
-
     def get_code_version(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
         """Changes when the step's class, its file or the node's parameter values change, so the
-        UI shows "Unsynced" on assets materialized by older code (``None``: no versioning)."""
+        UI shows "Unsynced" on assets materialized by older code (``None``: no versioning).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_code_version(self, workflow, node):
+                        return os.environ.get("GIT_SHA")
+        """
         return node_code_version(node)
 
     def get_code_references(self, workflow: Workflow, node: WorkflowNode) -> Any:
-        """``dagster/code_references``: the step class's file and line, the workflow file's node."""
+        """``dagster/code_references``: the step class's file and line, the workflow file's node.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_code_references(self, workflow, node):
+                        url = f"https://github.com/org/repo/blob/main/nodes/{node.name}.py"
+                        return dg.CodeReferencesMetadataValue(
+                            code_references=[dg.UrlCodeReference(url=url, label=node.name)]
+                        )
+        """
         return node_code_references(workflow, node)
 
     def get_retry_policy(self, workflow: Workflow, node: WorkflowNode) -> Optional[dg.RetryPolicy]:
@@ -150,3 +495,35 @@ class GraphbookTranslator:
                         return None
         """
         return None
+
+def path_of_translator(translator: GraphbookTranslator) -> Optional[str]:
+    """``module:Class`` a step process rebuilds ``translator`` from (``None``: the default)."""
+    cls = type(translator)
+    if cls is GraphbookTranslator:
+        return None
+    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
+        raise ValueError(
+            f"the multiprocess executor rebuilds the translator in each step process: define "
+            f"{cls.__qualname__} at the top level of an importable module"
+        )
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def import_translator(path: Optional[str]) -> Optional[GraphbookTranslator]:
+    """The translator of class ``module:Class`` (built without arguments); ``None`` for none."""
+    if path is None:
+        return None
+    import importlib
+
+    module, sep, qualname = path.partition(":")
+    if not sep or not qualname:
+        raise ValueError(f"translator {path!r}: expected MODULE:CLASS, e.g. my_pkg.names:Lake")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"translator {path!r}: {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, GraphbookTranslator)):
+        raise ValueError(f"translator {path!r} is not a GraphbookTranslator subclass")
+    return obj()

@@ -1,6 +1,13 @@
-"""Workflows as Dagster definitions: asset keys, deps, config schema, resources, descriptions, jobs."""
+"""Workflows as Dagster definitions: asset keys, deps, config schema, resources, descriptions,
+jobs; and every translator hook, each overriding one name or attribute everywhere."""
 
 from __future__ import annotations
+
+import functools
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict
 
 import dagster as dg
 import pytest
@@ -13,6 +20,7 @@ from dagster_graphbook import (
     build_definitions,
     load_workflow,
 )
+from dagster_graphbook.workflow import WorkflowError
 
 K = dg.AssetKey
 
@@ -328,3 +336,467 @@ def test_resource_feeding_a_resource(tmp_path, run_wf):
     run = run_wf(path, custom_nodes=[nodes])
     assert run.success, run.failure
     assert [n["value"] for n in run.notes["UseValue"]["out"]] == [6.0, 6.0, 6.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every translator hook, one case each (dagster-sling's pattern): the hook is overridden in a
+# subclass, the sample workflow built with it, and the effect checked on the Definitions; hooks
+# that name things Dagster runs by (keys, op names, resource and job names) also run for real.
+# A hook added to GraphbookTranslator without a case fails test_translation_is_comprehensive.
+
+
+@dataclass(frozen=True)
+class Hook:
+    """``override(base, *args)`` replaces ``method`` (``base`` is the inherited one, bound);
+    ``check(defs)`` asserts its effect; ``run``: also run the workflow and load its notes."""
+
+    method: str
+    override: Callable[..., Any]
+    check: Callable[[dg.Definitions], None]
+    run: bool = False
+    streaming: bool = False
+
+
+def _translator(hook: Hook) -> GraphbookTranslator:
+    base = getattr(GraphbookTranslator, hook.method)
+
+    def method(self, *args):
+        return hook.override(functools.partial(base, self), *args)
+
+    return type("Overridden", (GraphbookTranslator,), {hook.method: method})()
+
+
+def _specs(defs) -> Dict[dg.AssetKey, dg.AssetSpec]:
+    return {s.key: s for a in defs.assets if isinstance(a, dg.AssetsDefinition) for s in a.specs}
+
+
+def _ops(defs) -> Dict[str, Any]:
+    return {a.op.name: a.op for a in defs.assets if isinstance(a, dg.AssetsDefinition)}
+
+
+def _every_spec(predicate: Callable[[dg.AssetSpec], bool]) -> Callable[[dg.Definitions], None]:
+    def check(defs):
+        bad = [s.key for s in _specs(defs).values() if not predicate(s)]
+        assert not bad and _specs(defs), bad
+
+    return check
+
+
+def _every_op(predicate: Callable[[Any], bool]) -> Callable[[dg.Definitions], None]:
+    def check(defs):
+        bad = [name for name, op in _ops(defs).items() if not predicate(op)]
+        assert not bad and _ops(defs), bad
+
+    return check
+
+
+def _lake_keys(defs):
+    parents = _parents(defs)
+    assert all(k.path[0] == "lake" for k in parents), set(parents)
+    assert parents[K(["lake", "sample", "Split", "A"])] == {K(["lake", "sample", "CalcMean"])}
+    assert parents[K(["lake", "sample", "Transform"])] == {K(["lake", "sample", "GenerateNumbers"])}
+
+
+def _lower_steps(defs):
+    assert K(["sample", "split", "A"]) in _parents(defs)
+    assert "sample__calcmean" in _ops(defs)
+
+
+def _extra_dep(defs):
+    parents = _parents(defs)
+    assert parents[K(["sample", "GenerateNumbers"])] == {K(["warehouse", "raw"])}
+    assert parents[K(["sample", "Transform"])] == {K(["sample", "GenerateNumbers"])}
+
+
+def _dep_inside_the_stream(defs):
+    parents = _parents(defs)[K(["sample", "CalcRunningMean"])]
+    assert parents == {K(["sample", "Transform"]), K(["sample", "CalcMean"])}
+    assert set(_ops(defs)) == {"sample__stream"}
+
+
+def _streamed(defs):
+    assert set(_ops(defs)) == {"sample_streamed"}
+
+
+def _code_references(spec):
+    refs = spec.metadata["dagster/code_references"].code_references
+    return [r.url for r in refs] == [f"https://example.com/{spec.key.path[1]}"]
+
+
+HOOKS = [
+    Hook(
+        "get_asset_key",
+        lambda base, wf, node, pin: base(wf, node, pin).with_prefix("lake"),
+        _lake_keys,
+        run=True,
+    ),
+    Hook(
+        "get_asset_spec",
+        lambda base, *a: base(*a).replace_attributes(key=base(*a).key.with_prefix("lake")),
+        _lake_keys,
+        run=True,
+    ),
+    Hook(
+        "get_asset_spec",
+        lambda base, *a: base(*a).replace_attributes(owners=["team:ml"]),
+        _every_spec(lambda s: list(s.owners) == ["team:ml"]),
+    ),
+    Hook(
+        "get_asset_spec",
+        lambda base, wf, node, pin: base(wf, node, pin).merge_attributes(
+            deps=[K(["warehouse", "raw"])] if node.name == "GenerateNumbers" else []
+        ),
+        _extra_dep,
+        run=True,
+    ),
+    Hook(
+        "get_asset_spec",
+        lambda base, wf, node, pin: base(wf, node, pin).merge_attributes(
+            deps=[K(["sample", "CalcMean"])] if node.name == "CalcRunningMean" else []
+        ),
+        _dep_inside_the_stream,
+        streaming=True,
+    ),
+    Hook(
+        "get_asset_spec",
+        lambda base, *a: base(*a).replace_attributes(group_name="ml"),
+        _every_spec(lambda s: s.group_name == "ml"),
+    ),
+    Hook("get_step_name", lambda base, wf, node: base(wf, node).lower(), _lower_steps, run=True),
+    Hook("get_group_name", lambda base, wf: "ml", _every_spec(lambda s: s.group_name == "ml")),
+    Hook(
+        "get_tags",
+        lambda base, wf, node: {**base(wf, node), "tier": "gold"},
+        _every_spec(lambda s: s.tags["tier"] == "gold"),
+    ),
+    Hook(
+        "get_kinds",
+        lambda base, wf, node: {"python", "s3"},
+        _every_spec(lambda s: set(s.kinds) == {"python", "s3"}),
+    ),
+    Hook(
+        "get_description",
+        lambda base, wf, node: f"about {node.name}",
+        _every_spec(lambda s: s.description == f"about {s.key.path[1]}"),
+    ),
+    Hook(
+        "get_metadata",
+        lambda base, wf, node, pin: {**base(wf, node, pin), "team": f"ml-{pin}"},
+        _every_spec(lambda s: s.metadata["team"] == f"ml-{s.metadata['dagster_graphbook/pin']}"),
+    ),
+    Hook(
+        "get_code_version",
+        lambda base, wf, node: f"v-{node.id}",
+        _every_spec(lambda s: s.code_version == f"v-{s.metadata['dagster_graphbook/node_id']}"),
+    ),
+    Hook(
+        "get_code_references",
+        lambda base, wf, node: dg.CodeReferencesMetadataValue(
+            code_references=[dg.UrlCodeReference(url=f"https://example.com/{node.name}")]
+        ),
+        _every_spec(_code_references),
+    ),
+    Hook(
+        "get_op_name",
+        lambda base, wf, node: f"gb_{node.name.lower()}",
+        lambda defs: _assert_equal(set(_ops(defs)), {"gb_" + s.lower() for s in SAMPLE_STEPS}),
+        run=True,
+    ),
+    Hook(
+        "get_op_tags",
+        lambda base, wf, node: {**base(wf, node), "team": "ml"},
+        _every_op(lambda op: op.tags["team"] == "ml"),
+    ),
+    Hook(
+        "get_pool",
+        lambda base, wf, node: f"pool_{node.id}",
+        _every_op(lambda op: op.pool == f"pool_{op.tags['graphbook/node_id']}"),
+    ),
+    Hook(
+        "get_retry_policy",
+        lambda base, wf, node: dg.RetryPolicy(max_retries=len(node.id)),
+        _every_op(lambda op: op.retry_policy == dg.RetryPolicy(max_retries=len(op.tags["graphbook/node_id"]))),
+    ),
+    Hook(
+        "get_resource_key",
+        lambda base, wf, node: f"shared_{node.name.lower()}",
+        lambda defs: _assert_equal(set(defs.resources) - {"graphbook_notes"}, {"shared_function"}),
+        run=True,
+    ),
+    Hook(
+        "get_job_name",
+        lambda base, wf: f"{wf.name}_job",
+        lambda defs: _assert_equal({j.name for j in defs.jobs}, {"sample_job"}),
+        run=True,
+    ),
+    Hook(
+        "get_job_description",
+        lambda base, wf: f"nightly {wf.name}",
+        lambda defs: _assert_equal(defs.resolve_job_def("sample").description, "nightly sample"),
+    ),
+    Hook(
+        "get_stream_op_name",
+        lambda base, wf: f"{wf.name}_streamed",
+        _streamed,
+        run=True,
+        streaming=True,
+    ),
+]
+SAMPLE_STEPS = ("GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "Split")
+
+
+def _assert_equal(actual, expected):
+    assert actual == expected
+
+
+def _hook_id(hook: Hook) -> str:
+    return f"{hook.method}-{sum(h.method == hook.method for h in HOOKS[: HOOKS.index(hook)])}"
+
+
+@pytest.fixture(scope="module")
+def baseline(repo, tmp_path_factory):
+    """``baseline(streaming)``: notes of the sample workflow run with the default translator."""
+    from dagster_graphbook import run_workflow
+
+    runs = {}
+
+    def notes(streaming: bool) -> Dict[str, Any]:
+        if streaming not in runs:
+            run = run_workflow(
+                repo / "workflows" / "sample.json",
+                custom_nodes=[repo / "custom_nodes" / "sample"],
+                params=SAMPLE_PARAMS,
+                dagster_home=str(tmp_path_factory.mktemp("baseline_home")),
+                streaming=streaming,
+            )
+            assert run.success, run.failure
+            runs[streaming] = run.notes
+        return runs[streaming]
+
+    return notes
+
+
+SAMPLE_PARAMS = {"GenerateNumbers.seed": 7, "Transform.scale": 3}
+
+
+@pytest.mark.parametrize("hook", HOOKS, ids=_hook_id)
+def test_translation_hook(hook: Hook, repo, tmp_path, request):
+    translator = _translator(hook)
+    spec = GraphbookWorkflow(
+        repo / "workflows" / "sample.json",
+        custom_nodes=[repo / "custom_nodes" / "sample"],
+        streaming=hook.streaming,
+    )
+    defs = build_definitions([spec], translator=translator, strict=True)
+    defs.resolve_all_job_defs()
+    hook.check(defs)
+    if not hook.run:
+        return
+    from dagster_graphbook import run_workflow
+
+    home = str(tmp_path / "home")
+    run = run_workflow(
+        spec.source,
+        custom_nodes=spec.custom_nodes,
+        params=SAMPLE_PARAMS,
+        dagster_home=home,
+        translator=translator,
+        streaming=hook.streaming,
+    )
+    assert run.success, run.failure
+    baseline = request.getfixturevalue("baseline")(hook.streaming)
+    workflow = load_workflow(spec.source, NodeRegistry.load(spec.custom_nodes))
+    steps, default = translator.names(workflow).steps, GraphbookTranslator().names(workflow).steps
+    with dg.DagsterInstance.from_config(home) as instance:  # every asset under its new key
+        for step in steps.values():
+            for pin in step.specs:
+                assert instance.get_latest_materialization_event(step.key(pin)), step.key(pin)
+    assert run.notes == {steps[n].step: baseline[default[n].step] for n in steps}
+
+
+def test_translation_is_comprehensive():
+    """Every public ``get_*`` hook has a case above (add one line to HOOKS for a new hook)."""
+    hooks = {
+        name
+        for name, _ in inspect.getmembers(GraphbookTranslator, inspect.isfunction)
+        if name.startswith("get_")
+    }
+    untested = hooks - {h.method for h in HOOKS}
+    assert not untested, f"translator hooks without a case in HOOKS: {sorted(untested)}"
+
+
+CODE_LOCATION = """
+import dagster as dg
+from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, StepCheck, build_definitions
+
+
+class Lake(GraphbookTranslator):
+    def get_asset_spec(self, workflow, node, pin):
+        spec = super().get_asset_spec(workflow, node, pin)
+        return spec.replace_attributes(key=spec.key.with_prefix("lake"), owners=["team:ml"])
+
+    def get_op_name(self, workflow, node):
+        return "gb_" + self.step_names(workflow)[node.id].lower()
+
+
+defs = build_definitions(
+    [
+        GraphbookWorkflow(
+            {wf!r},
+            custom_nodes=[{nodes!r}],
+            streaming={streaming},
+            checks=[] if {streaming} else [StepCheck(step="Transform", metric="row_count", min=1)],
+        )
+    ],
+    translator=Lake(),
+    strict=True,
+)
+"""
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["step_ops", "streaming"])
+def test_overridden_names_materialize_from_the_code_location(
+    streaming, repo, tmp_path, monkeypatch, dagster_home, baseline
+):
+    """``dagster-graphbook materialize`` of a code location whose translator renames keys and
+    ops: ``--set`` reaches the step, materializations land on the translator's keys and the
+    notes load back under the step names."""
+    from dagster_graphbook.cli import main
+    from dagster_graphbook.runner import run_job
+
+    module = f"lake_location_{streaming}"
+    (tmp_path / f"{module}.py").write_text(
+        CODE_LOCATION.format(
+            wf=str(repo / "workflows" / "sample.json"),
+            nodes=str(repo / "custom_nodes" / "sample"),
+            streaming=streaming,
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    sets = [x for k, v in SAMPLE_PARAMS.items() for x in ("--set", f"{k}={v}")]
+    args = ["materialize", "sample", "--module", module, "--dagster-home", dagster_home]
+    assert main([*args, *sets, "--no-progress"]) == 0
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        (record,) = instance.get_run_records()
+        assert instance.get_latest_materialization_event(K(["lake", "sample", "Split", "A"]))
+        assert not instance.get_latest_materialization_event(K(["sample", "Split", "A"]))
+        if not streaming:  # the check sits on the translator's key
+            check = dg.AssetCheckKey(K(["lake", "sample", "Transform"]), "row_count_min_1")
+            assert instance.get_latest_asset_check_evaluation_record(check).evaluation.passed
+        run = run_job("sample", SAMPLE_PARAMS, module=module, instance=instance)
+        assert run.success, run.failure
+        stored = {s: p for s, p in run.notes.items() if p}  # a streamed pin keeps no notes
+        assert stored == {s: p for s, p in baseline(streaming).items() if p}
+        with pytest.raises(WorkflowError, match="STEP one of CalcMean, CalcRunningMean"):
+            run_job("sample", {"Nope.scale": 1}, module=module, instance=instance)
+    ops = {e.step_key for e in instance.all_logs(record.dagster_run.run_id) if e.step_key}
+    assert ops == ({"sample__stream"} if streaming else {f"gb_{s.lower()}" for s in SAMPLE_STEPS})
+
+
+def test_colliding_keys_name_the_steps_and_pins(repo):
+    class OneKey(GraphbookTranslator):
+        def get_asset_spec(self, workflow, node, pin):
+            return super().get_asset_spec(workflow, node, pin).replace_attributes(key="same")
+
+    with pytest.raises(WorkflowError) as exc:
+        build_definitions(
+            [repo / "workflows" / "sample.json"],
+            custom_nodes=[repo / "custom_nodes" / "sample"],
+            translator=OneKey(),
+            strict=True,
+        )
+    message = str(exc.value)
+    assert "sample.json" in message and "have the same asset key 'same'" in message
+    assert "step 'Transform' (node 7), pin 'out'" in message
+
+
+def test_colliding_resource_keys_name_the_nodes(tmp_path, repo):
+    class OneResource(GraphbookTranslator):
+        def get_resource_key(self, workflow, node):
+            return "shared"
+
+    path = write_workflow(
+        tmp_path,
+        "two_resources",
+        [
+            step_node("1", "GenerateNumbers", {"amount": 2}, source=True),
+            resource_node("r1", "Number", {"val": 1}),
+            resource_node("r2", "Number", {"val": 2}),
+        ],
+        [],
+    )
+    with pytest.raises(WorkflowError) as exc:
+        build_definitions(
+            [path],
+            custom_nodes=[repo / "custom_nodes" / "sample"],
+            translator=OneResource(),
+            strict=True,
+        )
+    assert "two_resources.json" in str(exc.value)
+    assert "resource nodes r1 and r2 have the same resource key 'shared'" in str(exc.value)
+
+
+MP_TRANSLATOR = """
+from dagster_graphbook import GraphbookTranslator
+
+
+class Renamed(GraphbookTranslator):
+    def get_asset_spec(self, workflow, node, pin):
+        spec = super().get_asset_spec(workflow, node, pin)
+        return spec.replace_attributes(key=spec.key.with_prefix("mp"))
+
+    def get_op_name(self, workflow, node):
+        return "mp_" + self.step_names(workflow)[node.id]
+"""
+
+
+def test_multiprocess_runs_rebuild_the_translator(repo, tmp_path, monkeypatch, baseline):
+    """Each step process rebuilds the run's translator from its module, so the job it rebuilds
+    has the same keys and op names; a translator it cannot import is refused up front."""
+    import importlib
+
+    from dagster_graphbook import run_workflow
+
+    (tmp_path / "mp_translator.py").write_text(MP_TRANSLATOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    translator = importlib.import_module("mp_translator").Renamed()
+    home = str(tmp_path / "home")
+    kwargs = dict(params=SAMPLE_PARAMS, dagster_home=home, executor="multiprocess")
+    sample, nodes = repo / "workflows" / "sample.json", [repo / "custom_nodes" / "sample"]
+    run = run_workflow(sample, nodes, translator=translator, **kwargs)
+    assert run.success, run.failure
+    assert run.notes == baseline(False)
+    with dg.DagsterInstance.from_config(home) as instance:
+        assert instance.get_latest_materialization_event(K(["mp", "sample", "Split", "B"]))
+        steps = {e.step_key for e in instance.all_logs(run.run_id) if e.step_key}
+    assert steps == {f"mp_{s}" for s in SAMPLE_STEPS}
+
+    class Local(GraphbookTranslator):
+        pass
+
+    with pytest.raises(
+        ValueError, match=r"define .*Local at the top level of an importable module"
+    ):
+        run_workflow(sample, nodes, translator=Local(), **kwargs)
+
+
+def test_cli_takes_a_translator(repo, tmp_path, monkeypatch, capsys, dagster_home):
+    """``--translator MODULE:CLASS``: validate lists its keys, run records on them; a bad path is
+    refused with a message naming it."""
+    from dagster_graphbook.cli import main
+
+    (tmp_path / "cli_translator.py").write_text(MP_TRANSLATOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    wf = [str(repo / "workflows" / "sample.json"), "--custom-nodes"]
+    wf.append(str(repo / "custom_nodes" / "sample"))
+    assert main(["validate", *wf, "--translator", "cli_translator:Renamed"]) == 0
+    assert "  asset mp/sample/Split/A\n" in capsys.readouterr().out
+    run = ["run", *wf, "--no-progress", "--dagster-home", dagster_home]
+    assert main([*run, "--translator", "cli_translator:Nope"]) == 2
+    assert "translator 'cli_translator:Nope': AttributeError" in capsys.readouterr().err
+    assert main([*run, "--translator", "cli_translator:Renamed"]) == 0
+    out = capsys.readouterr().out  # notes loaded back under the step name
+    assert re.search(r"^  Split +A: [1-9]\d* notes, B: [1-9]\d* notes$", out, re.M), out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert instance.get_latest_materialization_event(K(["mp", "sample", "Split", "B"]))

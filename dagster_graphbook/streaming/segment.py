@@ -15,7 +15,7 @@ import dagster as dg
 
 from ..execution.step_op import RUNTIME_KEY, StepPlan, make_step
 from ..io import NOTES_IO_MANAGER_KEY
-from ..translator import GraphbookTranslator, safe_name
+from ..translator import GraphbookTranslator
 from ..workflow import Workflow
 from .engine import DEFAULT_QUEUE_ITEMS, StreamingRun, StreamStep
 
@@ -23,7 +23,8 @@ STREAM_KEY = "streaming"
 
 
 def segment_op_name(workflow: Workflow, translator: GraphbookTranslator) -> str:
-    return f"{translator.get_job_name(workflow)}__stream"
+    """The streaming op's name (the translator's ``get_stream_op_name``)."""
+    return translator.names(workflow).stream_op_name
 
 
 def stored_pins(workflow: Workflow) -> Set[Tuple[str, str]]:
@@ -64,39 +65,49 @@ def segment_asset(
     external_deps: Optional[List[dg.AssetKey]] = None,
 ) -> dg.AssetsDefinition:
     """One op running every step of ``workflow``; ``plans``/``configs`` are the per-step ones."""
+    from ..assets import input_assets, spec_deps
+
     stored = stored_pins(workflow)
+    all_names = translator.names(workflow)
     outs: Dict[str, dg.AssetOut] = {}
     names: Dict[Tuple[str, str], str] = {}
     internal: Dict[str, Set[dg.AssetKey]] = {}
+    extra: Dict[dg.AssetKey, dg.AssetDep] = {}
     for node in workflow.steps():
-        parents = {translator.get_asset_key(workflow, workflow.nodes[s], p) for s, p in node.inputs}
-        for pin in node.outputs:
-            name = f"{safe_name(plans[node.id].step_name)}__{safe_name(pin)}"
-            names[(node.id, pin)] = name
-            spec = translator.get_asset_spec(workflow, node, pin)
+        step = all_names.steps[node.id]
+        ins = input_assets(all_names, workflow, node)
+        deps, node_internal = spec_deps(
+            step.specs, step.stream_output_names, ins, external_deps or []
+        )
+        extra.update((d.asset_key, d) for d in deps)
+        internal.update(node_internal)
+        for pin, spec in step.specs.items():
+            name = names[(node.id, pin)] = step.stream_output_names[pin]
+            spec = spec.replace_attributes(deps=[])
             if (node.id, pin) in stored:
                 outs[name] = dg.AssetOut.from_spec(spec, io_manager_key=NOTES_IO_MANAGER_KEY)
             else:
                 spec = spec.merge_attributes(metadata={"dagster_graphbook/streamed": True})
                 outs[name] = dg.AssetOut.from_spec(spec, dagster_type=dg.Nothing)
-            internal[name] = parents | set(external_deps or [])
-    op_config = {
-        translator.get_op_name(workflow, n): dg.Field(configs[n.id]) for n in workflow.steps()
-    }  # defaults filled in
-    op_config[STREAM_KEY] = dg.Field(_stream_fields())
+    op_names = {n.id: all_names.steps[n.id].op_name for n in workflow.steps()}
+    op_config = {op_names[n.id]: dg.Field(configs[n.id]) for n in workflow.steps()}
+    op_config[STREAM_KEY] = dg.Field(_stream_fields())  # defaults filled in
     resource_keys = {key for plan in plans.values() for key in plan.resource_keys.values()}
-    op_names = {n.id: translator.get_op_name(workflow, n) for n in workflow.steps()}
-    any_batch = any(p.kind == "batch" for p in plans.values())
+    pools = [translator.get_pool(workflow, n) for n in workflow.steps()]
 
     @dg.multi_asset(
-        name=segment_op_name(workflow, translator),
+        name=all_names.stream_op_name,
         outs=outs,
         internal_asset_deps=internal,
-        deps=external_deps or None,
+        deps=list(extra.values()) or None,
         config_schema=op_config,
         required_resource_keys=resource_keys,
-        op_tags={"graphbook/streaming": "true", **(op_tags or {})},
-        pool="gpu" if any_batch else None,
+        op_tags={
+            "graphbook/streaming": "true",
+            **(op_tags or {}),
+            **all_names.steps_tag(all_names.steps),
+        },
+        pool=next((p for p in pools if p), None),
         partitions_def=partitions_def,
         retry_policy=retry_policy,
         description=f"Graphbook workflow `{workflow.name}` streamed as one op ({len(plans)} steps)",
