@@ -180,7 +180,7 @@ class TranslatedGraphbookTranslator(GraphbookTranslator):
         problems = []
         if spec.partitions_def is not None:
             problems.append(f"{where}: sets partitions_def; use the component's `partitions`")
-        if set(spec.deps) != set(base.deps):
+        if {d.asset_key for d in spec.deps} != {d.asset_key for d in base.deps}:
             problems.append(f"{where}: sets deps; use the component's `external_deps`")
         if problems:
             raise WorkflowError(workflow.source, problems)
