@@ -203,6 +203,7 @@ def build_definitions(
             jobs.append(load_error_job(spec, exc))
             continue
         assets += defs.assets
+        defs.job = _with_own_resources(defs)
         jobs.append(defs.job)
         resources.update(defs.resources)
         for keys in spec.external_deps.values():
@@ -224,6 +225,21 @@ def build_definitions(
         schedules=schedules,
         sensors=sensors,
     )
+
+
+def _with_own_resources(defs: WorkflowDefs) -> dg.JobDefinition:
+    """The workflow's job resolved with its own resources only.
+
+    The Launchpad's run config schema lists every resource a job holds, and an asset job left to
+    the Definitions to resolve holds all of theirs (every workflow's). Resolved beside its own
+    resources, each job lists only those (with the notes and default IO managers); Dagster binds
+    the Definitions' resources only to jobs missing some."""
+    own = dg.Definitions(
+        assets=defs.assets,
+        jobs=[defs.job],
+        resources={NOTES_IO_MANAGER_KEY: _NOTES_IO, **defs.resources},
+    )
+    return own.resolve_job_def(defs.job.name)
 
 
 def _unique_specs(specs: List[dg.AssetSpec]) -> List[dg.AssetSpec]:
