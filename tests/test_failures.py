@@ -181,7 +181,8 @@ def test_failure_headline_through_graphql(flows, tmp_path, dagster_home):
     location = tmp_path / "location.py"
     location.write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
-        f"defs = build_definitions([GraphbookWorkflow({str(plain)!r}, custom_nodes=[{str(nodes)!r}])])\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(plain)!r},"
+        f" custom_nodes=[{str(nodes)!r}])])\n"
     )
     defs = build_definitions([GraphbookWorkflow(plain, custom_nodes=[nodes])], strict=True)
     config = {"ops": {"plainfail__Plain": {"config": {"bad": 3}}}}
