@@ -112,7 +112,7 @@ def test_blocking_check_failure_stops_downstream(checked, dagster_home):
 
 def test_blocking_check_failure_headline_is_ours(checked, dagster_home):
     """The failed step's headline names the workflow, step, check and value (not Dagster's
-    generic "blocking asset check failed"), and the failure is not retried."""
+    generic "blocking asset check failed")."""
     make, _ = checked
     result = _run(make([StepCheck(step="Score", metric="accuracy", min=0.9)]), dagster_home, 0.5)
     (failure,) = [e for e in result.all_events if e.is_step_failure]
