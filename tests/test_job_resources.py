@@ -123,3 +123,19 @@ def test_launchpad_lists_only_the_jobs_own_resources_through_graphql(two_workflo
     }
     assert jobs["shift"] == {"shift__Offset", *SHARED}
     assert jobs["grow"] == {"grow__Scale", *SHARED}
+
+
+def test_a_users_io_manager_keeps_jobs_to_their_own_resources(two_workflows, tmp_path):
+    """Dagster rebinds a job that keeps the default ``io_manager`` with every resource of the
+    Definitions when they set one: ``extra_resources={"io_manager": ...}`` is resolved with
+    each job, so it still lists only its own."""
+    _, _, paths, nodes = two_workflows
+    defs = build_definitions(
+        [GraphbookWorkflow(p, custom_nodes=[nodes]) for p in paths],
+        notes_dir=str(tmp_path / "notes"),
+        extra_resources={"io_manager": dg.mem_io_manager},
+        strict=True,
+    )
+    shift = defs.resolve_job_def("shift")
+    assert _schema_resources(shift) == {"shift__Offset", *SHARED}
+    assert shift.resource_defs["io_manager"] is dg.mem_io_manager
