@@ -8,8 +8,7 @@ import dagster as dg
 import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 
-from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
-from dagster_graphbook.errors import GraphbookError
+from dagster_graphbook import GraphbookError, GraphbookWorkflow, WorkflowError, build_definitions
 from dagster_graphbook.execution.errors import StepFailure
 
 NODES = """
