@@ -55,7 +55,7 @@ class StepFailure(GraphbookError, RuntimeError):
     """A step failed: the headline names the workflow, the step, the item and the error; the
     metadata holds each apart, with the note's JSON preview and the traceback's tail.
 
-    Still a ``RuntimeError`` (as before it was a Dagster failure). ``str()`` adds the traceback.
+    Still a ``RuntimeError``, as before it became a ``dg.Failure``; ``str()`` adds the traceback.
     """
 
     def __init__(
