@@ -232,3 +232,17 @@ def test_errors_are_dagster_failures_and_keep_their_old_types():
         copy = pickle.loads(pickle.dumps(original))
         assert type(copy) is type(original) and str(copy) == str(original)
         assert dict(copy.metadata) == dict(original.metadata)
+
+
+def test_streaming_failure_headline_names_the_step_inside_the_segment(flows, run_wf, dagster_home):
+    """All steps in one streaming op: the headline and metadata name the step that failed."""
+    plain, _, nodes = flows
+    run = run_wf(plain, custom_nodes=[nodes], params={"Plain.bad": 3}, streaming=True)
+    assert not run.success
+    _, data = _step_failure(dagster_home, run.run_id)
+    assert data.user_failure_data is not None, data.error.to_string()
+    headline = data.user_failure_data.description
+    assert headline.startswith("workflow 'plainfail', step 'Plain' (node 2): ")
+    assert "ValueError: cannot handle 3" in headline
+    meta = _meta(data)
+    assert (meta["workflow"], meta["step"], meta["node"]) == ("plainfail", "Plain", "2")
