@@ -46,6 +46,7 @@ from .authoring.steps import (
 from .checks import StepCheck
 from .component import GraphbookWorkflowComponent
 from .definitions import GraphbookWorkflow, build_definitions
+from .errors import GraphbookError
 from .executor import graphbook_executor
 from .registry import NodeRegistry
 from .runner import run_workflow
@@ -99,3 +100,4 @@ __all__ = [
     "utils",
 ]
 __all__ += ["StepCheck", "graphbook_executor"]  # issue 14: asset checks, the jobs' executor
+__all__ += ["GraphbookError"]  # issue 14.6: failures whose message is the run's headline

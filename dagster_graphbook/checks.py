@@ -167,5 +167,24 @@ def with_checks(
             rows = len(event.value) if isinstance(event.value, list) else None
             figures[pin_of[event.output_name]] = {**values, ROW_COUNT: rows}
         yield event
+    failed = []
     for bound in checks:
-        yield bound.evaluate(figures.get(bound.pin, {}))
+        result = bound.evaluate(figures.get(bound.pin, {}))
+        yield result
+        if not result.passed and bound.check.severity == "blocking":
+            failed.append((bound, result))
+    if failed:
+        raise _blocking_failure(failed)
+
+
+def _blocking_failure(failed: Sequence[Any]) -> Exception:
+    """Our headline for failed blocking checks (instead of Dagster's, raised after the op): the
+    step fails, its notes stay materialized, its downstream steps do not run."""
+    from .execution.errors import StepFailure
+
+    label = failed[0][0].label
+    said = [
+        f"blocking check {b.check.check_name!r} failed: {r.description.removeprefix(label + ': ')}"
+        for b, r in failed
+    ]
+    return StepFailure(label, "; ".join(said), allow_retries=False)

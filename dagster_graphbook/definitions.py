@@ -207,6 +207,7 @@ def build_definitions(
             jobs.append(load_error_job(spec, exc))
             continue
         assets += defs.assets
+        defs.job = _with_own_resources(defs, extra_resources or {})
         jobs.append(defs.job)
         resources.update(defs.resources)
         for keys in spec.external_deps.values():
@@ -228,6 +229,23 @@ def build_definitions(
         schedules=schedules,
         sensors=sensors,
     )
+
+
+def _with_own_resources(defs: WorkflowDefs, extra: Mapping[str, Any]) -> dg.JobDefinition:
+    """The workflow's job resolved with its own resources only.
+
+    The Launchpad's run config schema lists every resource a job holds, and an asset job left to
+    the Definitions to resolve holds all of theirs (every workflow's). Resolved beside its own
+    resources, each job lists only those (with the notes and default IO managers); Dagster binds
+    the Definitions' resources only to jobs that miss some, or keep the default ``io_manager``
+    while the Definitions set one: so a user's ``io_manager`` is resolved with the job too."""
+    io_manager = {"io_manager": extra["io_manager"]} if "io_manager" in extra else {}
+    own = dg.Definitions(
+        assets=defs.assets,
+        jobs=[defs.job],
+        resources={NOTES_IO_MANAGER_KEY: _NOTES_IO, **io_manager, **defs.resources},
+    )
+    return own.resolve_job_def(defs.job.name)
 
 
 def _unique_specs(specs: List[dg.AssetSpec]) -> List[dg.AssetSpec]:

@@ -392,8 +392,18 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
         if error is None:
             continue
         where = f"{record.event_log_entry.step_key}: " if record.event_log_entry.step_key else ""
-        message = f"{where}{error.message.strip()}"
+        message = f"{where}{_headline(data) or error.message.strip()}"
         repeated = any(error.message.strip() in m for m in messages)
         if event.event_type != dg.DagsterEventType.RUN_FAILURE or not repeated:
             messages.append(message)
     return "\n".join(messages) or "the run failed (see the Dagster event log)"
+
+
+def _headline(data: Any) -> Optional[str]:
+    """A ``GraphbookError``'s headline (as the UI shows it), then its traceback's tail."""
+    failure = getattr(data, "user_failure_data", None)
+    if failure is None or not failure.description:
+        return None
+    tail = failure.metadata.get("traceback") if failure.metadata else None
+    indented = "".join(f"\n    {line}" for line in str(tail.value).splitlines()) if tail else ""
+    return failure.description.strip() + indented

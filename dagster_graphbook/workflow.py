@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import params as ptypes
 from .authoring.graph import Graph, GraphResourceWrapper, GraphStepWrapper
+from .errors import GraphbookError
 from .flatten import flatten, needs_flattening
 from .registry import NodeRegistry
 
@@ -23,14 +24,19 @@ SUPPORTED_NODE_TYPES = ("step", "resource")
 logger = logging.getLogger("dagster_graphbook")
 
 
-class WorkflowError(ValueError):
-    """A workflow that cannot run; ``problems`` lists each reason with its node."""
+class WorkflowError(GraphbookError, ValueError):
+    """A workflow that cannot run; ``problems`` lists each reason with its node.
+
+    A Dagster failure (its message is the headline where an op raises it), still a ValueError.
+    """
 
     def __init__(self, source: str, problems: Sequence[str]):
         self.source = source
         self.problems = list(problems)
         super().__init__(
-            f"workflow {source} is invalid:\n" + "\n".join(f"  - {p}" for p in self.problems)
+            f"workflow {source} is invalid:\n" + "\n".join(f"  - {p}" for p in self.problems),
+            {"workflow": str(source), "problems": "\n".join(self.problems)},
+            allow_retries=False,
         )
 
 

@@ -110,6 +110,22 @@ def test_blocking_check_failure_stops_downstream(checked, dagster_home):
     assert "checked/Score" in mats
 
 
+def test_blocking_check_failure_headline_is_ours(checked, dagster_home):
+    """The failed step's headline names the workflow, step, check and value (not Dagster's
+    generic "blocking asset check failed")."""
+    make, _ = checked
+    result = _run(make([StepCheck(step="Score", metric="accuracy", min=0.9)]), dagster_home, 0.5)
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    data = failure.step_failure_data
+    assert data.user_failure_data is not None, data.error.to_string()
+    assert data.user_failure_data.description == (
+        "workflow 'checked', step 'Score' (node 2): blocking check 'accuracy_min_0_9' failed: "
+        "accuracy = 0.5, expected accuracy >= 0.9 (blocking)"
+    )
+    meta = {k: v.value for k, v in data.user_failure_data.metadata.items()}
+    assert (meta["workflow"], meta["step"], meta["node"]) == ("checked", "Score", "2")
+
+
 def test_warning_check_failure_lets_the_run_go_on(checked, dagster_home):
     make, marker = checked
     checks = [

@@ -170,6 +170,7 @@ class _BatchRun:
                 self.label,
                 f"{stage} failed on item {short_repr(self.items[index])} (note {note_index}, item {self.position[index]})",
                 error,
+                note=self.notes[note_index],
             )
         self.errors.append(error)
         lost = self.lost.setdefault(note_index, [])
@@ -191,6 +192,7 @@ class _BatchRun:
                         self.label,
                         f"note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
+                        note=note,
                     ) from exc
                 self.errors.append(error)
                 self.valid[ni] = False
@@ -221,6 +223,7 @@ class _BatchRun:
                         self.label,
                         f"on_after_item/route failed on note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
+                        note=note,
                     ) from exc
                 self.errors.append(error)
                 continue

@@ -111,6 +111,7 @@ def _run_notes(
                     label,
                     f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
                     error,
+                    note=note,
                 ) from exc
             errors.append(error)
             continue

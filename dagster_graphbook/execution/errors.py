@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
+
+import dagster as dg
+
+from ..errors import GraphbookError, exception_line, note_preview, traceback_tail
+
+_NO_NOTE = object()
+_LABEL = re.compile(r"workflow '(.*?)', (?:step|resource) '(.*?)' \(node (.*?)\)")
 
 
 def short_repr(obj: Any, limit: int = 200) -> str:
@@ -43,11 +51,75 @@ class ItemError:
         return f"{self.stage} failed on {where}: {last}"
 
 
-class StepFailure(RuntimeError):
-    """A step failed; the message names workflow, step and item, and carries the traceback."""
+class StepFailure(GraphbookError, RuntimeError):
+    """A step failed: the headline names the workflow, the step, the item and the error; the
+    metadata holds each apart, with the note's JSON preview and the traceback's tail.
 
-    def __init__(self, label: str, message: str, error: Optional[ItemError] = None):
+    Still a ``RuntimeError``, as before it became a ``dg.Failure``; ``str()`` adds the traceback.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        message: str,
+        error: Optional[ItemError] = None,
+        *,
+        note: Any = _NO_NOTE,
+        allow_retries: bool = True,
+    ):
         self.label = label
         self.error = error
-        detail = f"\n\n{error.error}" if error is not None and error.error else ""
-        super().__init__(f"{label}: {message}{detail}")
+        self.where: Tuple[Optional[str], ...] = _parse_label(label)
+        self.note = None if note is _NO_NOTE else note_preview(note)
+        headline = f"{label}: {message}"
+        last = exception_line(error.error) if error is not None else ""
+        if last and last not in headline:
+            headline += f": {last}"
+        detail = error.error.strip() if error is not None and error.error else ""
+        super().__init__(headline, detail=detail, allow_retries=allow_retries)
+
+    def at(self, workflow: str, step: str, node: str) -> StepFailure:
+        """The failure with the op's workflow, step and node (when the label did not hold them)."""
+        self.where = (workflow, step, node)
+        return self
+
+    @property
+    def metadata(self) -> Dict[str, dg.MetadataValue]:
+        """What failed, read when Dagster records the failure (after ``raise ... from``)."""
+        workflow, step, node = self.where
+        entries: Dict[str, Any] = {"workflow": workflow, "step": step, "node": node}
+        error = self.error
+        if error is not None:
+            entries["stage"] = error.stage
+            if error.note_index >= 0:
+                entries["note_index"] = dg.MetadataValue.int(error.note_index)
+            if error.item_index is not None:
+                entries["item_index"] = dg.MetadataValue.int(error.item_index)
+                entries["item"] = error.item
+        entries["note"] = self.note or (error.note if error is not None else None)
+        entries["exception"] = self._exception_type()
+        if error is not None and error.error.strip():
+            entries["traceback"] = traceback_tail(error.error)
+        return {
+            k: v if isinstance(v, dg.MetadataValue) else dg.MetadataValue.text(str(v))
+            for k, v in entries.items()
+            if v not in (None, "")
+        }
+
+    @metadata.setter
+    def metadata(self, value: Any) -> None:  # dg.Failure.__init__ sets it; ours is computed
+        pass
+
+    def _exception_type(self) -> Optional[str]:
+        last = exception_line(self.error.error) if self.error is not None else ""
+        name = last.split(":", 1)[0].strip()
+        if name and all(part.isidentifier() for part in name.split(".")):
+            return name
+        cause = self.__cause__
+        return type(cause).__name__ if cause is not None else None
+
+
+def _parse_label(label: str) -> Tuple[Optional[str], ...]:
+    """(workflow, step, node) of a ``step_label`` (or a resource's label); Nones otherwise."""
+    found = _LABEL.match(label)
+    return found.groups() if found else (None, None, None)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
 from .driver import run_step, step_label
-from .errors import StepFailure
+from .errors import ItemError, StepFailure
 
 RUNTIME_KEY = "runtime"
 _MAX_ERROR_ROWS = 50
@@ -98,6 +100,22 @@ def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[st
     if partition_key is not None and not hasattr(step, "partition_key"):
         step.partition_key = partition_key
     return step
+
+
+@contextmanager
+def failures_named(plan: StepPlan) -> Iterator[None]:
+    """Every error of the step ends as a ``StepFailure`` naming its workflow, step and node: a
+    ``dg.Failure``, so its headline (not "Error occurred while executing op") leads the run page."""
+    try:
+        yield
+    except StepFailure as exc:
+        raise exc.at(plan.workflow, plan.step_name, plan.node_id)
+    except (dg.DagsterError, dg.RetryRequested, dg.Failure):
+        raise  # Dagster's own control flow, and failures that already carry their message
+    except Exception as exc:
+        error = ItemError("step", -1, None, "", "", traceback.format_exc())
+        failure = StepFailure(plan.label, f"{type(exc).__name__}: {exc}", error)
+        raise failure.at(plan.workflow, plan.step_name, plan.node_id) from exc
 
 
 def _error_metadata(errors: List[Any]) -> Dict[str, Any]:
@@ -200,7 +218,8 @@ def execute_step(
     """Run the step over the notes of all its inputs and yield its notes per pin."""
     config = dict(context.op_execution_context.op_config or {})
     runtime = dict(config.pop(RUNTIME_KEY, None) or {})
-    step = make_step(context, plan, config)
+    with failures_named(plan):
+        step = make_step(context, plan, config)
     notes = interleave([inputs[name] or [] for name in plan.input_names])
 
     def emit(level: str, message: str) -> None:
@@ -213,21 +232,22 @@ def execute_step(
         from .batch import BatchSettings
 
         batch_settings = BatchSettings.from_config(runtime)
-    try:
-        result = run_step(
-            step,
-            plan.kind,
-            notes,
-            pins=plan.pins,
-            label=plan.label,
-            node=(plan.node_id, plan.step_name),
-            emit=emit,
-            on_item_error=runtime.get("on_item_error", "raise"),
-            batch_settings=batch_settings,
-        )
-    except Exception as exc:
-        _retry_or_raise(context, plan, runtime, exc)
-        raise
+    with failures_named(plan):
+        try:
+            result = run_step(
+                step,
+                plan.kind,
+                notes,
+                pins=plan.pins,
+                label=plan.label,
+                node=(plan.node_id, plan.step_name),
+                emit=emit,
+                on_item_error=runtime.get("on_item_error", "raise"),
+                batch_settings=batch_settings,
+            )
+        except Exception as exc:
+            _retry_or_raise(context, plan, runtime, exc)
+            raise
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
     meta = {

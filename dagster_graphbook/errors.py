@@ -1,0 +1,79 @@
+"""Errors that are Dagster failures, so a failed run's headline is our message.
+
+An op that raises a ``dg.Failure`` fails with the failure's ``description`` as its headline (the
+UI shows it instead of Dagster's "Error occurred while executing op ...") and its ``metadata``
+as entries below it, as dagster-dbt's errors do. ``WorkflowError`` (a workflow that cannot run)
+and ``StepFailure`` (a step that failed on an item) derive from ``GraphbookError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Dict, Optional
+
+import dagster as dg
+
+NOTE_PREVIEW_CHARS = 500
+TRACEBACK_TAIL_LINES = 15
+
+
+class GraphbookError(dg.Failure):
+    """A dagster-graphbook error: ``description`` is the headline, ``metadata`` what it concerns.
+
+    ``str(error)`` is the headline followed by any detail (a traceback), as before.
+    """
+
+    def __init__(
+        self,
+        description: str,
+        metadata: Optional[Mapping[str, Any]] = None,
+        *,
+        detail: str = "",
+        allow_retries: bool = True,
+    ):
+        super().__init__(description=description, metadata=metadata, allow_retries=allow_retries)
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.description}\n\n{self.detail}" if self.detail else str(self.description)
+
+    def __reduce__(self) -> Any:
+        # Exception pickles as cls(*args), which our signatures do not take: restore the state
+        return (_restore, (type(self), str(self.description), self.__dict__.copy()))
+
+
+def _restore(cls: type, description: str, state: Dict[str, Any]) -> GraphbookError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, description)
+    error.__dict__.update(state)
+    return error
+
+
+def note_preview(note: Any, limit: int = NOTE_PREVIEW_CHARS) -> str:
+    """The note as JSON (values JSON cannot hold as their repr), cut to ``limit`` characters."""
+    try:
+        data = dict(note) if isinstance(note, Mapping) else note
+        text = json.dumps(data, default=lambda value: _cut(repr(value), 80), ensure_ascii=False)
+    except Exception:  # a note JSON cannot walk (a cycle, a failing __repr__): its repr
+        try:
+            text = repr(note)
+        except Exception as exc:
+            text = f"<note whose repr fails: {type(exc).__name__}>"
+    return _cut(text, limit)
+
+
+def traceback_tail(text: str, lines: int = TRACEBACK_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a traceback: where it was raised and the error."""
+    kept = text.strip().splitlines()
+    return "\n".join((["..."] if len(kept) > lines else []) + kept[-lines:])
+
+
+def exception_line(text: str) -> str:
+    """The last line of a traceback (``ValueError: cannot handle 3``), or ``""``."""
+    kept = text.strip().splitlines()
+    return kept[-1].strip() if kept else ""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
