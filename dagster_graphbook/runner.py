@@ -17,6 +17,7 @@ from .authoring.graph import Graph
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import GraphbookTranslator
+from .versions import stored_notes_path
 from .workflow import Workflow, WorkflowError
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
@@ -326,9 +327,10 @@ def run_job(
         if m is None:
             continue
         run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
-        if "notes_path" in m.metadata:
+        stored = stored_notes_path(m.metadata)
+        if stored is not None:
             path = m.asset_key.path
-            with UPath(str(m.metadata["notes_path"].value)).open("rb") as f:
+            with UPath(stored).open("rb") as f:
                 run.notes.setdefault(path[1] if len(path) > 1 else path[0], {})[
                     path[2] if len(path) > 2 else "out"
                 ] = pickle.load(f)
@@ -348,12 +350,13 @@ def _source_path(workflow: Any) -> str:
 def _load_notes(
     run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance
 ) -> Dict[str, Dict[str, List[Any]]]:
-    """The notes this run stored, found through its materializations (``notes_path`` metadata)."""
+    """The notes this run stored, found through its materializations (``dagster/uri`` metadata)."""
     paths: Dict[dg.AssetKey, str] = {}
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         materialization = record.asset_materialization
-        if materialization is not None and "notes_path" in materialization.metadata:
-            paths[materialization.asset_key] = str(materialization.metadata["notes_path"].value)
+        stored = stored_notes_path(materialization.metadata) if materialization else None
+        if stored is not None:
+            paths[materialization.asset_key] = stored
     workflow = wdefs.workflow
     names = translator.step_names(workflow)
     out: Dict[str, Dict[str, List[Any]]] = {}

@@ -7,7 +7,6 @@ dict as Graphbook's editor saved it).
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections import Counter
 from typing import Any, Dict, Mapping, Optional
@@ -15,6 +14,8 @@ from typing import Any, Dict, Mapping, Optional
 import dagster as dg
 
 from .code_version import node_code_references, node_code_version
+from .docstrings import pin_docs, summary, to_markdown
+from .node_info import GRAPHBOOK_META, node_info
 from .workflow import Workflow, WorkflowNode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
@@ -71,7 +72,8 @@ class GraphbookTranslator:
         return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
 
     def get_description(self, workflow: Workflow, node: WorkflowNode) -> str:
-        doc = inspect.cleandoc(node.cls.__doc__ or "")
+        """The step's docstring as Markdown (RST markup and Google sections converted)."""
+        doc = to_markdown(node.cls.__doc__)
         return doc or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})"
 
     def get_job_description(self, workflow: Workflow) -> str:
@@ -81,15 +83,9 @@ class GraphbookTranslator:
         return {"python", "pytorch"} if node.step_kind == "batch" else {"python"}
 
     def get_metadata(self, workflow: Workflow, node: WorkflowNode, pin: str) -> Mapping[str, Any]:
-        meta: Dict[str, Any] = {
-            "dagster_graphbook/workflow": workflow.source,
-            "dagster_graphbook/node_id": node.id,
-            "dagster_graphbook/class": node.name,
-            "dagster_graphbook/pin": pin,
-        }
-        if not workflow.children(node.id, pin):
-            meta["dagster_graphbook/sink"] = True
-        return meta
+        """Definition metadata: the node's constants in one ``graphbook`` entry (materializations
+        carry only what changes per run, so the UI's Plots tab shows no constants)."""
+        return {GRAPHBOOK_META: dg.MetadataValue.json(node_info(workflow, node, pin))}
 
     def get_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, str]:
         return {"graphbook/step_kind": node.step_kind}
@@ -113,7 +109,7 @@ class GraphbookTranslator:
         """The main hook: override and call ``super().get_asset_spec(...).replace_attributes(...)``."""
         return dg.AssetSpec(
             key=self.get_asset_key(workflow, node, pin),
-            description=self.get_description(workflow, node),
+            description=self.get_pin_description(workflow, node, pin),
             group_name=self.get_group_name(workflow),
             kinds=self.get_kinds(workflow, node),
             metadata={
@@ -132,3 +128,14 @@ class GraphbookTranslator:
     def get_code_references(self, workflow: Workflow, node: WorkflowNode) -> Any:
         """``dagster/code_references``: the step class's file and line, the workflow file's node."""
         return node_code_references(workflow, node)
+
+    def get_pin_description(self, workflow: Workflow, node: WorkflowNode, pin: str) -> str:
+        """The description of the asset of ``pin``: the step's summary and what goes to that pin
+        (its entry in the docstring's ``Outputs:`` section). A step whose only pin is ``out``
+        gets the step's description."""
+        if node.outputs == ["out"]:
+            return self.get_description(workflow, node)
+        doc = node.cls.__doc__
+        head = summary(doc) or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})."
+        said = pin_docs(doc).get(pin)
+        return f"{head}\n\nNotes sent to pin `{pin}`" + (f": {said}" if said else ".")

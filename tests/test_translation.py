@@ -129,8 +129,8 @@ def test_batch_step_config_and_kinds(repo):
         K(["word_split", "InputFiles"])
     ]
     assert set(src_spec.kinds) == {"python"}
-    assert src_spec.metadata.get("dagster_graphbook/sink") is None
-    assert spec.metadata["dagster_graphbook/sink"] is True
+    assert src_spec.metadata["graphbook"].value["sink"] is False
+    assert spec.metadata["graphbook"].value["sink"] is True
 
 
 def test_resources_one_per_resource_node(repo, sample_defs):
@@ -151,7 +151,7 @@ def test_resources_one_per_resource_node(repo, sample_defs):
 def test_descriptions_from_docstrings(sample_defs, repo):
     transform = _asset_for(sample_defs, K(["sample", "Transform"]))
     desc = transform.descriptions_by_key[K(["sample", "Transform"])]
-    assert desc.startswith("Applies a linear transformation ``num * scale + shift``")
+    assert desc.startswith("Applies a linear transformation `num * scale + shift`")
     assert not desc.startswith(" ")  # cleaned
     assert transform.op.description == desc
     split_desc = _asset_for(sample_defs, K(["sample", "Split", "B"])).descriptions_by_key[
