@@ -59,7 +59,7 @@ def _code(text: str) -> str:
     return f"`` {text} ``"
 
 
-def _role(match: "re.Match[str]") -> str:
+def _role(match: re.Match[str]) -> str:
     body = match.group(1).strip()
     shown = re.match(r"^(.*?)\s*<[^<>]+>$", body)  # :class:`the model <pkg.Model>`
     if shown and shown.group(1):

@@ -73,7 +73,7 @@ class Parity(Step):
 
 N = 7
 PINS = {"even": 4, "odd": 3, "other": 0}
-K = lambda *path: dg.AssetKey(["meta", *path])  # noqa: E731
+K = lambda *path: dg.AssetKey(["pins", *path])  # noqa: E731
 RST = re.compile(r"``|:[a-z]+:`")
 
 
@@ -90,7 +90,7 @@ def ran(tmp_path_factory):
         step_node("p", "Parity", {}, outputs=list(PINS)),
     ]
     edges = [edge("n", "out", "s"), edge("s", "out", "p")]
-    path = write_workflow(tmp, "meta", steps, edges)
+    path = write_workflow(tmp, "pins", steps, edges)
     defs = build_definitions(
         [GraphbookWorkflow(path, custom_nodes=[nodes])], notes_dir=str(tmp / "notes")
     )
@@ -98,8 +98,8 @@ def ran(tmp_path_factory):
     home.mkdir()
     runtime = {"runtime": {"num_workers": 0}}
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        result = defs.resolve_job_def("meta").execute_in_process(
-            instance=instance, run_config={"ops": {"meta__Scale": {"config": runtime}}}
+        result = defs.resolve_job_def("pins").execute_in_process(
+            instance=instance, run_config={"ops": {"pins__Scale": {"config": runtime}}}
         )
         assert result.success
         mats = {
@@ -148,8 +148,11 @@ def test_constants_are_one_definition_entry_not_on_materializations(ran):
         pin = key.path[-1] if len(key.path) == 3 else "out"
         assert info["workflow"] == ran["workflow"] and info["pin"] == pin
         assert {"node_id", "class", "step_kind", "sink", "params"} <= set(info)
-        assert not [k for k in spec.metadata if k.startswith("dagster_graphbook/")
-                    and k != "dagster_graphbook/notes_dir"]
+        assert not [
+            k
+            for k in spec.metadata
+            if k.startswith("dagster_graphbook/") and k != "dagster_graphbook/notes_dir"
+        ]
     assert ran["specs"][K("Parity", "odd")].metadata["graphbook"].value["sink"] is True
     assert ran["specs"][K("Scale")].metadata["graphbook"].value["params"]["batch_size"] == 3
     for meta in ran["mats"].values():
@@ -179,5 +182,8 @@ def test_plotted_entries_are_the_meaningful_figures(ran):
     # a sink pin that makes a table: schema and a preview of its first rows
     odd = mats[K("Parity", "odd")]
     assert [c.name for c in odd["dagster/column_schema"].value.columns] == ["i", "items", "scaled"]
-    assert re.search(r"\|\s*i\s*\|\s*items\s*\|", odd["preview"].value) and Path(odd["table_path"].value).is_file()
+    assert (
+        re.search(r"\|\s*i\s*\|\s*items\s*\|", odd["preview"].value)
+        and Path(odd["table_path"].value).is_file()
+    )
     assert len(odd) <= 9 and len(scale) <= 11, (sorted(odd), sorted(scale))

@@ -186,7 +186,9 @@ def execute_step(
         raise
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
-    stats = dict(result.stats) if plan.kind == "source" else {**result.stats, "notes_in": len(notes)}
+    stats = (
+        dict(result.stats) if plan.kind == "source" else {**result.stats, "notes_in": len(notes)}
+    )
     figures = dict(getattr(step, "dagster_metadata", None) or {})  # e.g. accuracy, plotted
     meta = step_metadata(stats, result.files, result.errors, figures)
     if result.files:  # which files this materialization wrote (issue 11.5)
