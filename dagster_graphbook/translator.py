@@ -132,7 +132,11 @@ class GraphbookTranslator:
     def get_pin_description(self, workflow: Workflow, node: WorkflowNode, pin: str) -> str:
         """The description of the asset of ``pin``: the step's summary and what goes to that pin
         (its entry in the docstring's ``Outputs:`` section). A step whose only pin is ``out``
-        gets the step's description."""
+        gets the step's description.
+
+        Examples:
+            ``return f"{node.name}: notes on pin {pin}"`` in a subclass names only the pin.
+        """
         if node.outputs == ["out"]:
             return self.get_description(workflow, node)
         doc = node.cls.__doc__
