@@ -189,6 +189,27 @@ def test_plotted_entries_are_the_meaningful_figures(ran):
     assert len(odd) <= 9 and len(scale) <= 11, (sorted(odd), sorted(scale))
 
 
+def test_get_pin_description_is_the_hook_for_pin_assets(tmp_path):
+    from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, build_definitions
+
+    class PinOnly(GraphbookTranslator):
+        def get_pin_description(self, workflow, node, pin):
+            return f"{node.name} -> {pin}"
+
+    nodes = write_nodes(tmp_path / "nodes", "meta_nodes.py", NODES)
+    steps = [
+        step_node("n", "Numbers", {"n": 2}, source=True),
+        step_node("p", "Parity", {}, outputs=list(PINS)),
+    ]
+    path = write_workflow(tmp_path, "hook", steps, [edge("n", "out", "p")])
+    defs = build_definitions([GraphbookWorkflow(path, custom_nodes=[nodes])], translator=PinOnly())
+    described = {s.key.to_user_string(): s.description for s in defs.resolve_all_asset_specs()}
+    assert described == {
+        "hook/Numbers": "Numbers -> out",
+        **{f"hook/Parity/{pin}": f"Parity -> {pin}" for pin in PINS},
+    }
+
+
 RST_DOC = """Loads a :class:`~torch.nn.Module` with :func:`the loader <pkg.load>`; see
     `the docs <https://example.org/x>`_ and ``model.eval()``.
 
