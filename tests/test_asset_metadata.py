@@ -189,6 +189,39 @@ def test_plotted_entries_are_the_meaningful_figures(ran):
     assert len(odd) <= 9 and len(scale) <= 11, (sorted(odd), sorted(scale))
 
 
+def test_streamed_pins_count_their_own_notes_too(tmp_path):
+    """Streaming mode: pins read inside the stream store nothing but still count their notes."""
+    from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+    nodes = write_nodes(tmp_path / "nodes", "meta_nodes.py", NODES)
+    steps = [
+        step_node("n", "Numbers", {"n": N}, source=True),
+        step_node("p", "Parity", {}, outputs=list(PINS)),
+    ]
+    path = write_workflow(tmp_path, "streamed", steps, [edge("n", "out", "p")])
+    workflow = GraphbookWorkflow(path, custom_nodes=[nodes], streaming=True)
+    defs = build_definitions([workflow], notes_dir=str(tmp_path / "notes"))
+    (tmp_path / "home").mkdir()
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        result = defs.resolve_job_def("streamed").execute_in_process(instance=instance)
+        assert result.success
+        mats = {
+            r.asset_materialization.asset_key.to_user_string(): r.asset_materialization.metadata
+            for r in instance.all_logs(
+                result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            )
+        }
+    counts = {key: meta["dagster/row_count"].value for key, meta in mats.items()}
+    assert counts == {"streamed/Numbers": N, **{f"streamed/Parity/{p}": n for p, n in PINS.items()}}
+    assert "dagster/uri" not in mats["streamed/Numbers"]  # read inside the stream: not stored
+    for pin, count in PINS.items():
+        with open(mats[f"streamed/Parity/{pin}"]["dagster/uri"].value, "rb") as f:
+            assert len(pickle.load(f)) == count
+    common = {"dagster/row_count", "seconds", "errors_skipped", "max_notes_queued"}
+    assert _numeric(mats["streamed/Numbers"]) == common  # a source reads no notes
+    assert _numeric(mats["streamed/Parity/odd"]) == common | {"notes_in"}
+
+
 def test_get_pin_description_is_the_hook_for_pin_assets(tmp_path):
     from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, build_definitions
 

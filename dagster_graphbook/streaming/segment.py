@@ -167,6 +167,8 @@ def execute_segment(
             **node.stats.batch,
             "max_notes_queued": run.max_queued,
         }
+        if spec.kind == "source":
+            del stats["notes_in"]  # a source reads no notes: no flat curve of zeros
         figures = dict(getattr(spec.step, "dagster_metadata", None) or {})
         meta = step_metadata(stats, node.stats.files, node.stats.errors, figures)
         for pin in spec.pins:
