@@ -27,7 +27,7 @@ def version_folder(base: UPath, key: dg.AssetKey, partition: Optional[str]) -> U
     return folder / partition if partition is not None else folder
 
 
-NOTES_URI_META = "dagster/uri"  # where a materialization's notes are (Dagster's standard key)
+NOTES_URI_META = "dagster/uri"  # where the notes are: the key of Dagster's UriMetadataSet
 LEGACY_NOTES_PATH_META = "notes_path"  # the same, in materializations recorded before
 
 
