@@ -94,8 +94,8 @@ with dg.DagsterInstance.from_config(home) as instance:
     stored = 0
     for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         m = record.asset_materialization
-        if "notes_path" in m.metadata and m.asset_key.path[-1] == "LoadImages":
-            stored += os.path.getsize(str(m.metadata["notes_path"].value))
+        if "dagster/uri" in m.metadata and m.asset_key.path[-1] == "LoadImages":
+            stored += os.path.getsize(str(m.metadata["dagster/uri"].value))
 print(json.dumps({"success": run.success, "failure": run.failure, "seconds": run.seconds,
                   "stored": stored,
                   "notes": len(run["Reduce"]["out"]) if run.success else 0}))

@@ -18,6 +18,7 @@ import dagster as dg
 from upath import UPath
 
 from . import notes_codec, versions
+from .node_info import read_node_info
 
 NOTES_IO_MANAGER_KEY = "graphbook_notes"
 NOTES_DIR_META = "dagster_graphbook/notes_dir"
@@ -90,16 +91,14 @@ class NotesStore(dg.IOManager):
                 f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        meta: Dict[str, Any] = {
-            "notes": dg.MetadataValue.int(len(obj)),
+        meta: Dict[str, Any] = {  # the version is the run id, in the path
             "dagster/row_count": dg.MetadataValue.int(len(obj)),
-            "notes_path": dg.MetadataValue.path(str(path)),
-            "notes_version": dg.MetadataValue.text(context.run_id),
+            versions.NOTES_URI_META: dg.MetadataValue.path(str(path)),
         }
         lost = sum(1 for n in obj if isinstance(n, dict) and n.get("graphbook_lost_items"))
         if lost:
             meta["notes_with_lost_items"] = dg.MetadataValue.int(lost)
-        if (context.definition_metadata or {}).get("dagster_graphbook/sink") and is_flat_table(obj):
+        if read_node_info(context.definition_metadata).get("sink") and is_flat_table(obj):
             from .tables import write_table
 
             meta.update(write_table(obj, folder / f"{context.run_id}{versions.TABLE_SUFFIX}"))

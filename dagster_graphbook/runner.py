@@ -24,6 +24,7 @@ from .translator import (
     read_steps_tag,
     resolve_refs,
 )
+from .versions import stored_notes_path
 from .workflow import Workflow, WorkflowError
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
@@ -324,9 +325,10 @@ def run_job(
         if m is None:
             continue
         run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
-        if "notes_path" in m.metadata and m.asset_key in pins:
+        stored = stored_notes_path(m.metadata)
+        if stored is not None and m.asset_key in pins:
             step, pin = pins[m.asset_key]
-            with UPath(str(m.metadata["notes_path"].value)).open("rb") as f:
+            with UPath(stored).open("rb") as f:
                 run.notes.setdefault(step, {})[pin] = pickle.load(f)
     return run
 
@@ -353,12 +355,13 @@ def _source_path(workflow: Any) -> str:
 def _load_notes(
     run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance
 ) -> Dict[str, Dict[str, List[Any]]]:
-    """The notes this run stored, found through its materializations (``notes_path`` metadata)."""
+    """The notes this run stored, found through its materializations (``dagster/uri`` metadata)."""
     paths: Dict[dg.AssetKey, str] = {}
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         materialization = record.asset_materialization
-        if materialization is not None and "notes_path" in materialization.metadata:
-            paths[materialization.asset_key] = str(materialization.metadata["notes_path"].value)
+        stored = stored_notes_path(materialization.metadata) if materialization else None
+        if stored is not None:
+            paths[materialization.asset_key] = stored
     out: Dict[str, Dict[str, List[Any]]] = {}
     for step in translator.names(wdefs.workflow).steps.values():
         pins = out.setdefault(step.step, {})

@@ -12,7 +12,6 @@ of any hook, ``get_asset_spec`` included, changes every place that uses the name
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from collections import Counter
@@ -22,6 +21,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import dagster as dg
 
 from .code_version import node_code_references, node_code_version
+from .docstrings import pin_docs, summary, to_markdown
+from .node_info import GRAPHBOOK_META, node_info
 from .step_kinds import step_kinds
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
@@ -252,7 +253,7 @@ class GraphbookTranslator:
         spec = dg.AssetSpec(
             key=self.get_asset_key(workflow, node, pin),
             deps=list(parents),
-            description=self.get_description(workflow, node),
+            description=self.get_pin_description(workflow, node, pin),
             group_name=self.get_group_name(workflow),
             kinds=self.get_kinds(workflow, node),
             metadata={
@@ -353,7 +354,8 @@ class GraphbookTranslator:
         return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
 
     def get_description(self, workflow: Workflow, node: WorkflowNode) -> str:
-        """The step's (or resource's) description: its class docstring.
+        """The step's (or resource's) description: its class docstring as Markdown (RST markup and
+        Google sections converted).
 
         Examples:
             .. code-block:: python
@@ -362,7 +364,7 @@ class GraphbookTranslator:
                     def get_description(self, workflow, node):
                         return f"{super().get_description(workflow, node)}\n\nOwned by ML."
         """
-        doc = inspect.cleandoc(node.cls.__doc__ or "")
+        doc = to_markdown(node.cls.__doc__)
         return doc or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})"
 
     def get_job_description(self, workflow: Workflow) -> str:
@@ -391,7 +393,8 @@ class GraphbookTranslator:
         return step_kinds(workflow, node)
 
     def get_metadata(self, workflow: Workflow, node: WorkflowNode, pin: str) -> Mapping[str, Any]:
-        """Definition metadata of one pin's asset.
+        """Definition metadata: the node's constants in one ``graphbook`` entry (materializations
+        carry only what changes per run, so the UI's Plots tab shows no constants).
 
         Examples:
             .. code-block:: python
@@ -400,15 +403,7 @@ class GraphbookTranslator:
                     def get_metadata(self, workflow, node, pin):
                         return {**super().get_metadata(workflow, node, pin), "team": "ml"}
         """
-        meta: Dict[str, Any] = {
-            "dagster_graphbook/workflow": workflow.source,
-            "dagster_graphbook/node_id": node.id,
-            "dagster_graphbook/class": node.name,
-            "dagster_graphbook/pin": pin,
-        }
-        if not workflow.children(node.id, pin):
-            meta["dagster_graphbook/sink"] = True
-        return meta
+        return {GRAPHBOOK_META: dg.MetadataValue.json(node_info(workflow, node, pin))}
 
     def get_tags(self, workflow: Workflow, node: WorkflowNode) -> Mapping[str, str]:
         """Asset tags of the step's assets.
@@ -495,6 +490,22 @@ class GraphbookTranslator:
                         return None
         """
         return None
+
+    def get_pin_description(self, workflow: Workflow, node: WorkflowNode, pin: str) -> str:
+        """The description of the asset of ``pin``: the step's summary and what goes to that pin
+        (its entry in the docstring's ``Outputs:`` section). A step whose only pin is ``out``
+        gets the step's description.
+
+        Examples:
+            ``return f"{node.name}: notes on pin {pin}"`` in a subclass names only the pin.
+        """
+        if node.outputs == ["out"]:
+            return self.get_description(workflow, node)
+        doc = node.cls.__doc__
+        head = summary(doc) or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})."
+        said = pin_docs(doc).get(pin)
+        return f"{head}\n\nNotes sent to pin `{pin}`" + (f": {said}" if said else ".")
+
 
 def path_of_translator(translator: GraphbookTranslator) -> Optional[str]:
     """``module:Class`` a step process rebuilds ``translator`` from (``None``: the default)."""

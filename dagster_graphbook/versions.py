@@ -4,14 +4,14 @@ Layout: ``<base>/<asset key path>/[<partition>/]<run id>.pkl`` (and ``<run id>.p
 tables). A version is written once by one run and never changed, so two runs of one partition
 never see each other's data. A step reads its parent's notes from its own run when the parent ran
 in it (or in the run it re-executes), else the version that the parent's latest materialization
-of the partition recorded in its ``notes_path`` metadata.
+of the partition recorded in its ``dagster/uri`` metadata.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from typing import IO, Callable, Iterable, List, Optional
+from typing import IO, Any, Callable, Iterable, List, Mapping, Optional
 
 import dagster as dg
 from upath import UPath
@@ -25,6 +25,18 @@ def version_folder(base: UPath, key: dg.AssetKey, partition: Optional[str]) -> U
     """The folder holding every stored version of one asset (partition)."""
     folder = base.joinpath(*key.path)
     return folder / partition if partition is not None else folder
+
+
+NOTES_URI_META = "dagster/uri"  # where the notes are: the key of Dagster's UriMetadataSet
+LEGACY_NOTES_PATH_META = "notes_path"  # the same, in materializations recorded before
+
+
+def stored_notes_path(metadata: Mapping[str, Any]) -> Optional[str]:
+    """The notes file a materialization recorded (``dagster/uri``, or an older ``notes_path``)."""
+    for key in (NOTES_URI_META, LEGACY_NOTES_PATH_META):
+        if key in metadata:
+            return str(getattr(metadata[key], "value", metadata[key]))
+    return None
 
 
 def notes_path(folder: UPath, run_id: str) -> UPath:
@@ -96,13 +108,14 @@ def _alive(pid: int) -> bool:
 def recorded_path(
     instance: dg.DagsterInstance, key: dg.AssetKey, partition: Optional[str]
 ) -> Optional[str]:
-    """``notes_path`` of the latest materialization of ``key`` (in ``partition``), if any."""
+    """The notes path of the latest materialization of ``key`` (in ``partition``), if any."""
     partitions = [partition] if partition is not None else None
     records_filter = dg.AssetRecordsFilter(asset_key=key, asset_partitions=partitions)
     for record in instance.fetch_materializations(records_filter, limit=1).records:
         materialization = record.asset_materialization
-        if materialization is not None and "notes_path" in materialization.metadata:
-            return str(materialization.metadata["notes_path"].value)
+        path = stored_notes_path(materialization.metadata) if materialization else None
+        if path is not None:
+            return path
     return None
 
 

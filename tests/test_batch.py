@@ -601,8 +601,8 @@ def test_word_split_workflow_writes_files(repo, run_wf, tmp_path, dagster_home):
         dg.AssetKey(["word_split", "SplitWords", "OutputFiles"])
     )
     md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
-    assert md["batches"] == 2  # 6 files, batch_size 4
-    assert md["items"] == 6 and md["notes"] == 6 and md["dumps"] == 6
+    assert md["details"]["batches"] == 2  # 6 files, batch_size 4
+    assert md["items"] == 6 and md["dagster/row_count"] == 6 and md["details"]["dumps"] == 6
 
 
 def test_word_split_class_form_matches(repo, run_wf, tmp_path):

@@ -173,7 +173,7 @@ def test_retry_after_failing_mid_dump_writes_each_file_once_and_whole(op_wf, run
     assert {n["device"] for n in notes} == {"cpu"}
     event = instance.get_latest_materialization_event(dg.AssetKey(["batchop", "Work"]))
     md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
-    assert md["items"] == 24 and md["dumps"] == 24 and md["files_written"] == 24
+    assert md["items"] == 24 and md["details"]["dumps"] == 24 and md["files_written"] == 24
 
 
 def test_failed_dump_waits_for_dumps_in_flight_before_stopping_the_pool(op_wf, run_wf):

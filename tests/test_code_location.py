@@ -14,7 +14,7 @@ def _materializations(home, run_id: str) -> dict:
     counts = {}
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         m = record.asset_materialization
-        counts[m.asset_key.to_user_string()] = m.metadata["notes"].value
+        counts[m.asset_key.to_user_string()] = m.metadata["dagster/row_count"].value
     return counts
 
 

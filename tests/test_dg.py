@@ -123,7 +123,7 @@ def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, hom
         events = instance.all_logs(runs[0].run_id, of_type=kind)
         notes = {
             e.asset_materialization.asset_key.to_user_string(): e.asset_materialization.metadata[
-                "notes"
+                "dagster/row_count"
             ].value
             for e in events
         }

@@ -97,7 +97,7 @@ def test_sample_on_end_log_in_event_log(sample_run, sample_instance):
 def test_sample_materialization_metadata(sample_run, sample_instance):
     meta = _metadata(sample_instance, K(["sample", "Split", "A"]))
     assert meta["notes_in"] == 200
-    assert meta["notes"] == len(sample_run.notes["Split"]["A"])
+    assert meta["dagster/row_count"] == len(sample_run.notes["Split"]["A"])
     assert meta["errors_skipped"] == 0
 
 

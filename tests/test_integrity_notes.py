@@ -151,7 +151,9 @@ def test_two_concurrent_runs_of_one_partition_see_only_their_own_notes(tmp_path,
                 limit=10,
             ).records
             by_run = {r.run_id: r.asset_materialization.metadata for r in records}
-            assert by_run[res["run_id"]]["notes_path"].value == str(folder / f"{res['run_id']}.pkl")
+            assert by_run[res["run_id"]]["dagster/uri"].value == str(
+                folder / f"{res['run_id']}.pkl"
+            )
         # the runs overlapped: at least one of them was warned, naming the other
         ids = {tag: res["run_id"] for tag, res in results.items()}
         warned = [

@@ -327,7 +327,7 @@ def test_bad_images_under_skip_every_bad_item_recorded_every_good_one_arrives(
     for i, path in enumerate(good):
         assert arrived[path] == [3, 16 + i, 16 + i]
     md = _metadata(dagster_home, ["images", "ImageSizes"])
-    assert md["errors_skipped"] == 3 and md["items_skipped"] == 3 and md["items"] == 12
+    assert md["errors_skipped"] == 3 and md["details"]["items_failed"] == 3 and md["items"] == 12
     rows = {(r["note"], r["item"].split(":")[0]): r for r in _skipped_rows(md)}
     assert set(rows) == {(1, "1"), (2, "1"), (3, "1")}
     assert (
@@ -385,7 +385,7 @@ def test_one_bad_item_in_a_thousand_under_skip_999_arrive(thousand, run_wf, dags
     loaded = [v for n in out for v in n["loaded"]]
     assert loaded == [i * 10 for i in range(1000) if i != 637]
     md = _metadata(dagster_home, ["thousand", "Numbers"])
-    assert md["errors_skipped"] == 1 and md["items"] == 999 and md["items_failed"] == 1
+    assert md["errors_skipped"] == 1 and md["items"] == 999 and md["details"]["items_failed"] == 1
     (row,) = _skipped_rows(md)
     assert (row["stage"], row["note"], row["item"]) == ("load_fn", 12, "37: 637")
 

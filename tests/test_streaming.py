@@ -214,7 +214,7 @@ def default_images_run(tmp_path_factory):
 
 def test_default_mode_stores_each_tensor_at_its_own_size(default_images_run):
     run, mats, _, _ = default_images_run
-    path = mats[dg.AssetKey(["images", "LoadImages"])]["notes_path"]
+    path = mats[dg.AssetKey(["images", "LoadImages"])]["dagster/uri"]
     raw = 24 * 3 * 64 * 64 * 4
     assert os.path.getsize(path) <= 1.1 * raw, (
         f"stored {os.path.getsize(path)} bytes for {raw} bytes of tensors"
@@ -260,13 +260,13 @@ def test_streaming_follows_graphbooks_depth_first_order(tmp_path, nodes, run_wf,
             m = record.asset_materialization
             mats[m.asset_key.path[-1]] = {k: v.value for k, v in m.metadata.items()}
         messages = [r.user_message for r in instance.all_logs(run.run_id)]
-    assert {k: (m["notes_out"], m["stored"]) for k, m in mats.items()} == {
+    assert {k: (m["dagster/row_count"], m["stored"]) for k, m in mats.items()} == {
         "Numbers": (3, False),
         "A": (3, False),
         "B": (3, False),
         "C": (6, True),
     }
-    assert "notes_path" in mats["C"] and "notes_path" not in mats["A"]
+    assert "dagster/uri" in mats["C"] and "dagster/uri" not in mats["A"]
     # progress per step in the event log
     assert "workflow 'dfs', step 'C' (node C): notes in 6, out: out 6; done" in messages
 

@@ -137,8 +137,8 @@ def test_batch_step_config_and_kinds(repo):
         K(["word_split", "InputFiles"])
     ]
     assert set(src_spec.kinds) == {"python"}
-    assert src_spec.metadata.get("dagster_graphbook/sink") is None
-    assert spec.metadata["dagster_graphbook/sink"] is True
+    assert src_spec.metadata["graphbook"].value["sink"] is False
+    assert spec.metadata["graphbook"].value["sink"] is True
 
 
 def test_resources_one_per_resource_node(repo, sample_defs):
@@ -159,7 +159,7 @@ def test_resources_one_per_resource_node(repo, sample_defs):
 def test_descriptions_from_docstrings(sample_defs, repo):
     transform = _asset_for(sample_defs, K(["sample", "Transform"]))
     desc = transform.descriptions_by_key[K(["sample", "Transform"])]
-    assert desc.startswith("Applies a linear transformation ``num * scale + shift``")
+    assert desc.startswith("Applies a linear transformation `num * scale + shift`")
     assert not desc.startswith(" ")  # cleaned
     assert transform.op.description == desc
     split_desc = _asset_for(sample_defs, K(["sample", "Split", "B"])).descriptions_by_key[
@@ -516,6 +516,13 @@ HOOKS = [
         "get_retry_policy",
         lambda base, wf, node: dg.RetryPolicy(max_retries=len(node.id)),
         _every_op(lambda op: op.retry_policy == dg.RetryPolicy(max_retries=len(op.tags["graphbook/node_id"]))),
+    ),
+    Hook(
+        "get_pin_description",
+        lambda base, wf, node, pin: f"{node.name} sends {pin}",
+        lambda defs: _assert_equal(
+            _specs(defs)[K(["sample", "Split", "A"])].description, "Split sends A"
+        ),
     ),
     Hook(
         "get_resource_key",

@@ -238,7 +238,15 @@ class ClassifyShapes(BatchStep):
 
 
 class ReviewSplit(Split):
-    """Routes predictions with ``confidence`` below ``threshold`` to ``review``, the rest to ``confident``."""
+    """Routes predictions with ``confidence`` below ``threshold`` to ``review``, the rest to
+    ``confident``.
+
+    Outputs:
+        confident: predictions with ``confidence`` at or above ``threshold``; SaveResized files
+            them by label.
+        review: predictions below ``threshold``, and notes whose image could not be read (no
+            ``confidence``): a table to check by hand.
+    """
 
     RequiresInput = True
     Category = "Nightly"

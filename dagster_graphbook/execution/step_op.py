@@ -13,9 +13,9 @@ import dagster as dg
 
 from .driver import run_step, step_label
 from .errors import ItemError, StepFailure
+from .step_metadata import step_metadata
 
 RUNTIME_KEY = "runtime"
-_MAX_ERROR_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -118,50 +118,6 @@ def failures_named(plan: StepPlan) -> Iterator[None]:
         raise failure.at(plan.workflow, plan.step_name, plan.node_id) from exc
 
 
-def _error_metadata(errors: List[Any]) -> Dict[str, Any]:
-    if not errors:
-        return {"errors_skipped": dg.MetadataValue.int(0)}
-    rows = [
-        dg.TableRecord(
-            {
-                "stage": e.stage,
-                "note": e.note_index,
-                "item": "" if e.item_index is None else f"{e.item_index}: {e.item}",
-                "error": e.headline(),
-            }
-        )
-        for e in errors[:_MAX_ERROR_ROWS]
-    ]
-    schema = dg.TableSchema(
-        columns=[
-            dg.TableColumn("stage", "string"),
-            dg.TableColumn("note", "int"),
-            dg.TableColumn("item", "string"),
-            dg.TableColumn("error", "string"),
-        ]
-    )
-    return {
-        "errors_skipped": dg.MetadataValue.int(len(errors)),
-        "errors": dg.MetadataValue.table(rows, schema=schema),
-    }
-
-
-def _stats_metadata(stats: Dict[str, Any], files: List[Tuple[str, int]]) -> Dict[str, Any]:
-    meta: Dict[str, Any] = {}
-    for key, value in stats.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            meta[key] = dg.MetadataValue.text(str(value))
-        elif isinstance(value, int):
-            meta[key] = dg.MetadataValue.int(value)
-        else:
-            meta[key] = dg.MetadataValue.float(float(value))
-    if files:
-        meta["files_written"] = dg.MetadataValue.int(len(files))
-        meta["files_bytes"] = dg.MetadataValue.int(sum(size for _, size in files))
-        meta["files_sample"] = dg.MetadataValue.json([p for p, _ in files[:10]])
-    return meta
-
-
 def _retry_or_raise(
     context: dg.AssetExecutionContext, plan: StepPlan, runtime: Mapping[str, Any], exc: Exception
 ) -> None:
@@ -250,11 +206,11 @@ def execute_step(
             raise
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
-    meta = {
-        **_stats_metadata(result.stats, result.files),
-        **_error_metadata(result.errors),
-        "notes_in": dg.MetadataValue.int(len(notes)),
-    }
+    stats = (
+        dict(result.stats) if plan.kind == "source" else {**result.stats, "notes_in": len(notes)}
+    )
+    figures = dict(getattr(step, "dagster_metadata", None) or {})  # e.g. accuracy, plotted
+    meta = step_metadata(stats, result.files, result.errors, figures)
     if result.files:  # which files this materialization wrote (issue 11.5)
         from ..manifests import write_manifest
 
@@ -263,9 +219,6 @@ def execute_step(
             result.files, storage, context.op_execution_context.op_def.name, context.run_id
         )
         meta["files_manifest"] = dg.MetadataValue.path(manifest)
-    meta.update(
-        _stats_metadata(dict(getattr(step, "dagster_metadata", None) or {}), [])
-    )  # figures the step reports (e.g. accuracy), plotted by the UI
     for pin in plan.pins:
         notes_out = result.outputs.get(pin, [])
         if hasattr(notes_out, "source"):

@@ -131,7 +131,7 @@ def execute_segment(
 ) -> Iterator[dg.Output]:
     """Build every step, stream, then one Output per pin (notes only for stored pins)."""
     from ..execution.batch import BatchSettings
-    from ..execution.step_op import _error_metadata, _stats_metadata
+    from ..execution.step_metadata import step_metadata
 
     config = dict(context.op_execution_context.op_config or {})
     stream = dict(config.pop(STREAM_KEY, None) or {})
@@ -178,12 +178,14 @@ def execute_segment(
             **node.stats.batch,
             "max_notes_queued": run.max_queued,
         }
-        meta = {**_stats_metadata(stats, node.stats.files), **_error_metadata(node.stats.errors)}
-        meta.update(_stats_metadata(dict(getattr(spec.step, "dagster_metadata", None) or {}), []))
+        if spec.kind == "source":
+            del stats["notes_in"]  # a source reads no notes: no flat curve of zeros
+        figures = dict(getattr(spec.step, "dagster_metadata", None) or {})
+        meta = step_metadata(stats, node.stats.files, node.stats.errors, figures)
         for pin in spec.pins:
-            pin_meta = {
+            pin_meta = {  # a pin's count, stored or not (the IO manager sets the same when stored)
                 **meta,
-                "notes_out": dg.MetadataValue.int(node.stats.pins.get(pin, 0)),
+                "dagster/row_count": dg.MetadataValue.int(node.stats.pins.get(pin, 0)),
                 "stored": dg.MetadataValue.bool(pin in spec.stored),
             }
             value = node.kept[pin] if pin in spec.stored else None
