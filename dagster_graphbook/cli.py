@@ -11,7 +11,15 @@ from typing import Any, Dict, List, Optional, Sequence
 import yaml
 
 from .execution.progress import PROGRESS_LINE
-from .runner import RUN_TOKEN_TAG, get_instance, run_workflow
+from .io import instance_notes_dir
+from .runner import (
+    RUN_TOKEN_TAG,
+    default_dagster_home,
+    get_instance,
+    location_home,
+    run_workflow,
+    tryout_home,
+)
 
 
 def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
@@ -118,10 +126,18 @@ def _summary(run: Any) -> str:
     return "\n".join(lines)
 
 
+def _run_home(args: argparse.Namespace) -> str:
+    """``--dagster-home`` if given; else the code location's instance with ``--record``, else a
+    try-out instance of its own beside it (``runner.tryout_home``)."""
+    if args.dagster_home is not None or args.record:
+        return default_dagster_home(args.dagster_home)
+    return tryout_home()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import uuid
 
-    instance = get_instance(args.dagster_home)
+    instance = get_instance(_run_home(args))
     token = uuid.uuid4().hex
     with _progress(args, instance, token):
         run = run_workflow(
@@ -138,6 +154,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(
         f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)"
     )
+    if args.dagster_home is None and not args.record:
+        print(
+            f"Try-out: recorded apart from the code location's instance "
+            f"({location_home()}); --record records there"
+        )
+    print(f"Notes: {instance_notes_dir(instance)}")
     return 0 if run.success else 1
 
 
@@ -248,7 +270,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--dagster-home",
         default=None,
-        help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
+        help="record into this instance folder (default: a try-out instance of its own, "
+        ".dagster_graphbook/tryouts beside $DAGSTER_HOME or ./.dagster_home)",
+    )
+    run.add_argument(
+        "--record",
+        action="store_true",
+        help="record into the code location's instance ($DAGSTER_HOME or ./.dagster_home) "
+        "as `materialize` does, instead of a try-out instance",
     )
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.set_defaults(func=cmd_run)

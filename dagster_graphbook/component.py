@@ -162,6 +162,18 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         ),
     ] = None
 
+    automation: Annotated[
+        Literal["eager", "on_cron", "none"],
+        _doc(
+            "declarative automation instead of the schedule and the sensor's run requests: "
+            "eager runs each new day once sensor_asset records it; on_cron runs the latest day "
+            "after the cron (cron_schedule or schedule_hour) once its inputs updated; "
+            "sensor <job>_automation evaluates it",
+            "eager",
+            "on_cron",
+        ),
+    ] = "none"
+
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
 
@@ -200,6 +212,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             if self.notes_dir and "://" not in self.notes_dir
             else self.notes_dir,
             notes_keep=self.notes_keep,
+            automation=self.automation,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -60,6 +60,9 @@ class GraphbookWorkflow:
     # where this workflow's notes go (default: build_definitions', else the instance's storage)
     notes_dir: Optional[str] = None
     notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
+    # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
+    # schedule and the sensor's run requests (dagster_graphbook.automation); None/"none": off
+    automation: Any = None
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:
@@ -126,7 +129,30 @@ def build_workflow(
     storage = notes_metadata(spec.notes_dir, spec.notes_keep)
     if storage:
         defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
+    _automate(spec, defs)
     return defs
+
+
+def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
+    """Put the workflow's automation condition (if any) on its assets."""
+    from .automation import automation_condition, with_automation
+
+    try:
+        condition = automation_condition(
+            spec.automation,
+            cron_schedule=spec.cron_schedule,
+            schedule_hour=spec.schedule_hour,
+            where=f"workflow {defs.workflow.name!r}",
+        )
+        if condition is not None and spec.sensor is not None and spec.sensor.asset_key is None:
+            raise ValueError(
+                f"workflow {defs.workflow.name!r}: with automation the folder sensor only "
+                "records new days as its asset: give it one (sensor_asset / asset_key)"
+            )
+    except ValueError as exc:
+        raise WorkflowError(defs.workflow.source, [str(exc)]) from exc
+    if condition is not None:
+        defs.assets = with_automation(defs.assets, condition)
 
 
 # Dagster's asset job resolution recurses once per step of the longest dependency chain: a chain of
@@ -211,6 +237,7 @@ def build_definitions(
                     dg.AssetKey.from_coercible(k),
                     description="external input of a Graphbook workflow",
                     group_name=defs.workflow.name,
+                    partitions_def=spec.partitions_def,  # the day of the input is the run's day
                 )
                 for k in keys
             ]

@@ -1,0 +1,74 @@
+"""Declarative automation for a workflow: an automation condition on its assets, chosen beside
+(instead of) the schedule and the folder sensor's run requests, and the sensor that evaluates it.
+
+``eager``: the latest day runs once its inputs are there (the folder sensor records the external
+``incoming`` day, then the condition requests the workflow's assets for that day).
+``on_cron``: the latest day runs after the workflow's cron tick (``cron_schedule``, else
+``schedule_hour``, else midnight UTC), once its inputs were updated after that tick.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Sequence, Union
+
+import dagster as dg
+
+AutomationName = Literal["eager", "on_cron", "none"]
+Automation = Union[None, AutomationName, dg.AutomationCondition]
+AUTOMATIONS = ("eager", "on_cron", "none")
+
+
+def automation_condition(
+    automation: Automation,
+    *,
+    cron_schedule: Optional[str] = None,
+    schedule_hour: Optional[int] = None,
+    where: str = "workflow",
+) -> Optional[dg.AutomationCondition]:
+    """The condition ``automation`` stands for (None: no automation, runs come from the schedule
+    and the sensor). ``eager`` replaces the schedule, so a schedule given with it is an error."""
+    if automation is None or automation == "none":
+        return None
+    if isinstance(automation, dg.AutomationCondition):
+        return automation
+    if automation == "eager":
+        if cron_schedule is not None or schedule_hour is not None:
+            raise ValueError(
+                f"{where}: automation 'eager' runs each new day when its inputs arrive and "
+                "replaces the schedule: drop schedule_hour/cron_schedule, or use "
+                "automation 'on_cron' to run on that schedule"
+            )
+        return dg.AutomationCondition.eager()
+    if automation == "on_cron":
+        cron = cron_schedule or f"0 {schedule_hour or 0} * * *"
+        return dg.AutomationCondition.on_cron(cron)
+    raise ValueError(
+        f"{where}: automation must be one of {', '.join(AUTOMATIONS)} or a "
+        f"dagster AutomationCondition, got {automation!r}"
+    )
+
+
+def with_automation(
+    assets: Sequence[dg.AssetsDefinition], condition: dg.AutomationCondition
+) -> list:
+    """The workflow's assets, each with ``condition``."""
+    return [
+        asset.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition))
+        for asset in assets
+    ]
+
+
+def automation_sensor(
+    job_name: str, keys: Sequence[dg.AssetKey], **kwargs: Any
+) -> dg.AutomationConditionSensorDefinition:
+    """``<job>_automation``: evaluates the workflow's conditions (running by default, like
+    Dagster's default automation sensor). Requests go out as one run per day, not as backfills:
+    a run of the workflow stores notes for one partition."""
+    return dg.AutomationConditionSensorDefinition(
+        f"{job_name}_automation",
+        target=dg.AssetSelection.assets(*keys),
+        default_status=kwargs.pop("default_status", dg.DefaultSensorStatus.RUNNING),
+        emit_backfills=False,
+        description=f"Runs the assets of {job_name} when their automation condition is true",
+        **kwargs,
+    )
