@@ -151,9 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             streaming=args.streaming,
         )
     print(_summary(run))
-    print(
-        f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)"
-    )
+    home = instance.root_directory
+    print(f"Dagster instance: {home} (see the run with `DAGSTER_HOME={home} dagster dev`)")
     if args.dagster_home is None and not args.record:
         print(
             f"Try-out: recorded apart from the code location's instance "

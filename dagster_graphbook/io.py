@@ -179,7 +179,7 @@ def _job_name(context: dg.OutputContext) -> Optional[str]:
 
 
 def instance_notes_dir(instance: dg.DagsterInstance) -> str:
-    """Where notes go when the code location gives no notes_dir: ``<instance storage>/graphbook``."""
+    """Where notes go when the code location sets no notes_dir: ``<instance storage>/graphbook``."""
     return os.path.join(instance.storage_directory(), "graphbook")
 
 

@@ -36,7 +36,7 @@ def location_home(dagster_home: Optional[str] = None) -> str:
 
 def tryout_home(dagster_home: Optional[str] = None) -> str:
     """Where try-outs record: ``.dagster_graphbook/tryouts`` beside the code location's instance
-    (``dagster_home``, else ``$DAGSTER_HOME``, else ``./.dagster_home``), created with a dagster.yaml.
+    (``location_home(dagster_home)``), created with a dagster.yaml.
 
     An instance of its own, so a try-out's runs, asset materializations and stored notes (under
     its storage) never become the code location's latest ones.
@@ -46,7 +46,7 @@ def tryout_home(dagster_home: Optional[str] = None) -> str:
 
 
 def default_dagster_home(dagster_home: Optional[str] = None) -> str:
-    """``dagster_home``, else ``$DAGSTER_HOME``, else ``./.dagster_home`` (created with a dagster.yaml)."""
+    """``location_home(dagster_home)``, created with a dagster.yaml."""
     home = location_home(dagster_home)
     os.makedirs(home, exist_ok=True)
     config = os.path.join(home, "dagster.yaml")
@@ -197,7 +197,8 @@ def run_workflow(
 
     Where it records: ``instance``, else ``dagster_home``; with neither, a try-out records into an
     instance of its own (``tryout_home()``), apart from the code location's, unless ``record``
-    (then ``$DAGSTER_HOME`` or ``./.dagster_home``, where ``materialize`` and ``dagster dev`` record).
+    (then ``$DAGSTER_HOME`` or ``./.dagster_home``, where ``materialize`` and ``dagster dev``
+    record).
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all

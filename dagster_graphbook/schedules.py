@@ -1,4 +1,5 @@
-"""Schedules and sensors for workflows: nightly runs of daily partitions, runs for new dated folders."""
+"""Schedules and sensors for workflows: nightly runs of daily partitions, runs (or recorded
+arrivals) for new dated folders."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 def daily_partitions(
     start_date: str, *, end_offset: int = 0, timezone: Optional[str] = None
 ) -> dg.DailyPartitionsDefinition:
-    """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a complete day."""
+    """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a
+    complete day."""
     return dg.DailyPartitionsDefinition(
         start_date=start_date, end_offset=end_offset, timezone=timezone
     )
@@ -211,7 +213,7 @@ class FolderSensor:
                 if partitions_def is not None:
                     if not partitions_def.has_partition_key(day):
                         if day >= (partitions_def.get_first_partition_key() or ""):
-                            continue  # its partition does not exist yet (today): ask again on a later tick
+                            continue  # no partition yet (today): ask again on a later tick
                         context.log.info(f"skipping {folder / day}: before the first partition")
                         done.add(day)
                         continue

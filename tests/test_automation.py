@@ -5,6 +5,7 @@ runs the day once it is recorded: evaluated against a real instance on a tmp DAG
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -65,7 +66,7 @@ def test_incoming_is_partitioned_like_the_workflow(tmp_path):
 def test_sensor_records_each_day_as_its_partition_and_eager_runs_the_latest(tmp_path):
     incoming = _incoming(tmp_path)
     defs = _defs(tmp_path, incoming, automation="eager")
-    assert defs.schedules == [] or list(defs.schedules) == []  # eager replaces the schedule
+    assert not list(defs.schedules or [])  # eager replaces the schedule
     automation = defs.resolve_sensor_def("sample_automation")
     assert isinstance(automation, dg.AutomationConditionSensorDefinition)
     assert automation.default_status == dg.DefaultSensorStatus.RUNNING
@@ -100,7 +101,7 @@ def test_sensor_records_each_day_as_its_partition_and_eager_runs_the_latest(tmp_
     assert {k: after.get_requested_partitions(k) for k in steps} == {
         k: {"2026-02-02"} for k in steps
     }
-    assert {r.partition_key for r in after.run_requests} == {"2026-02-02"}
+    assert after.total_requested == len(steps)  # nothing else (not the external incoming)
 
     again = dg.evaluate_automation_conditions(
         defs, instance, evaluation_time=_at("2026-02-03T00:12"), cursor=after.cursor
@@ -111,29 +112,29 @@ def test_sensor_records_each_day_as_its_partition_and_eager_runs_the_latest(tmp_
 def test_on_cron_runs_after_the_workflows_hour_and_replaces_the_schedule(tmp_path):
     incoming = _incoming(tmp_path)
     defs = _defs(tmp_path, incoming, automation="on_cron", schedule_hour=2)
-    assert list(defs.schedules) == []
+    assert not list(defs.schedules or [])
     key = dg.AssetKey(["sample", "GenerateNumbers"])
     condition = defs.resolve_assets_def(key).specs_by_key[key].automation_condition
     assert "on_cron(0 2 * * *" in condition.get_label()
     instance = get_instance(str(tmp_path / "home"))
-    first = dg.evaluate_automation_conditions(
+    result = dg.evaluate_automation_conditions(
         defs, instance, evaluation_time=_at("2026-02-03T01:00")
     )
     tick = defs.resolve_sensor_def("sample_new_folder").evaluate_tick(
         dg.build_sensor_context(instance=instance, definitions=defs)
     )
-    past_two = first
     for event in tick.asset_events:
         instance.report_runless_asset_event(event)
-    past_two = dg.evaluate_automation_conditions(
-        defs, instance, evaluation_time=_at("2026-02-03T02:01"), cursor=first.cursor
-    )
-    assert past_two.get_requested_partitions(key) == set()  # recorded before the 02:00 tick
+    for when in ("01:30", "02:01"):  # before the tick; after it, but the day was recorded before
+        result = dg.evaluate_automation_conditions(
+            defs, instance, evaluation_time=_at(f"2026-02-03T{when}"), cursor=result.cursor
+        )
+        assert result.total_requested == 0, when
     instance.report_runless_asset_event(dg.AssetMaterialization(INCOMING, partition="2026-02-02"))
     later = dg.evaluate_automation_conditions(
-        defs, instance, evaluation_time=_at("2026-02-03T02:05"), cursor=past_two.cursor
+        defs, instance, evaluation_time=_at("2026-02-03T02:05"), cursor=result.cursor
     )
-    assert later.get_requested_partitions(key) == {"2026-02-02"}
+    assert later.get_requested_partitions(key) == {"2026-02-02"}  # updated after the 02:00 tick
 
 
 @pytest.mark.parametrize(
@@ -163,3 +164,47 @@ def test_automation_needs_the_sensors_asset(tmp_path):
             ],
             strict=True,
         )
+
+
+@pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
+def test_component_automation_eager(tmp_path):
+    from test_component import NIGHTLY_YAML, _load_defs_folder
+
+    text = NIGHTLY_YAML.replace("      schedule_hour: 3\n", "      automation: eager\n")
+    defs = _load_defs_folder(tmp_path, "gb_automation_defs", {"nightly": text})
+    assert not list(defs.schedules or [])
+    assert sorted(s.name for s in defs.sensors) == [
+        "nightly_shapes_automation",
+        "nightly_shapes_new_folder",
+    ]
+    graph = defs.resolve_asset_graph()
+    incoming = dg.AssetKey(["nightly_shapes", "incoming"])
+    job = defs.resolve_job_def("nightly_shapes")
+    assert graph.get(incoming).partitions_def == job.partitions_def
+    for key in graph.get_all_asset_keys() - {incoming}:
+        assert graph.get(key).automation_condition.get_label() == "eager"
+    (tmp_path / "gb_automation_defs" / "nightly" / "incoming" / "2026-02-01").mkdir(parents=True)
+    sensor = defs.resolve_sensor_def("nightly_shapes_new_folder")
+    with dg.instance_for_test() as instance:
+        tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert tick.run_requests == []
+    assert [(e.asset_key, e.partition) for e in tick.asset_events] == [(incoming, "2026-02-01")]
+
+
+@pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
+def test_repository_demo_incoming_shares_the_jobs_daily_partitions(monkeypatch):
+    import importlib
+
+    from dagster.components import load_defs
+
+    monkeypatch.syspath_prepend(str(REPO))
+    try:
+        defs = load_defs(importlib.import_module("definitions"))
+    finally:
+        for name in [m for m in sys.modules if m == "definitions" or m.startswith("definitions.")]:
+            del sys.modules[name]
+    graph = defs.resolve_asset_graph()
+    incoming = graph.get(dg.AssetKey(["nightly_shapes", "incoming"]))
+    partitions = defs.resolve_job_def("nightly_shapes").partitions_def
+    assert incoming.is_partitioned and incoming.partitions_def == partitions
+    assert partitions.get_first_partition_key() == "2025-01-01"
