@@ -63,7 +63,8 @@ def automation_sensor(
 ) -> dg.AutomationConditionSensorDefinition:
     """``<job>_automation``: evaluates the workflow's conditions (running by default, like
     Dagster's default automation sensor). Requests go out as one run per day, not as backfills:
-    a run of the workflow stores notes for one partition."""
+    a run of the workflow stores notes for one partition. Pass the job's tags as ``run_tags``:
+    its runs are of Dagster's asset job, not of the workflow's job."""
     return dg.AutomationConditionSensorDefinition(
         f"{job_name}_automation",
         target=dg.AssetSelection.assets(*keys),

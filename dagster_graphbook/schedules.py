@@ -68,7 +68,9 @@ def _automation_sensors(spec: Any, defs: Any) -> List[Any]:
     (the condition, not the folder sensor, requests the runs; a schedule would run days twice)."""
     from .automation import automation_sensor
 
-    sensors: List[Any] = [automation_sensor(defs.job.name, defs.asset_keys)]
+    sensors: List[Any] = [
+        automation_sensor(defs.job.name, defs.asset_keys, run_tags=dict(spec.job_tags or {}))
+    ]
     if spec.sensor is not None:
         sensors.append(spec.sensor.build(defs.job, spec.partitions_def, request_runs=False))
     return sensors

@@ -208,3 +208,88 @@ def test_repository_demo_incoming_shares_the_jobs_daily_partitions(monkeypatch):
     partitions = defs.resolve_job_def("nightly_shapes").partitions_def
     assert incoming.is_partitioned and incoming.partitions_def == partitions
     assert partitions.get_first_partition_key() == "2025-01-01"
+
+
+def test_dagster_daemon_runs_the_day_the_folder_sensor_records(tmp_path):
+    """The real thing: ``dagster-daemon run`` ticks the folder sensor (records yesterday's folder
+    as the incoming partition) and ``sample_automation`` (on by default) launches that day's run."""
+    import os
+    import signal
+    import subprocess
+    import textwrap
+    import time
+
+    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    (tmp_path / "incoming").mkdir()
+    (tmp_path / "defs.py").write_text(
+        textwrap.dedent(
+            f"""
+            import dagster as dg
+            from dagster_graphbook import (
+                FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
+            )
+            defs = build_definitions([GraphbookWorkflow(
+                {str(SAMPLE)!r}, custom_nodes=[{str(SAMPLE_NODES)!r}],
+                partitions_def=daily_partitions("2026-01-01"),
+                external_deps={{"GenerateNumbers": [["sample", "incoming"]]}},
+                sensor=FolderSensor({str(tmp_path / "incoming")!r}, asset_key="sample/incoming",
+                    minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING),
+                automation="eager",
+                job_tags={{"graphbook/team": "vision"}},
+            )], notes_dir={str(tmp_path / "notes")!r})
+            """
+        )
+    )
+    (tmp_path / "workspace.yaml").write_text("load_from:\n  - python_file: defs.py\n")
+    home = tmp_path / "home"
+    get_instance(str(home)).dispose()
+    daemon = os.path.join(os.path.dirname(sys.executable), "dagster-daemon")
+    with open(tmp_path / "daemon.log", "w") as log:
+        proc = subprocess.Popen(
+            [daemon, "run", "-w", "workspace.yaml"],
+            cwd=tmp_path,
+            env={**os.environ, "DAGSTER_HOME": str(home)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    try:
+        # eager counts what is there at its first evaluation as handled: the day arrives after it
+        deadline = time.monotonic() + 120
+        while (
+            "Finished auto-materialization tick for sample_automation"
+            not in (tmp_path / "daemon.log").read_text()
+        ):
+            assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
+            time.sleep(1)
+        (tmp_path / "incoming" / f".{yesterday}.tmp").mkdir()
+        (tmp_path / "incoming" / f".{yesterday}.tmp" / "a.png").write_bytes(b"x")
+        (tmp_path / "incoming" / f".{yesterday}.tmp").rename(tmp_path / "incoming" / yesterday)
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            deadline = time.monotonic() + 180
+            runs = []
+            while time.monotonic() < deadline:
+                runs = instance.get_runs()
+                if runs and runs[0].status in (
+                    dg.DagsterRunStatus.SUCCESS,
+                    dg.DagsterRunStatus.FAILURE,
+                ):
+                    break
+                time.sleep(2)
+            assert runs, (tmp_path / "daemon.log").read_text()[-3000:]
+            [run] = runs
+            assert run.status == dg.DagsterRunStatus.SUCCESS
+            assert run.tags["dagster/partition"] == yesterday
+            assert run.tags.get("dagster/from_automation_condition") == "true"
+            assert run.tags["graphbook/team"] == "vision"  # the job's tags
+            assert instance.get_materialized_partitions(INCOMING) == {yesterday}
+            key = dg.AssetKey(["sample", "GenerateNumbers"])
+            assert instance.get_materialized_partitions(key) == {yesterday}
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
