@@ -18,6 +18,11 @@ Automation = Union[None, AutomationName, dg.AutomationCondition]
 AUTOMATIONS = ("eager", "on_cron", "none")
 
 
+def automation_on(automation: Automation) -> bool:
+    """Whether ``automation`` asks for a condition (not None or "none")."""
+    return automation is not None and not (isinstance(automation, str) and automation == "none")
+
+
 def automation_condition(
     automation: Automation,
     *,
@@ -26,18 +31,19 @@ def automation_condition(
     where: str = "workflow",
 ) -> Optional[dg.AutomationCondition]:
     """The condition ``automation`` stands for (None: no automation, runs come from the schedule
-    and the sensor). ``eager`` replaces the schedule, so a schedule given with it is an error."""
-    if automation is None or automation == "none":
+    and the sensor). ``eager`` or a condition replaces the schedule: giving one is an error."""
+    if not automation_on(automation):
         return None
-    if isinstance(automation, dg.AutomationCondition):
-        return automation
+    condition = isinstance(automation, dg.AutomationCondition)
+    if (condition or automation == "eager") and (cron_schedule or schedule_hour is not None):
+        what = "an AutomationCondition" if condition else "'eager' (each new day when it arrives)"
+        raise ValueError(
+            f"{where}: automation {what} replaces the schedule: drop "
+            "schedule_hour/cron_schedule, or use automation 'on_cron' to run on that schedule"
+        )
+    if condition:
+        return automation  # type: ignore[return-value]
     if automation == "eager":
-        if cron_schedule is not None or schedule_hour is not None:
-            raise ValueError(
-                f"{where}: automation 'eager' runs each new day when its inputs arrive and "
-                "replaces the schedule: drop schedule_hour/cron_schedule, or use "
-                "automation 'on_cron' to run on that schedule"
-            )
         return dg.AutomationCondition.eager()
     if automation == "on_cron":
         cron = cron_schedule or f"0 {schedule_hour or 0} * * *"

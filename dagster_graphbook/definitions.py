@@ -11,6 +11,7 @@ import dagster as dg
 
 from .assets import WorkflowDefs, build_workflow_defs
 from .authoring.graph import Graph
+from .automation import Automation
 from .checks import StepCheck, bind_checks
 from .executor import resolve_executor
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
@@ -62,7 +63,7 @@ class GraphbookWorkflow:
     notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
     # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
     # schedule and the sensor's run requests (dagster_graphbook.automation); None/"none": off
-    automation: Any = None
+    automation: Automation = None
 
 
 def load(spec: GraphbookWorkflow) -> Workflow:

@@ -13,6 +13,8 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
+from .automation import automation_on, automation_sensor
+
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -36,7 +38,7 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
     schedules: List[Any] = []
     sensors: List[Any] = []
     name = defs.job.name
-    if getattr(spec, "automation", None) not in (None, "none"):
+    if automation_on(spec.automation):  # the condition runs the days, not a schedule
         return [], _automation_sensors(spec, defs)
     if spec.partitions_def is not None and spec.cron_schedule is None:
         if isinstance(spec.partitions_def, dg.TimeWindowPartitionsDefinition):
@@ -66,8 +68,6 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
 def _automation_sensors(spec: Any, defs: Any) -> List[Any]:
     """With an automation condition: its sensor, and the folder sensor recording new days only
     (the condition, not the folder sensor, requests the runs; a schedule would run days twice)."""
-    from .automation import automation_sensor
-
     sensors: List[Any] = [
         automation_sensor(defs.job.name, defs.asset_keys, run_tags=dict(spec.job_tags or {}))
     ]

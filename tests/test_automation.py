@@ -137,11 +137,24 @@ def test_on_cron_runs_after_the_workflows_hour_and_replaces_the_schedule(tmp_pat
     assert later.get_requested_partitions(key) == {"2026-02-02"}  # updated after the 02:00 tick
 
 
+def test_a_condition_of_ones_own(tmp_path):
+    condition = dg.AutomationCondition.on_missing()
+    defs = _defs(tmp_path, _incoming(tmp_path), automation=condition)
+    assert not list(defs.schedules or [])
+    assert defs.resolve_sensor_def("sample_automation") is not None
+    for key in defs.resolve_asset_graph().get_all_asset_keys() - {INCOMING}:
+        assert defs.resolve_assets_def(key).specs_by_key[key].automation_condition == condition
+
+
 @pytest.mark.parametrize(
     "kwargs, says",
     [
         ({"automation": "eager", "schedule_hour": 2}, "replaces the schedule"),
         ({"automation": "hourly"}, "automation must be one of eager, on_cron, none"),
+        (
+            {"automation": dg.AutomationCondition.on_missing(), "cron_schedule": "0 3 * * *"},
+            "an AutomationCondition replaces the schedule",
+        ),
     ],
 )
 def test_bad_automation_is_a_clear_error_naming_the_workflow(tmp_path, kwargs, says):
