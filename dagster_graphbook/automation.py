@@ -4,7 +4,7 @@
 ``eager``: the latest day runs once its inputs are there (the folder sensor records the external
 ``incoming`` day, then the condition requests the workflow's assets for that day).
 ``on_cron``: the latest day runs after the workflow's cron tick (``cron_schedule``, else
-``schedule_hour``, else midnight UTC), once its inputs were updated after that tick.
+``schedule_hour``, else midnight UTC), once its inputs are present.
 """
 
 from __future__ import annotations
@@ -46,12 +46,25 @@ def automation_condition(
     if automation == "eager":
         return dg.AutomationCondition.eager()
     if automation == "on_cron":
-        cron = cron_schedule or f"0 {schedule_hour or 0} * * *"
-        return dg.AutomationCondition.on_cron(cron)
+        return on_cron_when_present(cron_schedule or f"0 {schedule_hour or 0} * * *")
     raise ValueError(
         f"{where}: automation must be one of {', '.join(AUTOMATIONS)} or a "
         f"dagster AutomationCondition, got {automation!r}"
     )
+
+
+def on_cron_when_present(cron: str, timezone: str = "UTC") -> dg.AutomationCondition:
+    """After each tick of ``cron``, the latest day once its inputs are present (at once if they
+    arrived before the tick). Dagster's ``on_cron`` waits for inputs updated *after* the tick, so a
+    day the folder sensor recorded at 00:01 would never run on a 02:00 cron."""
+    ac = dg.AutomationCondition
+    return (
+        ac.in_latest_time_window()
+        & ac.cron_tick_passed(cron, timezone).since_last_handled()
+        & ~ac.any_deps_missing()
+        & ~ac.any_deps_in_progress()
+        & ~ac.in_progress()
+    ).with_label(f"on_cron({cron}, {timezone}) once inputs are present")
 
 
 def with_automation(

@@ -167,7 +167,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         _doc(
             "declarative automation instead of the schedule and the sensor's run requests: "
             "eager runs each new day once sensor_asset records it; on_cron runs the latest day "
-            "after the cron (cron_schedule or schedule_hour) once its inputs updated; "
+            "after the cron (cron_schedule or schedule_hour) once its inputs are present; "
             "sensor <job>_automation evaluates it",
             "eager",
             "on_cron",

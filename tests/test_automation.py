@@ -117,24 +117,30 @@ def test_on_cron_runs_after_the_workflows_hour_and_replaces_the_schedule(tmp_pat
     condition = defs.resolve_assets_def(key).specs_by_key[key].automation_condition
     assert "on_cron(0 2 * * *" in condition.get_label()
     instance = get_instance(str(tmp_path / "home"))
-    result = dg.evaluate_automation_conditions(
-        defs, instance, evaluation_time=_at("2026-02-03T01:00")
-    )
-    tick = defs.resolve_sensor_def("sample_new_folder").evaluate_tick(
-        dg.build_sensor_context(instance=instance, definitions=defs)
-    )
-    for event in tick.asset_events:
-        instance.report_runless_asset_event(event)
-    for when in ("01:30", "02:01"):  # before the tick; after it, but the day was recorded before
-        result = dg.evaluate_automation_conditions(
-            defs, instance, evaluation_time=_at(f"2026-02-03T{when}"), cursor=result.cursor
+
+    def tick(when: str, cursor):
+        return dg.evaluate_automation_conditions(
+            defs, instance, evaluation_time=_at(f"2026-02-0{when}"), cursor=cursor
         )
-        assert result.total_requested == 0, when
-    instance.report_runless_asset_event(dg.AssetMaterialization(INCOMING, partition="2026-02-02"))
-    later = dg.evaluate_automation_conditions(
-        defs, instance, evaluation_time=_at("2026-02-03T02:05"), cursor=result.cursor
-    )
-    assert later.get_requested_partitions(key) == {"2026-02-02"}  # updated after the 02:00 tick
+
+    result = tick("3T00:00", None)
+    sensor = defs.resolve_sensor_def("sample_new_folder")
+    for event in sensor.evaluate_tick(
+        dg.build_sensor_context(instance=instance, definitions=defs)
+    ).asset_events:
+        instance.report_runless_asset_event(event)  # the day is recorded at 00:00, before 02:00
+    result = tick("3T01:30", result.cursor)
+    assert result.total_requested == 0  # the tick has not passed
+    result = tick("3T02:01", result.cursor)
+    assert result.get_requested_partitions(key) == {"2026-02-02"}  # the day recorded before it
+    result = tick("3T02:05", result.cursor)
+    assert result.total_requested == 0  # once per tick
+
+    result = tick("4T02:01", result.cursor)  # the next day's input is not there yet: it waits
+    assert result.total_requested == 0
+    instance.report_runless_asset_event(dg.AssetMaterialization(INCOMING, partition="2026-02-03"))
+    result = tick("4T03:00", result.cursor)
+    assert result.get_requested_partitions(key) == {"2026-02-03"}
 
 
 def test_a_condition_of_ones_own(tmp_path):
