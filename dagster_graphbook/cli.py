@@ -11,7 +11,15 @@ from typing import Any, Dict, List, Optional, Sequence
 import yaml
 
 from .execution.progress import PROGRESS_LINE
-from .runner import RUN_TOKEN_TAG, get_instance, run_workflow
+from .io import instance_notes_dir
+from .runner import (
+    RUN_TOKEN_TAG,
+    default_dagster_home,
+    get_instance,
+    location_home,
+    run_workflow,
+    tryout_home,
+)
 from .translator import import_translator
 
 
@@ -119,6 +127,14 @@ def _summary(run: Any) -> str:
     return "\n".join(lines)
 
 
+def _run_home(args: argparse.Namespace) -> str:
+    """``--dagster-home`` if given; else the code location's instance with ``--record``, else a
+    try-out instance of its own beside it (``runner.tryout_home``)."""
+    if args.dagster_home is not None or args.record:
+        return default_dagster_home(args.dagster_home)
+    return tryout_home()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import uuid
 
@@ -127,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"dagster-graphbook run: {exc}", file=sys.stderr)
         return 2
-    instance = get_instance(args.dagster_home)
+    instance = get_instance(_run_home(args))
     token = uuid.uuid4().hex
     with _progress(args, instance, token):
         run = run_workflow(
@@ -142,9 +158,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             translator=translator,
         )
     print(_summary(run))
-    print(
-        f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)"
-    )
+    home = instance.root_directory
+    print(f"Dagster instance: {home} (see the run with `DAGSTER_HOME={home} dagster dev`)")
+    if args.dagster_home is None and not args.record:
+        print(
+            f"Try-out: recorded apart from the code location's instance "
+            f"({location_home()}); --record records there"
+        )
+    print(f"Notes: {instance_notes_dir(instance)}")
     return 0 if run.success else 1
 
 
@@ -262,7 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--dagster-home",
         default=None,
-        help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
+        help="record into this instance folder (default: a try-out instance of its own, "
+        ".dagster_graphbook/tryouts beside $DAGSTER_HOME or ./.dagster_home)",
+    )
+    run.add_argument(
+        "--record",
+        action="store_true",
+        help="record into the code location's instance ($DAGSTER_HOME or ./.dagster_home) "
+        "as `materialize` does, instead of a try-out instance",
     )
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.set_defaults(func=cmd_run)

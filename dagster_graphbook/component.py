@@ -207,6 +207,18 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         ),
     ] = None
 
+    automation: Annotated[
+        Literal["eager", "on_cron", "none"],
+        _doc(
+            "declarative automation instead of the schedule and the sensor's run requests: "
+            "eager runs each new day once sensor_asset records it; on_cron runs the latest day "
+            "after the cron (cron_schedule or schedule_hour) once its inputs are present; "
+            "sensor <job>_automation evaluates it",
+            "eager",
+            "on_cron",
+        ),
+    ] = "none"
+
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
 
@@ -247,6 +259,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             notes_keep=self.notes_keep,
             retry_policy=self.retry_policy.policy() if self.retry_policy else None,
             pool=self.pool,
+            automation=self.automation,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

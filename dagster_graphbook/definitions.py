@@ -11,6 +11,7 @@ import dagster as dg
 
 from .assets import WorkflowDefs, build_workflow_defs
 from .authoring.graph import Graph
+from .automation import Automation
 from .checks import StepCheck, bind_checks
 from .executor import resolve_executor
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
@@ -63,6 +64,9 @@ class GraphbookWorkflow:
     # concurrency pool of every step op (default: the translator's get_pool, batch steps in "gpu");
     # retry_policy above likewise applies to every step op, else the translator's get_retry_policy
     pool: Optional[str] = None
+    # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
+    # schedule and the sensor's run requests (dagster_graphbook.automation); None/"none": off
+    automation: Automation = None
 
 
 def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
@@ -130,7 +134,30 @@ def build_workflow(
     storage = notes_metadata(spec.notes_dir, spec.notes_keep)
     if storage:
         defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
+    _automate(spec, defs)
     return defs
+
+
+def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
+    """Put the workflow's automation condition (if any) on its assets."""
+    from .automation import automation_condition, with_automation
+
+    try:
+        condition = automation_condition(
+            spec.automation,
+            cron_schedule=spec.cron_schedule,
+            schedule_hour=spec.schedule_hour,
+            where=f"workflow {defs.workflow.name!r}",
+        )
+        if condition is not None and spec.sensor is not None and spec.sensor.asset_key is None:
+            raise ValueError(
+                f"workflow {defs.workflow.name!r}: with automation the folder sensor only "
+                "records new days as its asset: give it one (sensor_asset / asset_key)"
+            )
+    except ValueError as exc:
+        raise WorkflowError(defs.workflow.source, [str(exc)]) from exc
+    if condition is not None:
+        defs.assets = with_automation(defs.assets, condition)
 
 
 # Dagster's asset job resolution recurses once per step of the longest dependency chain: a chain of
@@ -216,6 +243,7 @@ def build_definitions(
                     dg.AssetKey.from_coercible(k),
                     description="external input of a Graphbook workflow",
                     group_name=translator.get_group_name(defs.workflow),
+                    partitions_def=spec.partitions_def,  # the day of the input is the run's day
                 )
                 for k in keys
             ]

@@ -177,12 +177,15 @@ def _job_name(context: dg.OutputContext) -> Optional[str]:
         return None
 
 
+def instance_notes_dir(instance: dg.DagsterInstance) -> str:
+    """Where notes go when the code location sets no notes_dir: ``<instance storage>/graphbook``."""
+    return os.path.join(instance.storage_directory(), "graphbook")
+
+
 def _default_base(init_context: dg.InitResourceContext) -> str:
     if init_context.instance is not None:
-        storage = init_context.instance.storage_directory()
-    else:
-        storage = os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage")
-    return os.path.join(storage, "graphbook")
+        return instance_notes_dir(init_context.instance)
+    return os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage", "graphbook")
 
 
 @dg.io_manager(

@@ -36,9 +36,26 @@ telemetry:
 """
 
 
+def location_home(dagster_home: Optional[str] = None) -> str:
+    """The code location's instance folder (not created): ``dagster_home``, else ``$DAGSTER_HOME``,
+    else ``./.dagster_home``."""
+    return os.path.abspath(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home")
+
+
+def tryout_home(dagster_home: Optional[str] = None) -> str:
+    """Where try-outs record: ``.dagster_graphbook/tryouts`` beside the code location's instance
+    (``location_home(dagster_home)``), created with a dagster.yaml.
+
+    An instance of its own, so a try-out's runs, asset materializations and stored notes (under
+    its storage) never become the code location's latest ones.
+    """
+    beside = os.path.dirname(location_home(dagster_home))
+    return default_dagster_home(os.path.join(beside, ".dagster_graphbook", "tryouts"))
+
+
 def default_dagster_home(dagster_home: Optional[str] = None) -> str:
-    """``dagster_home``, else ``$DAGSTER_HOME``, else ``./.dagster_home`` (created with a dagster.yaml)."""
-    home = os.path.abspath(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home")
+    """``location_home(dagster_home)``, created with a dagster.yaml."""
+    home = location_home(dagster_home)
     os.makedirs(home, exist_ok=True)
     config = os.path.join(home, "dagster.yaml")
     if not os.path.exists(config):
@@ -171,15 +188,23 @@ def run_workflow(
     quiet: bool = True,
     streaming: bool = False,
     translator: Optional[GraphbookTranslator] = None,
+    record: bool = False,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
+
+    Where it records: ``instance``, else ``dagster_home``; with neither, a try-out records into an
+    instance of its own (``tryout_home()``), apart from the code location's, unless ``record``
+    (then ``$DAGSTER_HOME`` or ``./.dagster_home``, where ``materialize`` and ``dagster dev``
+    record).
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
     steps as one op (README "Streaming"); only the pins no step reads keep notes. ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
     """
-    instance = instance or get_instance(dagster_home)
+    if instance is None:
+        home = dagster_home if dagster_home is not None or record else tryout_home()
+        instance = get_instance(home)
     spec = GraphbookWorkflow(
         workflow,
         custom_nodes=[str(Path(p).resolve()) for p in custom_nodes],

@@ -1,4 +1,5 @@
-"""Schedules and sensors for workflows: nightly runs of daily partitions, runs for new dated folders."""
+"""Schedules and sensors for workflows: nightly runs of daily partitions, runs (or recorded
+arrivals) for new dated folders."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
+from .automation import automation_on, automation_sensor
+
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def daily_partitions(
     start_date: str, *, end_offset: int = 0, timezone: Optional[str] = None
 ) -> dg.DailyPartitionsDefinition:
-    """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a complete day."""
+    """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a
+    complete day."""
     return dg.DailyPartitionsDefinition(
         start_date=start_date, end_offset=end_offset, timezone=timezone
     )
@@ -34,6 +38,8 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
     schedules: List[Any] = []
     sensors: List[Any] = []
     name = defs.job.name
+    if automation_on(spec.automation):  # the condition runs the days, not a schedule
+        return [], _automation_sensors(spec, defs)
     if spec.partitions_def is not None and spec.cron_schedule is None:
         if isinstance(spec.partitions_def, dg.TimeWindowPartitionsDefinition):
             schedules.append(
@@ -57,6 +63,17 @@ def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
     if spec.sensor is not None:
         sensors.append(spec.sensor.build(defs.job, spec.partitions_def))
     return schedules, sensors
+
+
+def _automation_sensors(spec: Any, defs: Any) -> List[Any]:
+    """With an automation condition: its sensor, and the folder sensor recording new days only
+    (the condition, not the folder sensor, requests the runs; a schedule would run days twice)."""
+    sensors: List[Any] = [
+        automation_sensor(defs.job.name, defs.asset_keys, run_tags=dict(spec.job_tags or {}))
+    ]
+    if spec.sensor is not None:
+        sensors.append(spec.sensor.build(defs.job, spec.partitions_def, request_runs=False))
+    return sensors
 
 
 def latest_partition_schedule(
@@ -150,7 +167,9 @@ class FolderSensor:
     day whose partition does not exist yet (today, before midnight) waits until it does.
     Like Dagster's sensors, it is stopped until turned on in the UI (or ``default_status``).
     With ``asset_key`` (the workflow's external input, e.g. ``nightly_shapes/incoming``) each new
-    day is also recorded as a materialization of that asset, so the UI shows when data arrived.
+    day is also recorded as a materialization of that asset (of the day's partition when the
+    workflow is partitioned; its folder and file count as metadata), so the UI shows when data
+    arrived and automation conditions see it.
     """
 
     folder: Union[str, Path]
@@ -160,9 +179,20 @@ class FolderSensor:
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
 
     def build(
-        self, job: Any, partitions_def: Optional[dg.PartitionsDefinition] = None
+        self,
+        job: Any,
+        partitions_def: Optional[dg.PartitionsDefinition] = None,
+        *,
+        request_runs: bool = True,
     ) -> dg.SensorDefinition:
+        """The sensor; ``request_runs=False`` only records the asset (an automation condition on
+        the workflow's assets requests the runs)."""
         folder = Path(self.folder)
+        if not request_runs and self.asset_key is None:
+            raise ValueError(
+                f"{job.name}: with automation the folder sensor only records new days as its "
+                "asset; give it one (sensor_asset / FolderSensor(asset_key=...))"
+            )
         asset_key = (
             None
             if self.asset_key is None
@@ -185,23 +215,25 @@ class FolderSensor:
                 if partitions_def is not None:
                     if not partitions_def.has_partition_key(day):
                         if day >= (partitions_def.get_first_partition_key() or ""):
-                            continue  # its partition does not exist yet (today): ask again on a later tick
+                            continue  # no partition yet (today): ask again on a later tick
                         context.log.info(f"skipping {folder / day}: before the first partition")
                         done.add(day)
                         continue
                     partition_key = day
-                requests.append(
-                    dg.RunRequest(
-                        run_key=day,
-                        partition_key=partition_key,
-                        tags={"dagster_graphbook/folder": str(folder / day)},
+                if request_runs:
+                    requests.append(
+                        dg.RunRequest(
+                            run_key=day,
+                            partition_key=partition_key,
+                            tags={"dagster_graphbook/folder": str(folder / day)},
+                        )
                     )
-                )
                 if asset_key is not None:
                     files = [e for e in os.scandir(folder / day) if e.is_file()]
                     arrived.append(
                         dg.AssetMaterialization(
                             asset_key,
+                            partition=partition_key,
                             description=f"new folder {folder / day}",
                             metadata={
                                 "day": day,
@@ -216,7 +248,7 @@ class FolderSensor:
             cursor = json.dumps(done_here, separators=(",", ":")) if done_here else context.cursor
             skip = (
                 None
-                if requests
+                if requests or arrived
                 else f"no new dated folder in {folder}"
                 + (f" after {context.cursor}" if context.cursor else "")
             )
@@ -233,5 +265,10 @@ class FolderSensor:
             job=job,
             minimum_interval_seconds=self.minimum_interval_seconds,
             default_status=self.default_status,
-            description=f"Runs {job.name} for each new dated folder (YYYY-MM-DD) in {folder}",
+            description=(
+                f"Runs {job.name} for each new dated folder (YYYY-MM-DD) in {folder}"
+                if request_runs
+                else f"Records each new dated folder (YYYY-MM-DD) in {folder} as "
+                f"{asset_key.to_user_string()} (the automation condition of {job.name} runs it)"
+            ),
         )

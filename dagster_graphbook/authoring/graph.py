@@ -157,11 +157,13 @@ class Graph:
         Graphbook's arguments are accepted so ``g.run()`` scripts run unchanged: ``step_id`` runs
         that step and its ancestors; the executor and the web-server arguments are not used (the
         Dagster UI shows the run). Prints one summary line, as a script's user expects output; a
-        failed run raises, naming the step.
+        failed run raises, naming the step. It records into ``$DAGSTER_HOME`` (else
+        ``./.dagster_home``) as such scripts always did; ``record=False`` makes it a try-out.
         """
         from ..runner import run_workflow
 
         graph = self.get_subgraph(step_id) if step_id is not None else self
+        kwargs.setdefault("record", True)
         run = run_workflow(graph, **kwargs)
         name = self.name or "graph"
         if not run.success:
