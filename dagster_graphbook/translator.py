@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import dagster as dg
 
 from .code_version import node_code_references, node_code_version
-from .docstrings import pin_docs, summary, to_markdown
+from .docstrings import pin_docs, to_markdown
 from .node_info import GRAPHBOOK_META, node_info
 from .step_kinds import step_kinds
 from .workflow import Workflow, WorkflowError, WorkflowNode
@@ -492,7 +492,8 @@ class GraphbookTranslator:
         return None
 
     def get_pin_description(self, workflow: Workflow, node: WorkflowNode, pin: str) -> str:
-        """The description of the asset of ``pin``: the step's summary and what goes to that pin
+        """The description of the asset of ``pin``: the first paragraph of ``get_description`` and
+        what goes to that pin
         (its entry in the docstring's ``Outputs:`` section). A step whose only pin is ``out``
         gets the step's description.
 
@@ -501,9 +502,9 @@ class GraphbookTranslator:
         """
         if node.outputs == ["out"]:
             return self.get_description(workflow, node)
-        doc = node.cls.__doc__
-        head = summary(doc) or f"Graphbook {node.step_kind} `{node.name}` (node {node.id})."
-        said = pin_docs(doc).get(pin)
+        # the first paragraph of get_description, so overriding that reaches every pin's asset
+        head = " ".join(self.get_description(workflow, node).split("\n\n", 1)[0].split())
+        said = pin_docs(node.cls.__doc__).get(pin)
         return f"{head}\n\nNotes sent to pin `{pin}`" + (f": {said}" if said else ".")
 
 

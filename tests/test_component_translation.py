@@ -92,7 +92,7 @@ def test_translation_sets_owners_tags_group_description_automation_metadata(nigh
     assert isinstance(classify.automation_condition, dg.AutomationCondition)
     review = specs[K(["nightly_shapes", "ReviewSplit", "review"])]
     assert review.metadata["threshold"] == 0.9  # the node's parameter, from the workflow
-    assert review.metadata["dagster_graphbook/node_id"]  # ours stay: metadata is merged
+    assert review.metadata["graphbook"].value["node_id"]  # ours stay: metadata is merged
     assert review.description.endswith("pin review")
     assert review.group_name == "nightly_shapes_step"
     # the asset check follows the translated spec

@@ -477,17 +477,23 @@ HOOKS = [
     Hook(
         "get_description",
         lambda base, wf, node: f"about {node.name}",
-        _every_spec(lambda s: s.description == f"about {s.key.path[1]}"),
+        # a pin of a many-pin step adds what goes to that pin after the step's description
+        _every_spec(
+            lambda s: (
+                s.description == f"about {s.key.path[1]}"
+                or s.description.startswith(f"about {s.key.path[1]}\n\nNotes sent to pin `")
+            )
+        ),
     ),
     Hook(
         "get_metadata",
         lambda base, wf, node, pin: {**base(wf, node, pin), "team": f"ml-{pin}"},
-        _every_spec(lambda s: s.metadata["team"] == f"ml-{s.metadata['dagster_graphbook/pin']}"),
+        _every_spec(lambda s: s.metadata["team"] == f"ml-{s.metadata['graphbook'].value['pin']}"),
     ),
     Hook(
         "get_code_version",
         lambda base, wf, node: f"v-{node.id}",
-        _every_spec(lambda s: s.code_version == f"v-{s.metadata['dagster_graphbook/node_id']}"),
+        _every_spec(lambda s: s.code_version == f"v-{s.metadata['graphbook'].value['node_id']}"),
     ),
     Hook(
         "get_code_references",
@@ -515,7 +521,11 @@ HOOKS = [
     Hook(
         "get_retry_policy",
         lambda base, wf, node: dg.RetryPolicy(max_retries=len(node.id)),
-        _every_op(lambda op: op.retry_policy == dg.RetryPolicy(max_retries=len(op.tags["graphbook/node_id"]))),
+        _every_op(
+            lambda op: (
+                op.retry_policy == dg.RetryPolicy(max_retries=len(op.tags["graphbook/node_id"]))
+            )
+        ),
     ),
     Hook(
         "get_pin_description",
