@@ -26,7 +26,8 @@ Model = Callable[[Any], Any]
 
 
 def configure() -> None:
-    """One torch thread per process: parallelism must come from the loader, and the ideal is 2x sequential."""
+    """One torch thread per process: parallelism must come from the loader, and the ideal is 2x
+    sequential."""
     torch.set_num_threads(1)
 
 
@@ -51,7 +52,8 @@ def no_model(batch: Any) -> None:
 
 
 class ConvModel(torch.nn.Module):
-    """A small conv net, repeated `reps` times, so one batch's compute can be matched to its load time."""
+    """A small conv net, repeated `reps` times, so one batch's compute can be matched to its load
+    time."""
 
     def __init__(self, reps: int = 1):
         super().__init__()
@@ -77,10 +79,11 @@ class ConvModel(torch.nn.Module):
 def calibrated_conv_model(
     paths: Sequence[str], samples: int = 10
 ) -> tuple[ConvModel, float, float]:
-    """ConvModel whose per-batch time is about one batch's sequential load time; returns (model, load_s, compute_s).
+    """ConvModel whose per-batch time is about one batch's sequential load time; returns (model,
+    load_s, compute_s).
 
-    Loads and forwards alternate batch by batch and the reps come from the median ratio of pairs: this
-    machine's speed drifts (shared host), and a pair sees the same conditions.
+    Loads and forwards alternate batch by batch and the reps come from the median ratio of pairs:
+    this machine's speed drifts (shared host), and a pair sees the same conditions.
     """
     model = ConvModel(1)
     samples = max(1, min(samples, len(paths) // BATCH_SIZE))
@@ -108,7 +111,8 @@ def calibrated_conv_model(
 
 @contextmanager
 def bounded(seconds: float):
-    """Raise TimeoutError in the main thread after `seconds`, so a hung pool cannot hang the benchmark."""
+    """Raise TimeoutError in the main thread after `seconds`, so a hung pool cannot hang the
+    benchmark."""
 
     def _alarm(signum, frame):
         raise TimeoutError(f"run took longer than {seconds:.0f}s")
@@ -123,7 +127,8 @@ def bounded(seconds: float):
 
 
 def measure(run: Callable[[], None], repeats: int, timeout: float) -> list[float]:
-    """One warm-up, then `repeats` timed runs (seconds each). Each run includes pool start and stop."""
+    """One warm-up, then `repeats` timed runs (seconds each). Each run includes pool start and
+    stop."""
     times = [_bounded_run(run, timeout)[0] for _ in range(repeats + 1)]
     return times[1:]
 
@@ -131,9 +136,10 @@ def measure(run: Callable[[], None], repeats: int, timeout: float) -> list[float
 def measure_round_robin(
     runs: dict[str, Callable[[], None]], repeats: int, timeout: float, cpu: Optional[dict] = None
 ) -> dict[str, Any]:
-    """Like measure() for several configurations, interleaved run by run, so background load on a shared
-    machine hits all of them alike. Returns label -> list of seconds, or the exception that stopped it.
-    With `cpu`, also fills label -> list of CPU seconds of each timed run (this process and its children)."""
+    """Like measure() for several configurations, interleaved run by run, so background load on a
+    shared machine hits all of them alike. Returns label -> list of seconds, or the exception that
+    stopped it. With `cpu`, also fills label -> list of CPU seconds of each timed run (this process
+    and its children)."""
     out: dict[str, Any] = {label: [] for label in runs}
     for i in range(repeats + 1):
         for label, run in runs.items():
@@ -154,7 +160,8 @@ def measure_round_robin(
 
 
 def _cpu_s() -> float:
-    """CPU seconds used so far by this process (all threads) and its waited-for children (pool workers)."""
+    """CPU seconds used so far by this process (all threads) and its waited-for children (pool
+    workers)."""
     me, kids = (
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),
@@ -193,7 +200,8 @@ class PathDataset(Dataset):
 def run_dataloader(
     paths: Sequence[str], stack: bool, model: Model = trivial_model, timeout: float = 120
 ) -> None:
-    """(b) collate_fn=list: what Graphbook-style on_item_batch(outputs=list) needs; (c) default collate stacks in the worker."""
+    """(b) collate_fn=list: what Graphbook-style on_item_batch(outputs=list) needs; (c) default
+    collate stacks in the worker."""
     loader = DataLoader(
         PathDataset(paths),
         batch_size=BATCH_SIZE,
@@ -207,7 +215,8 @@ def run_dataloader(
 
 
 def run_threads(paths: Sequence[str], model: Model = trivial_model, timeout: float = 120) -> None:
-    """(d) ThreadPoolExecutor.map with 2 threads: PIL releases the GIL in decode/resize, so this is the thread ideal."""
+    """(d) ThreadPoolExecutor.map with 2 threads: PIL releases the GIL in decode/resize, so this is
+    the thread ideal."""
     pool = ThreadPoolExecutor(NUM_WORKERS)
     try:
         batch = []

@@ -102,7 +102,10 @@ class Items(SourceStep):
 class Stuck(BatchStep):
     RequiresInput = True
     Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2}, "item_key": {"type": "string", "default": "items"}}
+    Parameters = {
+        "batch_size": {"type": "number", "default": 2},
+        "item_key": {"type": "string", "default": "items"},
+    }
     def __init__(self, batch_size=2, item_key="items"):
         super().__init__(batch_size, item_key)
     @staticmethod

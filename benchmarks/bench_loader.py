@@ -1,6 +1,8 @@
-"""By-hand loader benchmark: the project's batch op vs sequential, DataLoader, threads and Graphbook 0.13.3.
+"""By-hand loader benchmark: the project's batch op vs sequential, DataLoader, threads and Graphbook
+0.13.3.
 
-    python benchmarks/bench_loader.py [--items 800] [--repeats 3] [--only throughput,big,compute,memory]
+    python benchmarks/bench_loader.py [--items 800] [--repeats 3] [--only
+    throughput,big,compute,memory]
 
 Not a test. One run measures every mode and prints a table per mode (medians and ratios against
 the anchors of the same run), then the issue's targets with PASS or MISS:
@@ -53,7 +55,8 @@ from imageset import make_image_set  # noqa: E402
 DATA = HERE / ".data"
 GRAPHBOOK_PY = HERE / ".venv-graphbook" / "bin" / "python"
 
-try:  # the project's step base class; the benchmark still imports while the package is being written
+# the project's step base class; the benchmark still imports while the package is being written
+try:
     from dagster_graphbook import BatchStep
 except ImportError:
     try:
@@ -93,7 +96,8 @@ def run_project(
     notes: Optional[list] = None,
     nice: int = 0,
 ):
-    """One run of the project's batch op over one note per path; returns its result (raises ProjectUnavailable)."""
+    """One run of the project's batch op over one note per path; returns its result (raises
+    ProjectUnavailable)."""
     try:
         from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
     except ImportError as e:
@@ -122,11 +126,13 @@ def run_project(
 def run_graphbook_baseline(
     n: int, size: int, repeats: int, timeout: float
 ) -> tuple[Optional[dict], str]:
-    """Run graphbook_baseline.py with the graphbook venv's python; returns (json or None, why not)."""
+    """Run graphbook_baseline.py with the graphbook venv's python; returns (json or None, why
+    not)."""
     if not GRAPHBOOK_PY.exists():
         return None, (
             f"{GRAPHBOOK_PY} missing: python3.11 -m venv benchmarks/.venv-graphbook && "
-            "benchmarks/.venv-graphbook/bin/pip install graphbook==0.13.3 torch==2.14.1 torchvision==0.29.1 pillow"
+            "benchmarks/.venv-graphbook/bin/pip install graphbook==0.13.3 "
+            "torch==2.14.1 torchvision==0.29.1 pillow"
         )
     cmd = [
         str(GRAPHBOOK_PY),
@@ -165,9 +171,12 @@ def rate(n: int, times: Optional[list]) -> Optional[float]:
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(
-        str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
-    )  # noqa: E731
+
+    def fmt(r):
+        return "  ".join(
+            str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+        )
+
     print(fmt(header))
     print("  ".join("-" * w for w in widths))
     for r in rows:
@@ -221,14 +230,14 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
     ]
     print(
         "  running "
-        + ", ".join(l for k, l, _ in configs if k in args.configs)
+        + ", ".join(label for k, label, _ in configs if k in args.configs)
         + " (interleaved) ...",
         file=sys.stderr,
         flush=True,
     )
     cpu: dict = {}
     measured = measure_round_robin(
-        {l: run for k, l, run in configs if k in args.configs}, R, T, cpu
+        {label: run for k, label, run in configs if k in args.configs}, R, T, cpu
     )
     results, notes = {}, []
     for label, times in measured.items():
@@ -256,7 +265,7 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
     dl_list, gbr = rates.get(configs[1][1]), rates.get(gb_label)
     order = [c[1] for c in configs[:4]] + [gb_label] + [c[1] for c in configs[4:]]
     rows = []
-    for label in (l for l in order if l in rates):
+    for label in (c for c in order if c in rates):
         r, times = rates[label], results[label]
         cpu_ms = 1e3 * statistics.median(cpu[label]) / n if cpu.get(label) else None
         rows.append(
@@ -274,8 +283,10 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
             ]
         )
     print(
-        f"\nThroughput: {n} JPEGs {size}x{size} -> 224x224 tensors, batch {BATCH_SIZE}, {NUM_WORKERS} workers, "
-        f"median of {R} runs after 1 warm-up (Graphbook: {args.gb_repeats}), {os.cpu_count()} CPUs, {load_avg()} at end"
+        f"\nThroughput: {n} JPEGs {size}x{size} -> 224x224 tensors, batch "
+        f"{BATCH_SIZE}, {NUM_WORKERS} workers, "
+        f"median of {R} runs after 1 warm-up (Graphbook: {args.gb_repeats}), "
+        f"{os.cpu_count()} CPUs, {load_avg()} at end"
     )
     print_table(
         [
@@ -293,13 +304,15 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
         rows,
     )
     print(
-        "  * CPU ms/item: CPU time of the run (step process, its threads and pool workers) per item, median;"
+        "  * CPU ms/item: CPU time of the run (step process, its threads and pool "
+        "workers) per item, median;"
         " unlike items/s it hardly depends on what else the machine runs"
     )
     for line in notes:
         print("  * " + line)
     if not with_graphbook:
-        return  # the issue's targets are set on the 256x256 set; the 1024x1024 table is for reference
+        # the issue's targets are set on the 256x256 set; the 1024x1024 table is for reference
+        return
     proc, thr = rates.get(configs[4][1]), rates.get(configs[5][1])
     tag = f"{size}px"
     target(
@@ -330,8 +343,10 @@ def compute_bound_mode(paths, args) -> None:
     n, R, T = len(paths), args.repeats, args.timeout
     model, load_s, compute_s = calibrated_conv_model(paths)
     print(
-        f"\nCompute-bound: ConvModel x{model.reps} = {compute_s * 1e3:.1f} ms/batch vs sequential load "
-        f"{load_s * 1e3:.1f} ms/batch when calibrated ({n} items, median of {R} interleaved runs after 1 warm-up)"
+        f"\nCompute-bound: ConvModel x{model.reps} = {compute_s * 1e3:.1f} ms/batch "
+        "vs sequential load "
+        f"{load_s * 1e3:.1f} ms/batch when calibrated ({n} items, median of {R} "
+        "interleaved runs after 1 warm-up)"
     )
     batches = [
         as_batch([load_item(p) for p in paths[i : i + BATCH_SIZE]])
@@ -390,7 +405,8 @@ def compute_bound_mode(paths, args) -> None:
         rows.append([label, f2(e2e_r, 1), f2(load_r, 1), f2(compute_rate, 1), f2(overlap[label])])
     seq_load = rates[f"{configs[0][0]} | load"]
     if seq_load and compute_rate:
-        # CPU-seconds per item (one-core load + one-core model) spread over every core: no schedule does better
+        # CPU-seconds per item (one-core load + one-core model) spread over every core: no schedule
+        # does better
         best = (os.cpu_count() or 1) / (1 / seq_load + 1 / compute_rate)
         floor = {
             label: max(
@@ -399,8 +415,10 @@ def compute_bound_mode(paths, args) -> None:
             for label, _ in configs[2:]
         }
         print(
-            f"  CPU floor: load ({1e3 / seq_load:.2f} ms/item on one core) + model ({1e3 / compute_rate:.2f} ms/item) on "
-            f"{os.cpu_count()} cores allow at most {best:.0f} it/s end-to-end: the ratio cannot go below "
+            f"  CPU floor: load ({1e3 / seq_load:.2f} ms/item on one core) + model "
+            f"({1e3 / compute_rate:.2f} ms/item) on "
+            f"{os.cpu_count()} cores allow at most {best:.0f} it/s end-to-end: the "
+            "ratio cannot go below "
             + ", ".join(
                 f"{v:.2f} ({k.replace('dagster-graphbook ', '').replace('batch op, ', '')})"
                 for k, v in floor.items()
@@ -418,12 +436,15 @@ def compute_bound_mode(paths, args) -> None:
         rows,
     )
     print(
-        "  * 1.00 = loading fully hidden behind compute; 2.00 = no overlap at all; worker_nice rows use the"
+        "  * 1.00 = loading fully hidden behind compute; 2.00 = no overlap at all; "
+        "worker_nice rows use the"
         " load-only time of the same pool at normal priority"
     )
     print(
-        "  * at equal priority, 2 workers + the model share 2 cores by thirds and the model waits for CPU: even with"
-        " no overhead the ratio cannot go below 1.25; worker_nice lets the model keep a whole core (on a machine"
+        "  * at equal priority, 2 workers + the model share 2 cores by thirds and "
+        "the model waits for CPU: even with"
+        " no overhead the ratio cannot go below 1.25; worker_nice lets the model "
+        "keep a whole core (on a machine"
         " busy with other work, niced workers also yield to that work)"
     )
     for label, kind in (
@@ -454,7 +475,8 @@ def _tree_pids(pid: int) -> list[int]:
 
 
 def tree_memory() -> tuple[int, int]:
-    """(RSS, PSS) in bytes summed over this process and all its descendants, from /proc/*/smaps_rollup."""
+    """(RSS, PSS) in bytes summed over this process and all its descendants, from
+    /proc/*/smaps_rollup."""
     rss = pss = 0
     for pid in _tree_pids(os.getpid()):
         try:
@@ -560,7 +582,8 @@ def memory_mode(args) -> None:
                 r80 <= 1.3 * r8,
             )
     print(
-        f"\nMemory: peak of main process + all its children during one run, notes excluded, MiB ({load_avg()})"
+        "\nMemory: peak of main process + all its children during one run, notes "
+        f"excluded, MiB ({load_avg()})"
     )
     print_table(
         [
@@ -577,7 +600,8 @@ def memory_mode(args) -> None:
         rows,
     )
     print(
-        "  * RSS sums count pages shared with forked children once per process; PSS splits them between them"
+        "  * RSS sums count pages shared with forked children once per process; PSS "
+        "splits them between them"
     )
     print("  * growth = peak minus the memory before the run (after the notes were built)")
     for line in notes_out:

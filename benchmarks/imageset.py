@@ -37,7 +37,8 @@ def _draw(size: int, seed: int) -> Image.Image:
 
 
 def make_image_set(root: str | os.PathLike, n: int, size: int, seed: int = 0) -> list[str]:
-    """Return the paths of images 0..n-1 of the (size, seed) set under root, writing missing ones."""
+    """Return the paths of images 0..n-1 of the (size, seed) set under root, writing missing
+    ones."""
     folder = Path(root) / f"{size}px_seed{seed}"
     folder.mkdir(parents=True, exist_ok=True)
     paths = []

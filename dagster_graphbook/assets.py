@@ -31,12 +31,14 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
         "on_item_error": dg.Field(
             _ON_ERROR,
             default_value="raise",
-            description="raise: fail the op on a bad note or item; skip: record it (metadata 'errors') and go on",
+            description="raise: fail the op on a bad note or item; skip: record it (metadata "
+            "'errors') and go on",
         ),
         "retries": dg.Field(
             int,
             default_value=0,
-            description="run the step again this many times when it fails (Dagster retry: the step restarts from its stored inputs)",
+            description="run the step again this many times when it fails (Dagster retry: the "
+            "step restarts from its stored inputs)",
         ),
         "retry_delay_s": dg.Field(
             float, default_value=0.0, description="seconds to wait before each retry"
@@ -53,7 +55,8 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
                 "worker_type": dg.Field(
                     _WORKER_TYPE,
                     default_value="process",
-                    description="process: DataLoader workers (shared-memory tensors); thread: for load_fns that release the GIL",
+                    description="process: DataLoader workers (shared-memory tensors); thread: "
+                    "for load_fns that release the GIL",
                 ),
                 "prefetch": dg.Field(
                     int, default_value=2, description="batches loaded ahead per worker"
@@ -61,7 +64,8 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
                 "start_method": dg.Field(
                     _START_METHOD,
                     default_value="fork",
-                    description="how worker processes start; spawn/forkserver need load_fn/dump_fn in an installed package",
+                    description="how worker processes start; spawn/forkserver need "
+                    "load_fn/dump_fn in an installed package",
                 ),
                 "device": dg.Field(
                     str,
@@ -86,23 +90,27 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
                 "worker_nice": dg.Field(
                     int,
                     default_value=0,
-                    description="added to the nice value of loader and dump workers, so a CPU-bound model in the step keeps its core",
+                    description="added to the nice value of loader and dump workers, so a "
+                    "CPU-bound model in the step keeps its core",
                 ),
                 # integrity settings (issue 11)
                 "max_skipped_fraction": dg.Field(
                     dg.Noneable(float),
                     default_value=None,
-                    description="under skip: fail the step when a larger share of its items was lost to errors",
+                    description="under skip: fail the step when a larger share of its items was "
+                    "lost to errors",
                 ),
                 "call_timeout_s": dg.Field(
                     dg.Noneable(float),
                     default_value=None,
-                    description="a load_fn/dump_fn call running longer fails its item (worker processes and in-step loading)",
+                    description="a load_fn/dump_fn call running longer fails its item (worker "
+                    "processes and in-step loading)",
                 ),
                 "stall_warning_s": dg.Field(
                     float,
                     default_value=60.0,
-                    description="log the stuck items when a batch step makes no progress for this long (0: never)",
+                    description="log the stuck items when a batch step makes no progress for "
+                    "this long (0: never)",
                 ),
             }
         )
@@ -110,7 +118,8 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
 
 
 def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
-    """Launchpad fields for the parameters not bound to a resource; defaults are the workflow's values."""
+    """Launchpad fields for the parameters not bound to a resource; defaults are the workflow's
+    values."""
     fields = {}
     for key, spec in node.parameters.items():
         if key in node.resource_params:
@@ -119,7 +128,8 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
             raise WorkflowError(
                 workflow.source,
                 [
-                    f"{node.describe()}: parameter name {RUNTIME_KEY!r} is reserved for run settings; rename it"
+                    f"{node.describe()}: parameter name {RUNTIME_KEY!r} is reserved "
+                    "for run settings; rename it"
                 ],
             )
         value = node.values.get(key, spec.get("default"))
@@ -138,7 +148,8 @@ def _function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
 
 
 def _overridable(workflow: Workflow, node: WorkflowNode) -> tuple:
-    """Function parameters whose code run config may replace: marked in the workflow file, or by ``GraphbookWorkflow``."""
+    """Function parameters whose code run config may replace: marked in the workflow file, or by
+    ``GraphbookWorkflow``."""
     return tuple(sorted({*workflow.overridable_functions, *node.overridable}))
 
 
@@ -379,9 +390,11 @@ def _resource_def(
         kwargs = config_kwargs(config, functions, overridable, label, why=why)
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
-        emit = lambda level, msg: getattr(
-            init_context.log, level if level in ("info", "warning", "error") else "info"
-        )(msg)  # noqa: E731
+
+        def emit(level: str, msg: str) -> None:
+            known = level if level in ("info", "warning", "error") else "info"
+            getattr(init_context.log, known)(msg)
+
         with log_target(LogTarget(node.id, node.name, emit)):
             try:
                 return node.cls(**kwargs).value()

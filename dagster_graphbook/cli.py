@@ -1,4 +1,5 @@
-"""``dagster-graphbook run | materialize | validate``: run a workflow (or a job of the code location) through Dagster from the terminal."""
+"""``dagster-graphbook run | materialize | validate``: run a workflow (or a job of the code
+location) through Dagster from the terminal."""
 
 from __future__ import annotations
 
@@ -213,7 +214,8 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         if figures:
             print(f"  {key}: {figures}")
     print(
-        f"Dagster instance: {instance.root_directory} (see the run with `DAGSTER_HOME={instance.root_directory} dagster dev`)"
+        f"Dagster instance: {instance.root_directory} (see the run with "
+        f"`DAGSTER_HOME={instance.root_directory} dagster dev`)"
     )
     return 0 if run.success else 1
 
@@ -231,7 +233,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 1
     wf = defs.workflow
     print(
-        f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, {len(defs.asset_keys)} assets) in {time.perf_counter() - start:.2f} s"
+        f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, "
+        f"{len(defs.asset_keys)} assets) in {time.perf_counter() - start:.2f} s"
     )
     for key in defs.asset_keys:
         print(f"  asset {key.to_user_string()}")
@@ -296,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     mat = sub.add_parser(
         "materialize",
-        help="run a job of the code location (default module: definitions), e.g. one day of a partitioned job",
+        help="run a job of the code location (default module: definitions), e.g. one day "
+        "of a partitioned job",
     )
     mat.add_argument("job", help="job name (a workflow's file stem)")
     mat.add_argument(
@@ -340,7 +344,8 @@ def _exit_past_stuck_threads(code: int) -> None:
     stuck = stuck_threads()
     if stuck:
         print(
-            f"{len(stuck)} load/dump thread(s) still stuck in a call that never returned ({', '.join(stuck)}); "
+            f"{len(stuck)} load/dump thread(s) still stuck in a call that never "
+            f"returned ({', '.join(stuck)}); "
             "exiting without waiting for them",
             file=sys.stderr,
         )

@@ -9,8 +9,8 @@ attributes:
   partitions: {start_date: "2025-01-01"}             # daily partitions
   schedule_hour: 2                                   # nightly at 02:00 UTC: the previous day
   sensor_folder: ../../data/incoming                 # a run per new dated folder
-  sensor_asset: nightly_shapes/incoming              # ...recorded as a materialization of this external asset
-  external_deps: {IncomingImages: [nightly_shapes/incoming]}
+  sensor_asset: nightly_shapes/incoming              # ...recorded as a materialization of this
+  external asset external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
   gpus: 1                                            # batch steps request a GPU (op tags)
   translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
@@ -82,7 +82,8 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     workflow: Annotated[
         str,
         _doc(
-            "workflow file (Graphbook editor JSON, or a .py defining a Graph), relative to this file",
+            "workflow file (Graphbook editor JSON, or a .py defining a Graph), "
+            "relative to this file",
             "../../workflows/nightly_shapes.json",
             "workflow.json",
         ),

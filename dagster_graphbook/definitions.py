@@ -104,7 +104,8 @@ def build_workflow(
             raise WorkflowError(
                 workflow.source,
                 [
-                    f"external_deps names step {ref!r}, which is not in the workflow (steps: {', '.join(names.values())})"
+                    f"external_deps names step {ref!r}, which is not in the workflow "
+                    f"(steps: {', '.join(names.values())})"
                 ],
             )
         deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
@@ -161,12 +162,14 @@ def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
 
 
 # Dagster's asset job resolution recurses once per step of the longest dependency chain: a chain of
-# 2,000 steps failed with RecursionError (1,000 built). Refuse deeper workflows here, at validate time.
+# 2,000 steps failed with RecursionError (1,000 built). Refuse deeper workflows here, at validate
+# time.
 MAX_CHAIN_DEPTH = 1000
 
 
 def _check_depth(workflow: Workflow) -> None:
-    """Refuse a workflow whose longest chain of steps Dagster cannot build, naming the chain's end."""
+    """Refuse a workflow whose longest chain of steps Dagster cannot build, naming the chain's
+    end."""
     depth: Dict[str, int] = {}
     for node in workflow.steps():  # topological order: parents first
         depth[node.id] = 1 + max((depth.get(src, 0) for src, _ in node.inputs), default=0)
@@ -175,8 +178,10 @@ def _check_depth(workflow: Workflow) -> None:
         raise WorkflowError(
             workflow.source,
             [
-                f"the longest chain of steps is {depth[end]} steps deep (ending at node {end}); Dagster builds jobs up to "
-                f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows joined by external_deps, or merge steps"
+                f"the longest chain of steps is {depth[end]} steps deep (ending at "
+                f"node {end}); Dagster builds jobs up to "
+                f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows "
+                "joined by external_deps, or merge steps"
             ],
         )
 

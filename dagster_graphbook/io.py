@@ -128,8 +128,8 @@ class NotesStore(dg.IOManager):
         )
         instance = _instance(context)
         path = None
-        run_id = _run_id(context)
-        for run_id in versions.run_lineage(instance, run_id) if run_id else []:
+        this_run = _run_id(context)
+        for run_id in versions.run_lineage(instance, this_run) if this_run else []:
             candidate = versions.notes_path(folder, run_id)
             if candidate.exists():
                 path = candidate  # the parent ran in this run (or in the run this one re-executes)

@@ -1,4 +1,5 @@
-"""Graphbook parameter types: value checks at load time and Dagster config fields for the launchpad."""
+"""Graphbook parameter types: value checks at load time and Dagster config fields for the
+launchpad."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ BUILTIN_STEPS: Dict[str, type] = {
     c.__name__: c for c in (steps.Split, steps.Copy, steps.LoadJSONL, steps.DumpJSONL)
 }
 BUILTIN_RESOURCES: Dict[str, type] = dict(resources.UI_NAMES)
-# Also accept the class names of the built-in resources (Python Graphs and hand-written files use them).
+# Also accept the class names of the built-in resources (Python Graphs and hand-written files use
+# them).
 BUILTIN_RESOURCES.update({c.__name__: c for c in resources.UI_NAMES.values()})
 
 
@@ -65,7 +66,8 @@ def _base_classes() -> Tuple[Tuple[type, ...], Tuple[type, ...], Tuple[type, ...
     return tuple(step_bases), tuple(resource_bases), tuple(abstract)
 
 
-# (absolute path, content hash) -> module, so reloading definitions in one process keeps classes stable.
+# (absolute path, content hash) -> module, so reloading definitions in one process keeps classes
+# stable.
 _MODULE_CACHE: Dict[Tuple[str, str], object] = {}
 
 
@@ -172,7 +174,9 @@ class NodeRegistry:
                     obj.__module__ != getattr(module, "__name__", None)
                     and _module_file(obj) in scanned
                 ):
-                    continue  # imported from another node file (maybe under another module name): registered from there
+                    # imported from another node file (maybe under another module name): registered
+                    # from there
+                    continue
                 if issubclass(obj, step_bases):
                     registry._add(registry.steps, obj, str(path))
                 elif issubclass(obj, resource_bases):

@@ -130,7 +130,8 @@ def run_config_for(
             raise WorkflowError(
                 workflow.source,
                 [
-                    f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(sorted(set(refs)))}"
+                    f"cannot set {key!r}: expected STEP.PARAM with STEP one of "
+                    f"{', '.join(sorted(set(refs)))}"
                 ],
             )
         else:
@@ -297,7 +298,8 @@ def run_job(
     quiet: bool = True,
 ) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
-    partitioned job), as a run of the instance the UI shows; params are ``{"Step.param": value}``."""
+    partitioned job), as a run of the instance the UI shows; params are ``{"Step.param":
+    value}``."""
     instance = instance or get_instance(dagster_home)
     defs = load_code_location(module)
     job = defs.resolve_job_def(job_name)
@@ -305,7 +307,8 @@ def run_job(
         raise WorkflowError(
             job_name,
             [
-                f"the job is partitioned: give a partition key (the latest is {job.partitions_def.get_last_partition_key()})"
+                "the job is partitioned: give a partition key (the latest is "
+                f"{job.partitions_def.get_last_partition_key()})"
             ],
         )
     tagged = _tagged_steps(job)
@@ -371,7 +374,8 @@ def _source_path(workflow: Any) -> str:
     if isinstance(workflow, Graph):
         if not workflow.module_name:
             raise ValueError(
-                "the multiprocess executor rebuilds the workflow in each step process: define the Graph in a file with @g()"
+                "the multiprocess executor rebuilds the workflow in each step "
+                "process: define the Graph in a file with @g()"
             )
         return workflow.module_name
     return str(Path(workflow).resolve())

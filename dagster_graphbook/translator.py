@@ -381,7 +381,8 @@ class GraphbookTranslator:
 
     def get_kinds(self, workflow: Workflow, node: WorkflowNode) -> set:
         """Kinds shown as badges: ``python``; ``parquet`` when the step has a sink pin (stored as a
-        table); ``pytorch`` when it or a resource it is bound to runs a torch model (``step_kinds.py``).
+        table); ``pytorch`` when it or a resource it is bound to runs a torch model
+        (``step_kinds.py``).
 
         Examples:
             .. code-block:: python

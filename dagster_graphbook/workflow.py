@@ -45,7 +45,8 @@ def _mro_names(cls: type) -> set:
 
 
 def step_kind(cls: type) -> str:
-    """'source', 'batch', 'prompt' or 'step', by Graphbook's base classes (ours or the real ones)."""
+    """'source', 'batch', 'prompt' or 'step', by Graphbook's base classes (ours or the real
+    ones)."""
     names = _mro_names(cls)
     if "PromptStep" in names:
         return "prompt"
@@ -224,7 +225,8 @@ def _from_json(path: Path, registry: NodeRegistry, *, name: Optional[str]) -> Wo
             continue
         if node.id in nodes:
             problems.append(
-                f"{node.describe()}: duplicate node id {node.id!r} (also used by {nodes[node.id].describe()})"
+                f"{node.describe()}: duplicate node id {node.id!r} (also used by "
+                f"{nodes[node.id].describe()})"
             )
             continue
         nodes[node.id] = node
@@ -274,7 +276,8 @@ def _parse_node(
     if cls is None:
         other = registry.resources if ntype == "step" else registry.steps
         hint = (
-            f" ({cls_name!r} is a {'resource' if ntype == 'step' else 'step'}, but the node's type is {ntype!r})"
+            f" ({cls_name!r} is a {'resource' if ntype == 'step' else 'step'}, but "
+            f"the node's type is {ntype!r})"
             if cls_name in other
             else ""
         )
@@ -285,7 +288,8 @@ def _parse_node(
     for key, pdata in (data.get("parameters") or {}).items():
         if key not in declared:
             problems.append(
-                f"{where}: parameter {key!r} is not a parameter of {cls_name} (its parameters: {', '.join(declared) or 'none'})"
+                f"{where}: parameter {key!r} is not a parameter of {cls_name} (its "
+                f"parameters: {', '.join(declared) or 'none'})"
             )
             continue
         value = pdata.get("value") if isinstance(pdata, dict) else pdata
@@ -308,7 +312,8 @@ def _mark_overridable(
         )
     elif flag and node.parameters.get(key, {}).get("type") != "function":
         problems.append(
-            f"{where}: parameter {key!r} is marked overridable, but only 'function' parameters need that (others can always be set from run config)"
+            f"{where}: parameter {key!r} is marked overridable, but only 'function' "
+            "parameters need that (others can always be set from run config)"
         )
     elif flag:
         node.overridable.add(key)
@@ -334,11 +339,15 @@ def _apply_edge(edge: Any, index: int, nodes: Dict[str, WorkflowNode], problems:
             )
         elif dst_pin == "in":
             problems.append(
-                f"edge {eid}: resource edge from {src.describe()} into the data input 'in' of {dst.describe()}; connect it to one of its parameters ({', '.join(dst.parameters) or 'none'})"
+                f"edge {eid}: resource edge from {src.describe()} into the data input "
+                f"'in' of {dst.describe()}; connect it to one of its parameters "
+                f"({', '.join(dst.parameters) or 'none'})"
             )
         elif dst_pin not in dst.parameters:
             problems.append(
-                f"edge {eid}: {dst.describe()} has no parameter {dst_pin!r} for the resource of {src.describe()} (its parameters: {', '.join(dst.parameters) or 'none'})"
+                f"edge {eid}: {dst.describe()} has no parameter {dst_pin!r} for the "
+                f"resource of {src.describe()} (its parameters: "
+                f"{', '.join(dst.parameters) or 'none'})"
             )
         else:
             dst.resource_params[dst_pin] = src_id
@@ -346,12 +355,14 @@ def _apply_edge(edge: Any, index: int, nodes: Dict[str, WorkflowNode], problems:
     if dst.kind != "step" or dst_pin != "in":
         target = "a resource" if dst.kind == "resource" else f"handle {dst_pin!r}"
         problems.append(
-            f"edge {eid}: data edge from {src.describe()} pin {src_pin!r} goes to {target} of {dst.describe()}; data edges end at 'in'"
+            f"edge {eid}: data edge from {src.describe()} pin {src_pin!r} goes to "
+            f"{target} of {dst.describe()}; data edges end at 'in'"
         )
         return
     if src_pin not in src.outputs:
         problems.append(
-            f"edge {eid}: {src.describe()} has no output pin {src_pin!r} (its pins: {', '.join(src.outputs)})"
+            f"edge {eid}: {src.describe()} has no output pin {src_pin!r} (its pins: "
+            f"{', '.join(src.outputs)})"
         )
         return
     if (src_id, src_pin) not in dst.inputs:
@@ -373,13 +384,16 @@ def _from_graph(graph: Graph, name: str, *, path: Optional[Path] = None) -> Work
         for key, value in wrapper.parameters.items():
             if key not in node.parameters:
                 problems.append(
-                    f"{node.describe()}: parameter {key!r} is not a parameter of {node.name} (its parameters: {', '.join(node.parameters) or 'none'})"
+                    f"{node.describe()}: parameter {key!r} is not a parameter of "
+                    f"{node.name} (its parameters: "
+                    f"{', '.join(node.parameters) or 'none'})"
                 )
             elif isinstance(value, GraphResourceWrapper):
                 node.resource_params[key] = value.id
             elif isinstance(value, GraphStepWrapper):
                 problems.append(
-                    f"{node.describe()}: parameter {key!r} is bound to a step; only resources can be bound to parameters"
+                    f"{node.describe()}: parameter {key!r} is bound to a step; only "
+                    "resources can be bound to parameters"
                 )
             else:
                 node.values[key] = value
@@ -429,11 +443,13 @@ def _validated(workflow: Workflow, problems: List[str]) -> Workflow:
         kind = node.step_kind
         if kind == "prompt":
             problems.append(
-                f"{node.describe()}: human-in-the-loop (prompt) steps are not supported under Dagster"
+                f"{node.describe()}: human-in-the-loop (prompt) steps are not "
+                "supported under Dagster"
             )
         if kind == "source" and node.inputs:
             problems.append(
-                f"{node.describe()}: {node.name} is a source step and takes no input, but edges enter it"
+                f"{node.describe()}: {node.name} is a source step and takes no input, "
+                "but edges enter it"
             )
         for key, spec in node.parameters.items():
             ptype = str(spec.get("type", ""))
@@ -449,7 +465,8 @@ def _validated(workflow: Workflow, problems: List[str]) -> Workflow:
                 problems.append(f"{node.describe()}: parameter {key!r} ({ptype}): {problem}")
             if spec.get("required") and value is None and spec.get("default") is None:
                 problems.append(
-                    f"{node.describe()}: required parameter {key!r} has no value, no default and no resource edge"
+                    f"{node.describe()}: required parameter {key!r} has no value, no "
+                    "default and no resource edge"
                 )
     for node in nodes.values():
         for src, _ in node.inputs:

@@ -1,4 +1,5 @@
-"""The example workflows, declared in Python (the nightly demo is declared in YAML: nightly_shapes/defs.yaml).
+"""The example workflows, declared in Python (the nightly demo is declared in YAML:
+nightly_shapes/defs.yaml).
 
 Each workflow becomes a job, its steps assets (group = workflow name).
 """

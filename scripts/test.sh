@@ -27,4 +27,8 @@ if ! have_chromium; then
     fi
 fi
 
+# Dagster's formatter and linter settings (ruff, 100 columns; [tool.ruff] in pyproject.toml).
+.venv/bin/ruff format --check --quiet . || { echo "[test] ruff format: run .venv/bin/ruff format ."; exit 1; }
+.venv/bin/ruff check --quiet . || { echo "[test] ruff check failed (see above)"; exit 1; }
+
 exec .venv/bin/python -m pytest -q "$@"

@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository root, a throwaway DAGSTER_HOME, workflow-file builders and a run helper."""
+"""Shared fixtures: the repository root, a throwaway DAGSTER_HOME, workflow-file builders and a run
+helper."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def dagster_home(tmp_path: Path) -> str:
 
 @pytest.fixture
 def run_wf(dagster_home: str):
-    """``run_wf(workflow, custom_nodes=[...], params={...}, **kw)`` against the test's own DAGSTER_HOME."""
+    """``run_wf(workflow, custom_nodes=[...], params={...}, **kw)`` against the test's own
+    DAGSTER_HOME."""
     from dagster_graphbook import run_workflow
 
     def run(
@@ -58,7 +60,8 @@ def step_node(
     outputs: Optional[List[str]] = None,
     **extra: Any,
 ) -> dict:
-    """A ``step`` node as the editor saves it (``params`` are values; stored as ``{"value": v}``)."""
+    """A ``step`` node as the editor saves it (``params`` are values; stored as ``{"value":
+    v}``)."""
     data: Dict[str, Any] = {
         "name": name,
         "category": "",
@@ -164,7 +167,8 @@ class Webserver:
         tags: Optional[Dict[str, str]] = None,
         **selector: Any,
     ) -> str:
-        """``launchRun`` as the launchpad sends it; ``selector`` adds e.g. ``assetSelection``, ``tags`` become run tags."""
+        """``launchRun`` as the launchpad sends it; ``selector`` adds e.g. ``assetSelection``,
+        ``tags`` become run tags."""
         params: Dict[str, Any] = {
             "selector": {
                 "repositoryLocationName": "graphbook",
@@ -259,7 +263,8 @@ def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
     port = _free_port()
     log_path = home / "webserver.log"
     with open(log_path, "w") as log:
-        # start_new_session + SIGINT reset: the whole group can be stopped with SIGINT even when pytest
+        # start_new_session + SIGINT reset: the whole group can be stopped with SIGINT even when
+        # pytest
         # itself was started with SIGINT ignored (dagster.md §4.4).
         proc = subprocess.Popen(
             [
@@ -305,7 +310,8 @@ def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Inputs of the nightly shapes demo in a temporary folder (the repository's data/ and models/ stay untouched)
+# Inputs of the nightly shapes demo in a temporary folder (the repository's data/ and models/ stay
+# untouched)
 
 
 NIGHTLY_DAY = "2025-06-01"  # a partition of the demo job (daily from 2025-01-01)
@@ -313,7 +319,8 @@ NIGHTLY_DAY = "2025-06-01"  # a partition of the demo job (daily from 2025-01-01
 
 @pytest.fixture(scope="session")
 def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
-    """One day of generated shapes (40 images) and a quickly trained checkpoint, made with the demo's own scripts.
+    """One day of generated shapes (40 images) and a quickly trained checkpoint, made with the
+    demo's own scripts.
 
     The model is trained briefly (seconds): UI tests check the plumbing, not the accuracy.
     """

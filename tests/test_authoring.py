@@ -1,4 +1,5 @@
-"""The Graphbook authoring API: decorators, step classes, built-in steps, Note, log and the Graph API."""
+"""The Graphbook authoring API: decorators, step classes, built-in steps, Note, log and the Graph
+API."""
 
 from __future__ import annotations
 

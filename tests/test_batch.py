@@ -1,4 +1,5 @@
-"""The batch driver (loader pool -> on_item_batch -> dump pool -> release) and batch steps in workflows."""
+"""The batch driver (loader pool -> on_item_batch -> dump pool -> release) and batch steps in
+workflows."""
 
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ class ParamsLoad(StaticLoad):
 
 
 class InstanceLoad(BatchStep):
-    """A load_fn assigned on the instance (Graphbook checks ``self.load_fn != BatchStep.load_fn``)."""
+    """A load_fn assigned on the instance (Graphbook checks ``self.load_fn !=
+    BatchStep.load_fn``)."""
 
     def __init__(self, batch_size=2, item_key="items"):
         super().__init__(batch_size, item_key)
@@ -745,7 +747,8 @@ def test_worker_nice_lowers_loader_and_dump_worker_priority_only(tmp_path, worke
 
 
 def test_ring_slot_rewritten_too_early_fails_loudly():
-    """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the rewrite."""
+    """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the
+    rewrite."""
     from dagster_graphbook.execution.loader_pool import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(64)), KeepTensors.load_fn, {})

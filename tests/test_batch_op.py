@@ -74,7 +74,10 @@ NODES = """
             note.setdefault("device", str(out.device))
         if not ctx.out_dir:
             return None
-        return [(os.path.join(ctx.out_dir, f"{item}.txt"), float(out[0, 0, 0])) for item, out in zip(items, outputs)]
+        return [
+            (os.path.join(ctx.out_dir, f"{item}.txt"), float(out[0, 0, 0]))
+            for item, out in zip(items, outputs)
+        ]
     """
 
 PROCESSES = {
@@ -296,7 +299,8 @@ def test_terminate_mid_run_stops_every_worker_and_frees_shared_memory(
     """``dagster job execute`` runs the job as a run worker would, and SIGTERM is what stopping it
     sends: Dagster turns it into an interrupt of the step (under the multiprocess executor it
     forwards it to the step process as the same interrupt; the in-process executor here saves
-    starting one per step), and the batch op must stop its loader and dump workers on the way out."""
+    starting one per step), and the batch op must stop its loader and dump workers on the way
+    out."""
     wf, nodes, out_dir, pid_dir, _ = op_wf
     (tmp_path / "defs.py").write_text(textwrap.dedent(DEFS.format(wf=str(wf), nodes=str(nodes))))
     (tmp_path / "run.yaml").write_text(textwrap.dedent(RUN_CONFIG))
@@ -347,7 +351,8 @@ def test_terminate_mid_run_stops_every_worker_and_frees_shared_memory(
             proc.wait()
     assert _gone(tree, 3) == [], f"processes outlived the terminated run: {_gone(tree, 0)}"
     print(
-        f"\nworkers started {started_s:.1f} s after launch; run stopped {stopped_s:.2f} s after SIGTERM"
+        f"\nworkers started {started_s:.1f} s after launch; run stopped "
+        f"{stopped_s:.2f} s after SIGTERM"
     )
     assert stopped_s < 15, output[-3000:]
     assert _shm_torch() - shm_before == set()

@@ -1,4 +1,5 @@
-"""The code location as Dagster loads it: workspace.yaml, a real webserver, launches through GraphQL."""
+"""The code location as Dagster loads it: workspace.yaml, a real webserver, launches through
+GraphQL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ pytestmark = pytest.mark.ui
 
 
 def _materializations(home, run_id: str) -> dict:
-    """``{asset key: notes count}`` for every asset the run materialized, read from the instance's event log."""
+    """``{asset key: notes count}`` for every asset the run materialized, read from the instance's
+    event log."""
     instance = dg.DagsterInstance.from_config(str(home))
     counts = {}
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
@@ -28,7 +30,9 @@ def test_webserver_serves_server_info(webserver):
 
 def test_workspace_lists_every_workflow_as_a_job(webserver):
     data = webserver.graphql(
-        "{ workspaceOrError { ... on Workspace { locationEntries { name locationOrLoadError { __typename ... on RepositoryLocation { repositories { jobs { name } assetNodes { assetKey { path } } } } } } } } }"
+        "{ workspaceOrError { ... on Workspace { locationEntries { name "
+        "locationOrLoadError { __typename ... on RepositoryLocation { repositories { "
+        "jobs { name } assetNodes { assetKey { path } } } } } } } } }"
     )
     entry = data["workspaceOrError"]["locationEntries"][0]
     assert entry["name"] == "graphbook"
@@ -52,7 +56,8 @@ def test_workspace_lists_every_workflow_as_a_job(webserver):
 
 
 def test_launch_from_graphql_with_edited_parameters_succeeds(webserver):
-    """What the launchpad does: launchRun with edited step parameters (graphbook_executor, in process)."""
+    """What the launchpad does: launchRun with edited step parameters (graphbook_executor, in
+    process)."""
     run_config = {
         "ops": {
             "sample__GenerateNumbers": {"config": {"amount": 12, "seed": 3}},
@@ -75,7 +80,8 @@ DEMO = "nightly_shapes"
 
 
 def _demo_config(inputs: dict, output_dir: str, *, threshold: float, size: int) -> dict:
-    """Launchpad config for the demo with its paths moved to the test's folder and two parameters edited."""
+    """Launchpad config for the demo with its paths moved to the test's folder and two parameters
+    edited."""
     return {
         "ops": {
             f"{DEMO}__IncomingImages": {
@@ -103,7 +109,8 @@ def _written(folder) -> dict:
 
 def test_demo_job_is_partitioned_with_schedule_sensor_and_lineage(webserver, nightly_inputs):
     query = """query($s: PipelineSelector!) { pipelineOrError(params: $s) { ... on Pipeline {
-      isAssetJob partitionKeysOrError { ... on PartitionKeys { partitionKeys } } schedules { name cronSchedule } sensors { name } } } }"""
+      isAssetJob partitionKeysOrError { ... on PartitionKeys { partitionKeys } }
+      schedules { name cronSchedule } sensors { name } } } }"""
     job = webserver.graphql(
         query,
         {
@@ -120,7 +127,9 @@ def test_demo_job_is_partitioned_with_schedule_sensor_and_lineage(webserver, nig
     assert [s["cronSchedule"] for s in job["schedules"]] == ["0 2 * * *"]
     assert len(job["sensors"]) == 1
     nodes = webserver.graphql(
-        '{ assetNodes(group: {groupName: "nightly_shapes", repositoryName: "__repository__", repositoryLocationName: "graphbook"}) { assetKey { path } dependencyKeys { path } isMaterializable } }'
+        '{ assetNodes(group: {groupName: "nightly_shapes", repositoryName: '
+        '"__repository__", repositoryLocationName: "graphbook"}) { assetKey { path } '
+        "dependencyKeys { path } isMaterializable } }"
     )["assetNodes"]
     deps = {
         "/".join(n["assetKey"]["path"]): sorted("/".join(d["path"]) for d in n["dependencyKeys"])
@@ -138,8 +147,8 @@ def test_demo_job_is_partitioned_with_schedule_sensor_and_lineage(webserver, nig
 
 @pytest.fixture(scope="module")
 def demo_run(webserver, nightly_inputs):
-    """One partition of the demo launched over GraphQL with edited parameters: threshold 0 (nothing to
-    review) and 24-pixel copies (the default is 48, confidence threshold 0.9)."""
+    """One partition of the demo launched over GraphQL with edited parameters: threshold 0 (nothing
+    to review) and 24-pixel copies (the default is 48, confidence threshold 0.9)."""
     day = nightly_inputs["day"]
     config = _demo_config(
         nightly_inputs,
@@ -167,7 +176,8 @@ def test_demo_partition_launched_with_edited_parameters(webserver, demo_run, nig
         demo_run["run_id"], of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
     )
     assert {r.asset_materialization.partition for r in records} == {demo_run["day"]}
-    # {partition_key} in output_dir became the day; every copy is 24 x 24, in a folder named for its label
+    # {partition_key} in output_dir became the day; every copy is 24 x 24, in a folder named for its
+    # label
     written = _written(demo_run["outputs"])
     assert len(written) == n and set(written.values()) == {(24, 24)}
     assert {name.split("/")[0] for name in written} <= {"circle", "square", "triangle", "cross"}
@@ -176,8 +186,9 @@ def test_demo_partition_launched_with_edited_parameters(webserver, demo_run, nig
 def test_rematerialize_one_downstream_asset_from_stored_parents(
     webserver, demo_run, nightly_inputs
 ):
-    """The UI's "Materialize selected" on SaveResized for the same day: only that op runs, on the notes its
-    parents stored in the first run (same images, same predicted labels), with a new size and folder."""
+    """The UI's "Materialize selected" on SaveResized for the same day: only that op runs, on the
+    notes its parents stored in the first run (same images, same predicted labels), with a new size
+    and folder."""
     day = demo_run["day"]
     again = nightly_inputs["root"] / "again"
     config = {
@@ -196,7 +207,8 @@ def test_rematerialize_one_downstream_asset_from_stored_parents(
     webserver.expect_success(run_id)
 
     run = webserver.graphql(
-        "query($id: ID!) { runOrError(runId: $id) { ... on Run { stepKeysToExecute stepStats { stepKey status } } } }",
+        "query($id: ID!) { runOrError(runId: $id) { ... on Run { stepKeysToExecute "
+        "stepStats { stepKey status } } } }",
         {"id": run_id},
     )["runOrError"]
     assert run["stepKeysToExecute"] == [f"{DEMO}__SaveResized"]
@@ -220,7 +232,9 @@ def test_rematerialize_one_downstream_asset_from_stored_parents(
 
 def test_reload_code_location(webserver):
     data = webserver.graphql(
-        'mutation { reloadRepositoryLocation(repositoryLocationName: "graphbook") { __typename ... on WorkspaceLocationEntry { locationOrLoadError { __typename } } } }'
+        'mutation { reloadRepositoryLocation(repositoryLocationName: "graphbook") { '
+        "__typename ... on WorkspaceLocationEntry { locationOrLoadError { __typename "
+        "} } } }"
     )
     result = data["reloadRepositoryLocation"]
     assert result["__typename"] == "WorkspaceLocationEntry"

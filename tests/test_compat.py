@@ -98,7 +98,8 @@ def test_graphbook_alias_modules():
 
 
 def test_dotted_access_to_graphbook_core_submodules():
-    """``import graphbook.core.steps`` then ``graphbook.core.steps.Step`` works with real Graphbook."""
+    """``import graphbook.core.steps`` then ``graphbook.core.steps.Step`` works with real
+    Graphbook."""
     install_graphbook_alias()
     import graphbook
     import graphbook.core.resources
@@ -172,12 +173,14 @@ def test_syntax_error_file_is_recorded_and_others_load(tmp_path):
     write_nodes(
         folder,
         "good.py",
-        "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def load(self):\n        return {'out': [{'a': 1}]}\n",
+        "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def "
+        "load(self):\n        return {'out': [{'a': 1}]}\n",
     )
     write_nodes(
         folder,
         "broken.py",
-        "from graphbook.steps import Step\n\nclass Broken(Step):\n    def on_data(self, data)\n        pass\n",
+        "from graphbook.steps import Step\n\nclass Broken(Step):\n    def "
+        "on_data(self, data)\n        pass\n",
     )
     registry = NodeRegistry.load([folder])
     assert "Good" in registry.steps
@@ -217,12 +220,14 @@ def test_run_workflow_with_broken_node_file_fails_before_running(tmp_path, run_w
     write_nodes(
         folder,
         "good.py",
-        "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def load(self):\n        return {'out': [{'a': 1}]}\n",
+        "from graphbook.steps import SourceStep\n\nclass Good(SourceStep):\n    def "
+        "load(self):\n        return {'out': [{'a': 1}]}\n",
     )
     write_nodes(
         folder,
         "broken.py",
-        "from graphbook.steps import Step\nclass Broken(Step):\n    def on_data(self data):\n        pass\n",
+        "from graphbook.steps import Step\nclass Broken(Step):\n    def on_data(self "
+        "data):\n        pass\n",
     )
     wf = write_workflow(
         tmp_path,

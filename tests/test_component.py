@@ -14,14 +14,16 @@ import pytest
 from conftest import REPO
 from dagster.components import load_defs
 
-# load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the same).
+# load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the
+# same).
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Function `load_defs` is deprecated:DeprecationWarning"
 )
 
 
 def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.Definitions:
-    """A project in ``tmp_path`` (pyproject.toml + package ``package``) with one defs.yaml per folder."""
+    """A project in ``tmp_path`` (pyproject.toml + package ``package``) with one defs.yaml per
+    folder."""
     (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "{package}"\nversion = "0"\n')
     root = tmp_path / package
     root.mkdir()
@@ -96,7 +98,8 @@ def test_component_builds_partitioned_job_schedule_sensor_and_lineage(tmp_path):
 
 
 def test_component_paths_resolve_from_its_folder_and_the_job_runs(tmp_path):
-    """Relative paths in defs.yaml resolve from its folder; the job runs (in process) and stores notes where asked."""
+    """Relative paths in defs.yaml resolve from its folder; the job runs (in process) and stores
+    notes where asked."""
     (tmp_path / "workflows").mkdir()
     (tmp_path / "workflows" / "sample.json").write_text(
         (REPO / "workflows" / "sample.json").read_text()
@@ -146,12 +149,14 @@ def test_component_type_is_registered_for_dagster_tooling():
 
 
 def test_repository_code_location_has_every_workflow_without_importing_torch():
-    """What workspace.yaml loads (autoload of definitions/): the Python examples and the YAML nightly demo."""
+    """What workspace.yaml loads (autoload of definitions/): the Python examples and the YAML
+    nightly demo."""
     code = (
         "import importlib, sys, warnings; warnings.simplefilter('ignore');"
         "from dagster.components import load_defs;"
         "defs = load_defs(importlib.import_module('definitions'));"
-        "print(sorted(j.name for j in defs.jobs), [s.name for s in defs.schedules], [s.name for s in defs.sensors], 'torch' in sys.modules)"
+        "print(sorted(j.name for j in defs.jobs), [s.name for s in defs.schedules], "
+        "[s.name for s in defs.sensors], 'torch' in sys.modules)"
     )
     import subprocess
 
@@ -160,6 +165,7 @@ def test_repository_code_location_has_every_workflow_without_importing_torch():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "['nightly_shapes', 'sample', 'sample_graph', 'simple_class', 'simple_functional', 'word_split'] "
+        "['nightly_shapes', 'sample', 'sample_graph', 'simple_class', "
+        "'simple_functional', 'word_split'] "
         "['nightly_shapes_nightly'] ['nightly_shapes_new_folder'] False"
     )

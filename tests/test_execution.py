@@ -312,8 +312,8 @@ def test_step_raising_fails_run_naming_workflow_step_and_note(failing, run_wf, d
     chain = _failure_chain(dg.DagsterInstance.from_config(dagster_home), run.run_id)
     assert set(chain) == {"failing__Boom"}
     assert (
-        "workflow 'failing', step 'Boom' (node 2): failed on note 3 {'i': 3}: ValueError: cannot handle 3"
-        in chain["failing__Boom"]
+        "workflow 'failing', step 'Boom' (node 2): failed on note 3 {'i': 3}: "
+        "ValueError: cannot handle 3" in chain["failing__Boom"]
     )
     # on_end ran although the step failed
     assert marker.read_text() == "end\n"
@@ -358,8 +358,8 @@ def test_source_failure_names_the_step_and_progress(failing, run_wf, dagster_hom
     chain = _failure_chain(dg.DagsterInstance.from_config(dagster_home), run.run_id)
     assert set(chain) == {"failing__Numbers"}
     assert (
-        "workflow 'failing', step 'Numbers' (node 1): load failed after 2 notes: RuntimeError: source ran dry"
-        in chain["failing__Numbers"]
+        "workflow 'failing', step 'Numbers' (node 1): load failed after 2 notes: "
+        "RuntimeError: source ran dry" in chain["failing__Numbers"]
     )
     assert not marker.exists()  # the downstream step never ran
 
@@ -566,7 +566,8 @@ def test_source_yield_forms():
 
 
 def test_class_source_with_a_generator_attribute():
-    """A non-generator SourceStep is run through ``load()`` even if it keeps an RNG named ``generator``."""
+    """A non-generator SourceStep is run through ``load()`` even if it keeps an RNG named
+    ``generator``."""
     from dagster_graphbook import SourceStep
 
     class Seeded(SourceStep):
@@ -596,7 +597,9 @@ def test_dump_jsonl_removes_what_a_killed_run_left(tmp_path):
         "d.on_after_item({'i': 0}); d._file.flush()\n"
         "print('written', flush=True); time.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "written"
     leftovers = [p.name for p in tmp_path.iterdir()]
     assert len(leftovers) == 1 and leftovers[0].startswith(f".tmp-{proc.pid}-")

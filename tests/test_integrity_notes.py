@@ -132,7 +132,7 @@ def test_two_concurrent_runs_of_one_partition_see_only_their_own_notes(tmp_path,
         assert proc.returncode == 0, err[-3000:]
         results[tag] = json.loads(out.strip().splitlines()[-1])
     assert len(os.listdir(barrier)) == 2  # both runs really were inside the barrier at once
-    for tag, res in results.items():
+    for res in results.values():
         assert res["success"], res["failure"]
     # Join reads Emit twice (directly and through Barrier): each run sees only its own 3 or 5 notes
     assert results["a"]["tags"] == ["a"] * 6

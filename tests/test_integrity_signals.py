@@ -132,7 +132,8 @@ def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path,
     defs = tmp_path / "hang_defs.py"
     defs.write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
-        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])])\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, "
+        f"custom_nodes=[{str(nodes)!r}])])\n"
     )
     config = tmp_path / "run.yaml"
     config.write_text(

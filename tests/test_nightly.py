@@ -1,8 +1,10 @@
 """The nightly shapes demo end to end: generated days, a CNN trained by the repository's script,
-one day materialized through Dagster (accuracy, tables, files, lineage) and a backfill over a date range.
+one day materialized through Dagster (accuracy, tables, files, lineage) and a backfill over a date
+range.
 
-The fixture lays out a project like the repository (``data/incoming/<day>/``, ``models/shapes_cnn.pt``)
-in a temporary folder, so the workflow runs with the parameters of ``workflows/nightly_shapes.json``.
+The fixture lays out a project like the repository (``data/incoming/<day>/``,
+``models/shapes_cnn.pt``) in a temporary folder, so the workflow runs with the parameters of
+``workflows/nightly_shapes.json``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def _shapes_data():
 
 @pytest.fixture(scope="session")
 def project(tmp_path_factory) -> Dict[str, Any]:
-    """Three generated days and a checkpoint trained by examples/nightly/train_shapes_cnn.py (seconds)."""
+    """Three generated days and a checkpoint trained by examples/nightly/train_shapes_cnn.py
+    (seconds)."""
     root = tmp_path_factory.mktemp("nightly_project")
     data = _shapes_data()
     for day in DAYS:
@@ -110,7 +113,8 @@ def test_generator_is_deterministic_per_day_and_writes_days_whole(tmp_path):
 
 
 def test_one_day_through_dagster(project, tmp_path, monkeypatch):
-    """One partition: accuracy and items/s in the metadata, tables, resized copies by label, lineage."""
+    """One partition: accuracy and items/s in the metadata, tables, resized copies by label,
+    lineage."""
     import pandas as pd
 
     monkeypatch.chdir(
@@ -174,7 +178,8 @@ def test_one_day_through_dagster(project, tmp_path, monkeypatch):
 
 
 def test_edited_parameters_take_effect(project, tmp_path, monkeypatch):
-    """Launchpad config: threshold 0 leaves nothing to review; the copies go to another folder ({partition_key} filled in)."""
+    """Launchpad config: threshold 0 leaves nothing to review; the copies go to another folder
+    ({partition_key} filled in)."""
     monkeypatch.chdir(project["root"])
     config = {
         "ops": {
@@ -228,7 +233,8 @@ def test_backfill_over_a_date_range(project, tmp_path):
     root = project["root"]
     (tmp_path / "defs.py").write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions\n"
-        f"defs = build_definitions([GraphbookWorkflow({str(WORKFLOW)!r}, custom_nodes=[{str(NODES)!r}], "
+        f"defs = build_definitions([GraphbookWorkflow({str(WORKFLOW)!r}, "
+        f"custom_nodes=[{str(NODES)!r}], "
         "partitions_def=daily_partitions('2026-01-01'), executor='in_process')], "
         f"notes_dir={str(tmp_path / 'notes')!r})\n"
     )
@@ -239,7 +245,8 @@ def test_backfill_over_a_date_range(project, tmp_path):
     home.mkdir()
     # No daemon here: runs start at once instead of waiting in the queue.
     (home / "dagster.yaml").write_text(
-        "telemetry:\n  enabled: false\nrun_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "telemetry:\n  enabled: false\nrun_coordinator:\n  module: "
+        "dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
     )
     dagster = Path(sys.executable).parent / "dagster"
     out = subprocess.run(
@@ -295,11 +302,14 @@ def test_backfill_over_a_date_range(project, tmp_path):
 
 
 def test_materialize_command_runs_a_day_of_the_code_location(project, tmp_path):
-    """What scripts/demo.sh runs: `dagster-graphbook materialize JOB --partition DAY` on a code location module."""
+    """What scripts/demo.sh runs: `dagster-graphbook materialize JOB --partition DAY` on a code
+    location module."""
     root = project["root"]
     (root / "nightly_cli_defs.py").write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions\n"
-        f"defs = build_definitions([GraphbookWorkflow({str(WORKFLOW)!r}, custom_nodes=[{str(NODES)!r}], partitions_def=daily_partitions('2026-01-01'))], "
+        f"defs = build_definitions([GraphbookWorkflow({str(WORKFLOW)!r}, "
+        f"custom_nodes=[{str(NODES)!r}], "
+        "partitions_def=daily_partitions('2026-01-01'))], "
         f"notes_dir={str(tmp_path / 'notes')!r})\n"
     )
     cli = Path(sys.executable).parent / "dagster-graphbook"

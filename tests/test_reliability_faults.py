@@ -76,7 +76,12 @@ FAULT_NODES = """
             note.setdefault("loaded", []).append(out)
         if not ctx.out_dir:
             return None
-        return [("/dev/full" if item == ctx.full_item else os.path.join(ctx.out_dir, f"{item}.txt"), out) for item, out in zip(items, outputs)]
+
+        def path(item):
+            full = item == ctx.full_item
+            return "/dev/full" if full else os.path.join(ctx.out_dir, f"{item}.txt")
+
+        return [(path(item), out) for item, out in zip(items, outputs)]
     """
 
 WORKERS = {
@@ -439,7 +444,8 @@ def test_retry_policy_from_the_code_location(retry_wf, dagster_home):
 
 LAUNCH_RUN = """
 mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
-  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on RunConfigValidationInvalid { errors { message } } } }
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } } }
 """
 TERMINATE_RUN = """
 mutation($runId: String!) { terminateRun(runId: $runId) {
@@ -478,7 +484,8 @@ def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(
     location = tmp_path / "location.py"
     location.write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
-        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])])\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, "
+        f"custom_nodes=[{str(nodes)!r}])])\n"
     )
     config = (
         {"n": 4000},
@@ -493,7 +500,8 @@ def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(
     }
     # launch at once, as `dagster dev` does with its daemon (the default coordinator only queues)
     Path(dagster_home, "dagster.yaml").write_text(
-        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\ntelemetry:\n  enabled: false\n"
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: "
+        "DefaultRunCoordinator\ntelemetry:\n  enabled: false\n"
     )
     before_shm = _shm()
     with (
@@ -548,7 +556,8 @@ def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(
         def shm_clean() -> bool:
             # Dagster's run worker makes spawn-context semaphores (sem.mp-*) that the code server's
             # resource tracker removes when the code server stops (after a successful run too); the
-            # pools use fork, whose semaphores never show up in /dev/shm. Anything else is the run's.
+            # pools use fork, whose semaphores never show up in /dev/shm. Anything else is the
+            # run's.
             run_tree = {p.pid for p in psutil.Process().children(recursive=True)} - service
             return not shm_leaks(before_shm, mine=run_tree, grace_s=0, ignore=("sem.mp-",))
 
@@ -557,7 +566,8 @@ def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(
         "shared memory left in /dev/shm after the code server stopped"
     )
     print(
-        f"\nterminate: step process and {len(workers)} pool workers gone {gone_s:.2f} s after terminateRun, "
+        f"\nterminate: step process and {len(workers)} pool workers gone {gone_s:.2f} "
+        "s after terminateRun, "
         f"run CANCELED after {canceled_s:.2f} s, its /dev/shm entries gone after {shm_s:.2f} s"
     )
     assert gone_s < 15, f"workers took {gone_s:.1f} s to go after terminate"

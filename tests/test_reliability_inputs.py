@@ -91,7 +91,8 @@ def test_broken_node_file_in_a_code_location_other_workflows_still_load(tmp_path
     location = tmp_path / "location.py"
     location.write_text(
         "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
-        f"defs = build_definitions([GraphbookWorkflow({str(good)!r}, custom_nodes=[{str(folder)!r}])])\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(good)!r}, "
+        f"custom_nodes=[{str(folder)!r}])])\n"
     )
     spec = importlib.util.spec_from_file_location("reliability_location", location)
     module = importlib.util.module_from_spec(spec)
@@ -265,7 +266,8 @@ def _jpeg(path: Path, size: int, seed: int) -> None:
 
 @pytest.fixture
 def image_case(tmp_path):
-    """12 real JPEGs in 4 notes, plus a truncated JPEG, a missing file and an item of the wrong type."""
+    """12 real JPEGs in 4 notes, plus a truncated JPEG, a missing file and an item of the wrong
+    type."""
     nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
     images = tmp_path / "images"
     images.mkdir()

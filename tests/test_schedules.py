@@ -1,4 +1,5 @@
-"""Partitions, schedules and the folder sensor of workflows, evaluated through Dagster's own test contexts."""
+"""Partitions, schedules and the folder sensor of workflows, evaluated through Dagster's own test
+contexts."""
 
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ def test_folder_sensor_waits_for_todays_partition_and_skips_days_before_the_firs
         (incoming / day).mkdir()
     with dg.instance_for_test() as instance:
         tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
-        # 2026-01-15 precedes the partitions: skipped; today has no partition yet: left for a later tick
+        # 2026-01-15 precedes the partitions: skipped; today has no partition yet: left for a later
+        # tick
         assert [r.partition_key for r in tick.run_requests] == [yesterday]
         assert json.loads(tick.cursor) == ["2026-01-15", yesterday]
         later = sensor.evaluate_tick(
@@ -189,7 +191,8 @@ def test_bad_executor_is_a_clear_error(tmp_path):
 
 
 def test_partition_key_reaches_steps(tmp_path, wf_builders):
-    """``{partition_key}`` in string parameters (workflow value and run config) and ``self.partition_key``."""
+    """``{partition_key}`` in string parameters (workflow value and run config) and
+    ``self.partition_key``."""
     b = wf_builders
     nodes = b["write_nodes"](
         tmp_path / "nodes",
@@ -207,7 +210,8 @@ def test_partition_key_reaches_steps(tmp_path, wf_builders):
                 self.path, self.other = path, other
 
             def load(self):
-                return {"out": [{"path": self.path, "other": self.other, "key": self.partition_key}]}
+                note = {"path": self.path, "other": self.other, "key": self.partition_key}
+                return {"out": [note]}
     """,
     )
     wf = b["write_workflow"](

@@ -37,7 +37,8 @@ SOAK_NODES = """
 
 
     def load_item(ctx, item):
-        return torch.tensor([item, 2 * item], dtype=torch.int64)  # same shape: batches travel as one shared block
+        # same shape: batches travel as one shared block
+        return torch.tensor([item, 2 * item], dtype=torch.int64)
 
 
     def dump_item(ctx, item, doubled):
@@ -163,12 +164,16 @@ def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(
     first, second = max(s[1] for s in warm[:half]), max(s[1] for s in warm[half:])
     mib = 1024 * 1024
     print(
-        f"\nsoak: {total} items, {NOTES} notes in {seconds:.1f} s (batch step {t1 - t0:.1f} s, {total / (t1 - t0):.0f} items/s); "
-        f"step process RSS {baseline / mib:.0f} MiB before the run, peak {max(s[1] for s in inside) / mib:.0f} MiB (first half {first / mib:.0f}, second half {second / mib:.0f}), "
+        f"\nsoak: {total} items, {NOTES} notes in {seconds:.1f} s (batch step "
+        f"{t1 - t0:.1f} s, {total / (t1 - t0):.0f} items/s); "
+        f"step process RSS {baseline / mib:.0f} MiB before the run, peak "
+        f"{max(s[1] for s in inside) / mib:.0f} MiB (first half {first / mib:.0f}, "
+        f"second half {second / mib:.0f}), "
         f"workers' RSS peak {max(s[2] for s in inside) / mib:.0f} MiB"
     )
     assert second <= first + 32 * mib, (
-        f"step process memory grew from {first / mib:.0f} to {second / mib:.0f} MiB during the batch step"
+        f"step process memory grew from {first / mib:.0f} to {second / mib:.0f} MiB "
+        "during the batch step"
     )
 
     leaks.check()

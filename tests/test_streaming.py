@@ -575,7 +575,7 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
                     pass
             time.sleep(2)
             os.killpg(proc.pid, signal.SIGKILL)
-            raise AssertionError(proc.stdout.read().decode()[-12000:])
+            raise AssertionError(proc.stdout.read().decode()[-12000:]) from None
         stopped_s = time.monotonic() - t0
         output = proc.stdout.read().decode()
     finally:

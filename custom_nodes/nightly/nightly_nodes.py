@@ -5,7 +5,8 @@ Plain Graphbook node code (it imports ``graphbook`` only). torch is imported ins
 so loading these nodes (as Dagster's code location does) stays fast.
 
 IncomingImages -> ClassifyShapes (model: ShapesModel) -> ReviewSplit -> confident -> SaveResized
-                                                                     -> review (a table to check by hand)
+                                                                     -> review (a table to check by
+                                                                     hand)
 """
 
 import csv
@@ -90,7 +91,8 @@ class ShapesModel(Resource):
         path = resolve_path(self.checkpoint)
         if not path.is_file():
             raise FileNotFoundError(
-                f"no model checkpoint at {path}: train one with `python examples/nightly/train_shapes_cnn.py --out {self.checkpoint}`"
+                f"no model checkpoint at {path}: train one with `python "
+                f"examples/nightly/train_shapes_cnn.py --out {self.checkpoint}`"
             )
         device = (
             ("cuda" if torch.cuda.is_available() else "cpu")
@@ -101,7 +103,8 @@ class ShapesModel(Resource):
             ckpt = torch.load(path, map_location=device, weights_only=True)
         model = ckpt["model"].to(device).eval()
         self.log(
-            f"loaded {path} ({', '.join(ckpt['classes'])}; validation accuracy {ckpt.get('val_accuracy', float('nan')):.3f}) on {device}"
+            f"loaded {path} ({', '.join(ckpt['classes'])}; validation accuracy "
+            f"{ckpt.get('val_accuracy', float('nan')):.3f}) on {device}"
         )
         return ClassifierModel(model, ckpt["classes"], ckpt["image_size"], device, str(path))
 
@@ -116,7 +119,7 @@ class IncomingImages(SourceStep):
         "folder": {
             "type": "string",
             "default": "data/incoming/{partition_key}",
-            "description": "Folder of the day's images ({partition_key} is the day being processed)",
+            "description": "Folder of the day's images ({partition_key}: the day being processed)",
         },
         "labels_file": {
             "type": "string",
@@ -133,12 +136,14 @@ class IncomingImages(SourceStep):
     def load(self):
         if "{partition_key}" in self.folder:
             raise ValueError(
-                f"folder {self.folder!r} needs a partition key: run a partition (a day), or set folder to a path"
+                f"folder {self.folder!r} needs a partition key: run a partition (a "
+                "day), or set folder to a path"
             )
         folder = resolve_path(self.folder)
         if not folder.is_dir():
             raise FileNotFoundError(
-                f"no incoming folder {folder}: make it with `python examples/nightly/shapes_data.py --date {folder.name}`"
+                f"no incoming folder {folder}: make it with `python "
+                f"examples/nightly/shapes_data.py --date {folder.name}`"
             )
         labels = {}
         labels_path = folder / self.labels_file
@@ -194,7 +199,8 @@ class ClassifyShapes(BatchStep):
 
     @staticmethod
     def load_fn(item, size):
-        """Worker side: the image at ``item`` as an RGB ``size`` x ``size`` CHW float tensor in [0, 1]."""
+        """Worker side: the image at ``item`` as an RGB ``size`` x ``size`` CHW float tensor in [0,
+        1]."""
         import numpy as np
         import torch
         from PIL import Image
@@ -262,7 +268,8 @@ class ReviewSplit(Split):
     def __init__(self, threshold=0.9):
         # a note whose image was lost under on_item_error: skip has no confidence: it needs review
         super().__init__(
-            split_fn=f"def split_fn(note):\n    return note.get('confidence', -1.0) >= {float(threshold)!r}\n"
+            split_fn="def split_fn(note):\n    return note.get('confidence', -1.0) >= "
+            f"{float(threshold)!r}\n"
         )
         self.threshold = float(threshold)
 

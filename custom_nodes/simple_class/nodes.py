@@ -12,7 +12,8 @@ from graphbook.steps import SourceStep, Step
 
 class MyFirstStep(Step):
     """
-    This is a custom step that randomly forwards the input to either A or B given the probability `prob`.
+    This is a custom step that randomly forwards the input to either A or B given the probability
+    `prob`.
 
     Args:
         prob (float): The probability of forwarding the input to A.

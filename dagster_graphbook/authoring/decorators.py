@@ -49,7 +49,8 @@ class _Decoration:
 
 
 def _unwind(func: Any, spec: _Spec) -> Callable[..., Any]:
-    """Apply recorded decorations top to bottom (the order Graphbook uses) and return the function."""
+    """Apply recorded decorations top to bottom (the order Graphbook uses) and return the
+    function."""
     while isinstance(func, _Decoration):
         func.apply(spec)
         func = func.inner
@@ -87,7 +88,8 @@ def _build(func: Any, name: Optional[str], spec: _Spec) -> type:
 
     def __init__(self, **kwargs: Any) -> None:
         values = _resolve_params(short_name, parameters, casts, kwargs)
-        # Set before the base init (a non-generator `load` may run in it) and after (it resets item_key).
+        # Set before the base init (a non-generator `load` may run in it) and after (it resets
+        # item_key).
         self.__dict__.update(values)
         if issubclass(base, _steps.BatchStep):
             _steps.BatchStep.__init__(

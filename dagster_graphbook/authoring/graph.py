@@ -1,4 +1,5 @@
-"""Graphbook's Python workflow API: ``Graph``, ``g.step``, ``g.resource``, ``param``, ``bind``, ``@g()``."""
+"""Graphbook's Python workflow API: ``Graph``, ``g.step``, ``g.resource``, ``param``, ``bind``,
+``@g()``."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class GraphNodeWrapper:
         self.overridable: Set[str] = set()
 
     def param(self, key: str, arg: Any, *, overridable: bool = False) -> GraphNodeWrapper:
-        """Set parameter ``key``; ``overridable=True`` lets run config replace a ``function`` parameter's code."""
+        """Set parameter ``key``; ``overridable=True`` lets run config replace a ``function``
+        parameter's code."""
         self.parameters[key] = arg
         if overridable:
             self.overridable.add(key)

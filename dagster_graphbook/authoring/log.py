@@ -50,7 +50,8 @@ def stderr_target(node_id: str, node_name: str) -> LogTarget:
 
 
 def transform_json_log(obj: Any) -> Any:
-    """Make a value JSON-friendly the way Graphbook's json logs do (tensors and images summarised)."""
+    """Make a value JSON-friendly the way Graphbook's json logs do (tensors and images
+    summarised)."""
     if isinstance(obj, dict):
         return {str(k): transform_json_log(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

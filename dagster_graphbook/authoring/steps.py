@@ -128,7 +128,8 @@ class SourceStep(Step):
 
 
 class GeneratorSourceStep(SourceStep):
-    """A source whose ``load()`` is a generator: each yield is ``{pin: note(s)}``, a list or a note."""
+    """A source whose ``load()`` is a generator: each yield is ``{pin: note(s)}``, a list or a
+    note."""
 
     def __init__(self):
         super().__init__()

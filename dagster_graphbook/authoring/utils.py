@@ -28,7 +28,8 @@ def transform_function_string(func_str: str) -> Callable[..., Any]:
         return func_str
     if not isinstance(func_str, str):
         raise TypeError(
-            f"a function parameter must be Python source starting with 'def', got {type(func_str).__name__}"
+            "a function parameter must be Python source starting with 'def', got "
+            f"{type(func_str).__name__}"
         )
     source = func_str.strip("\n")
     match = _DEF.search(source)

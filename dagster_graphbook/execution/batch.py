@@ -1,4 +1,5 @@
-"""The batch step driver: loader pool -> ``on_item_batch`` on the device -> dump pool -> notes released in order.
+"""The batch step driver: loader pool -> ``on_item_batch`` on the device -> dump pool -> notes
+released in order.
 
 Items of all input notes are batched together (``batch_size`` is per batch, not per note). A note
 leaves (``on_after_item`` then ``route``) once all its items were processed and all its dumps
@@ -28,7 +29,10 @@ from .workers import start_method_problem
 Emit = Callable[[str, str], None]
 
 LOST_ITEMS_KEY = "graphbook_lost_items"
-_CUDA_FORK_HINT = "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into on_item_batch"
+_CUDA_FORK_HINT = (
+    "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into "
+    "on_item_batch"
+)
 
 
 @dataclass
@@ -82,7 +86,8 @@ def _items_of(note: Any, item_key: str) -> List[Any]:
     value = get(item_key, None)
     if value is None:
         raise KeyError(
-            f"item_key {item_key!r} not found in note (keys: {', '.join(map(str, list(note.keys())[:10]))})"
+            f"item_key {item_key!r} not found in note (keys: "
+            f"{', '.join(map(str, list(note.keys())[:10]))})"
         )
     if isinstance(value, list):
         return value
@@ -96,8 +101,9 @@ def _dump_calls(dumps: Any, n: int, label: str) -> List[Tuple[int, Tuple[Any, ..
     if dumps is None:
         return []
     if isinstance(dumps, dict):  # Graphbook's deprecated form: {key: [one per item]}
-        warnings.warn(
-            "dict returns from on_item_batch are deprecated: return one dump_fn argument tuple per item",
+        warnings.warn(  # noqa: B028 (the default level points at this line, which says where)
+            "dict returns from on_item_batch are deprecated: return one dump_fn "
+            "argument tuple per item",
             DeprecationWarning,
         )
         calls = []
@@ -105,7 +111,8 @@ def _dump_calls(dumps: Any, n: int, label: str) -> List[Tuple[int, Tuple[Any, ..
             if len(values) != n:
                 raise StepFailure(
                     label,
-                    f"on_item_batch returned {len(values)} values under {key!r} for a batch of {n} items",
+                    f"on_item_batch returned {len(values)} values under {key!r} for a "
+                    f"batch of {n} items",
                 )
             calls += [(i, v if isinstance(v, tuple) else (v,)) for i, v in enumerate(values)]
         return calls
@@ -113,7 +120,8 @@ def _dump_calls(dumps: Any, n: int, label: str) -> List[Tuple[int, Tuple[Any, ..
     if len(dumps) != n:
         raise StepFailure(
             label,
-            f"on_item_batch returned {len(dumps)} dump tuples for a batch of {n} items; return exactly one per item (or None)",
+            f"on_item_batch returned {len(dumps)} dump tuples for a batch of {n} "
+            "items; return exactly one per item (or None)",
         )
     return [(i, tuple(d) if isinstance(d, (tuple, list)) else (d,)) for i, d in enumerate(dumps)]
 
@@ -168,7 +176,8 @@ class _BatchRun:
         if not self.skip:
             raise StepFailure(
                 self.label,
-                f"{stage} failed on item {short_repr(self.items[index])} (note {note_index}, item {self.position[index]})",
+                f"{stage} failed on item {short_repr(self.items[index])} (note "
+                f"{note_index}, item {self.position[index]})",
                 error,
                 note=self.notes[note_index],
             )
@@ -221,7 +230,8 @@ class _BatchRun:
                 if not self.skip:
                     raise StepFailure(
                         self.label,
-                        f"on_after_item/route failed on note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        f"on_after_item/route failed on note {ni} {short_repr(note)}: "
+                        f"{type(exc).__name__}: {exc}",
                         error,
                         note=note,
                     ) from exc
@@ -241,7 +251,8 @@ class _BatchRun:
 
 def mark_lost(note: Any, positions: List[int]) -> None:
     """Mark a note released with items lost under ``skip``: ``note[LOST_ITEMS_KEY]`` lists their
-    positions in the note's item list, so downstream steps can tell (``note.get(LOST_ITEMS_KEY)``)."""
+    positions in the note's item list, so downstream steps can tell
+    (``note.get(LOST_ITEMS_KEY)``)."""
     try:
         previous = list(note.get(LOST_ITEMS_KEY) or [])
         note[LOST_ITEMS_KEY] = sorted({*previous, *positions})
@@ -250,7 +261,8 @@ def mark_lost(note: Any, positions: List[int]) -> None:
 
 
 def check_skipped_share(label: str, skipped: int, total: int, limit: Optional[float]) -> None:
-    """Fail the step when the share of skipped items exceeds ``limit`` (``max_skipped_fraction``)."""
+    """Fail the step when the share of skipped items exceeds ``limit``
+    (``max_skipped_fraction``)."""
     if limit is None or total <= 0 or skipped / total <= limit:
         return
     raise StepFailure(
@@ -261,7 +273,8 @@ def check_skipped_share(label: str, skipped: int, total: int, limit: Optional[fl
 
 
 def _has_own(step: Any, name: str, placeholders: set) -> bool:
-    """Whether the step (its class or the instance itself, as Graphbook checks) overrides ``name``."""
+    """Whether the step (its class or the instance itself, as Graphbook checks) overrides
+    ``name``."""
     fn = getattr(step, name, None)
     return getattr(fn, "__func__", fn) not in placeholders
 
@@ -299,7 +312,9 @@ def run_batch_step(
         # Dask workers and Celery's prefork children are daemonic and may not have children
         emit(
             "warning",
-            f"{label}: this step runs in a daemonic process ({multiprocessing.current_process().name}), which cannot start worker processes; using worker_type 'thread'",
+            f"{label}: this step runs in a daemonic process "
+            f"({multiprocessing.current_process().name}), which cannot start worker "
+            "processes; using worker_type 'thread'",
         )
         settings = replace(settings, worker_type="thread")
     device = resolve_device(settings.device)
@@ -398,7 +413,9 @@ def run_batch_step(
                     done = progress.counts["processed"] + progress.counts["failed"]
                     raise StepFailure(
                         label,
-                        f"a loader worker process died (killed by a signal: out of memory, segfault or kill) while loading items {done}.. of {len(run.items)}: {exc}",
+                        "a loader worker process died (killed by a signal: out of "
+                        f"memory, segfault or kill) while loading items {done}.. of "
+                        f"{len(run.items)}: {exc}",
                     ) from exc
                 raise
             progress.loader_wait_s += time.perf_counter() - t0
@@ -458,7 +475,8 @@ def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
     parts = [f"waiting in {run.stage}"]
     if run.stage == "load_fn" and done < len(run.items):
         parts.append(
-            f"for the batch from item {done} {short_repr(run.items[done], 80)} (note {run.owner[done]})"
+            f"for the batch from item {done} {short_repr(run.items[done], 80)} (note "
+            f"{run.owner[done]})"
         )
     pending = list(dumps.pending.values()) if dumps is not None else []
     if pending:

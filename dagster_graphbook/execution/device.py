@@ -14,7 +14,8 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(
-            f"device {device!r} was requested but torch sees no CUDA device; use device 'auto' or 'cpu'"
+            f"device {device!r} was requested but torch sees no CUDA device; use "
+            "device 'auto' or 'cpu'"
         )
     torch.device(device)  # validates the spelling
     return device

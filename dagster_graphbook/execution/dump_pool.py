@@ -133,7 +133,8 @@ class DumpPool:
                 error, files = future.result()
             except BrokenProcessPool as exc:
                 raise BrokenProcessPool(
-                    f"a dump worker process died (killed by a signal: out of memory, segfault or kill) during dump_fn: {exc}"
+                    "a dump worker process died (killed by a signal: out of memory, "
+                    f"segfault or kill) during dump_fn: {exc}"
                 ) from exc
             out.append(DumpDone(key, error, files))
         return out

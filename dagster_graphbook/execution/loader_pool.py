@@ -33,7 +33,8 @@ class LoadedBatch(NamedTuple):
     errors: List[Tuple[int, str]]  # (item index, traceback) for items whose load_fn raised
 
     def outputs(self, device: str = "cpu") -> List[Any]:
-        """The loaded values as a list, on ``device`` (a stacked block crosses to the GPU in one copy)."""
+        """The loaded values as a list, on ``device`` (a stacked block crosses to the GPU in one
+        copy)."""
         if self.stacked is not None:
             block = self.stacked if device == "cpu" else self.stacked.to(device, non_blocking=True)
             return list(block.unbind(0))
@@ -87,7 +88,8 @@ def _stackable(values: List[Any]) -> bool:
 
 
 def collate(samples: List[Tuple[int, Any, Optional[str]]]) -> LoadedBatch:
-    """Keep lists (Graphbook hands ``outputs`` as a list); stack same-shape tensors into one block."""
+    """Keep lists (Graphbook hands ``outputs`` as a list); stack same-shape tensors into one
+    block."""
     indices, values, errors = _split(samples)
     if _stackable(values):
         return LoadedBatch(indices, None, torch.stack(values), errors)
@@ -236,7 +238,8 @@ class _WorkerCollate:
             return LoadedBatch(indices, None, torch.stack(values), errors)
         if _RING is None:
             _RING = _SlabRing(self.slots, self.budget)
-        return LoadedBatch(indices, None, _RING.put(info.id, values), errors)  # type: ignore[arg-type]
+        # type: ignore[arg-type]
+        return LoadedBatch(indices, None, _RING.put(info.id, values), errors)
 
 
 def _batch_ranges(n: int, batch_size: int) -> List[range]:
@@ -264,7 +267,8 @@ _TIMED_OUT = "DataLoader timed out"
 
 
 def _drop_frame_locals(exc: BaseException) -> None:
-    """Clear the locals of the frames in ``exc``'s traceback chain (file and line stay for the report).
+    """Clear the locals of the frames in ``exc``'s traceback chain (file and line stay for the
+    report).
 
     Dagster keeps a failed step's exception; through its traceback the frames would keep the
     DataLoader iterator, and with it the pipes of its worker queues, alive after the op ended.
@@ -331,11 +335,13 @@ class ProcessLoader:
                 if not str(exc).startswith(_TIMED_OUT):
                     _drop_frame_locals(exc)
                     raise  # e.g. "DataLoader worker (pid(s) ...) exited unexpectedly"
-                continue  # a slow batch, not a dead worker: keep waiting (the iterator state is unchanged)
+                # a slow batch, not a dead worker: keep waiting (the iterator state is unchanged)
+                continue
             yield self._receive(batch)
 
     def _receive(self, batch: LoadedBatch) -> LoadedBatch:
-        """Copy a stacked batch out of its worker's ring (the slot is reused later), pinned on CUDA."""
+        """Copy a stacked batch out of its worker's ring (the slot is reused later), pinned on
+        CUDA."""
         ref = batch.stacked
         if isinstance(ref, PipedBatch):
             self.piped += 1
@@ -354,8 +360,10 @@ class ProcessLoader:
             out.copy_(_view(block, ref.shape, ref.dtype))
             if int(_stamp(block)[0]) != ref.seq:
                 raise RuntimeError(
-                    f"internal error: loader worker {ref.worker} rewrote ring slot {ref.slot} before batch {ref.seq} "
-                    f"was copied out (it holds batch {int(_stamp(block)[0])}); please report this with your torch version"
+                    f"internal error: loader worker {ref.worker} rewrote ring slot "
+                    f"{ref.slot} before batch {ref.seq} "
+                    f"was copied out (it holds batch {int(_stamp(block)[0])}); please "
+                    "report this with your torch version"
                 )
             return batch._replace(stacked=out)
         if self.pin:
@@ -370,7 +378,8 @@ class ProcessLoader:
         return getattr(self._it, "_tasks_outstanding", None)
 
     def close(self) -> None:
-        """Stop and join the workers now (not at garbage collection: a failed op may keep the iterator alive)."""
+        """Stop and join the workers now (not at garbage collection: a failed op may keep the
+        iterator alive)."""
         shutdown = getattr(self._it, "_shutdown_workers", None)
         if getattr(self._it, "_tasks_outstanding", 0):
             # closed with batches still loading (the step failed or was interrupted): a worker stuck
@@ -462,7 +471,8 @@ class ThreadLoader:
 
 
 class SyncBatches:
-    """A BatchStep without ``load_fn``: raw items in batches, ``outputs`` is None (Graphbook's sync path)."""
+    """A BatchStep without ``load_fn``: raw items in batches, ``outputs`` is None (Graphbook's sync
+    path)."""
 
     def __init__(self, items: Sequence[Any], batch_size: int):
         self.items = items

@@ -62,7 +62,8 @@ class Progress:
         eta = f"ETA {left / rate:.0f} s" if rate > 0 else "ETA ?"
         loader = "?" if loader_in_flight is None else str(loader_in_flight)
         return (
-            f"{done}/{self.total_items} ({pct}%) · {rate:.1f} items/s · {eta} · {c['failed']} failed"
+            f"{done}/{self.total_items} ({pct}%) · {rate:.1f} items/s · {eta} · "
+            f"{c['failed']} failed"
             f" · queues: loader {loader} batches, dumps {dumps_in_flight} · "
             f"{c['notes_released']}/{self.total_notes} notes out · {self.device}"
         )

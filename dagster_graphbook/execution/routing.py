@@ -1,4 +1,5 @@
-"""Notes leaving a step: route results and source yields turned into pins, checked against the step's pins."""
+"""Notes leaving a step: route results and source yields turned into pins, checked against the
+step's pins."""
 
 from __future__ import annotations
 
@@ -96,8 +97,10 @@ def normalize_yield(
         if not warned[0]:
             warned[0] = True
             warn(
-                f"yielded a dict whose keys ({', '.join(map(str, list(value)[:5]))}) are not output pins; "
-                f"treating it as one note on pin {pins[0]!r}. Yield {{{pins[0]!r}: note}} to be explicit."
+                f"yielded a dict whose keys ({', '.join(map(str, list(value)[:5]))}) "
+                "are not output pins; "
+                f"treating it as one note on pin {pins[0]!r}. Yield {{{pins[0]!r}: "
+                f"note}} to be explicit."
             )
         return {pins[0]: [value]}
     if isinstance(value, list):

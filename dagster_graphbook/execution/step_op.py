@@ -1,4 +1,5 @@
-"""The body of a step's op: config and resources -> step instance -> driver -> one Output per pin."""
+"""The body of a step's op: config and resources -> step instance -> driver -> one Output per
+pin."""
 
 from __future__ import annotations
 
@@ -109,7 +110,8 @@ def failures_named(plan: StepPlan) -> Iterator[None]:
     try:
         yield
     except StepFailure as exc:
-        raise exc.at(plan.workflow, plan.step_name, plan.node_id)
+        exc.at(plan.workflow, plan.step_name, plan.node_id)
+        raise
     except (dg.DagsterError, dg.RetryRequested, dg.Failure):
         raise  # Dagster's own control flow, and failures that already carry their message
     except Exception as exc:
@@ -121,13 +123,15 @@ def failures_named(plan: StepPlan) -> Iterator[None]:
 def _retry_or_raise(
     context: dg.AssetExecutionContext, plan: StepPlan, runtime: Mapping[str, Any], exc: Exception
 ) -> None:
-    """``runtime.retries`` from run config: ask Dagster to run the step again; once spent, the step fails with ``exc`` itself."""
+    """``runtime.retries`` from run config: ask Dagster to run the step again; once spent, the step
+    fails with ``exc`` itself."""
     retries = int(runtime.get("retries") or 0)
     attempt = context.retry_number + 1
     if attempt > retries:
         return
     context.log.warning(
-        f"{plan.label}: attempt {attempt} of {retries + 1} failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying"
+        f"{plan.label}: attempt {attempt} of {retries + 1} failed: "
+        f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying"
     )
     raise dg.RetryRequested(
         max_retries=retries, seconds_to_wait=float(runtime.get("retry_delay_s") or 0.0)

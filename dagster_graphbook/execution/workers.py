@@ -23,7 +23,8 @@ def die_with_parent() -> None:
 
 
 def lower_priority(nice: int, thread: bool = False) -> None:
-    """Raise this worker's nice value by ``nice`` (for a thread: only that thread's, as Linux allows).
+    """Raise this worker's nice value by ``nice`` (for a thread: only that thread's, as Linux
+    allows).
 
     Loading and dumping are background work: with a CPU-bound model in the step process, workers
     at the same priority take a third of the cores each and the model waits for CPU, while
@@ -62,7 +63,10 @@ def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional
     if start_method == "fork":
         return None
     if start_method not in multiprocessing.get_all_start_methods():
-        return f"start method {start_method!r} is not available here (available: {', '.join(multiprocessing.get_all_start_methods())})"
+        return (
+            f"start method {start_method!r} is not available here (available: "
+            f"{', '.join(multiprocessing.get_all_start_methods())})"
+        )
     import pickle
 
     for what, obj in objects.items():
@@ -77,12 +81,17 @@ def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional
                 getattr(module, "__graphbook_file_module__", False) or module.__name__ == "__main__"
             ):
                 return (
-                    f"{what} {getattr(ref, '__qualname__', ref)!r} is defined in {getattr(module, '__file__', module.__name__)}, "
-                    f"a file loaded by path that {start_method} workers cannot import; use start_method 'fork' "
+                    f"{what} {getattr(ref, '__qualname__', ref)!r} is defined in "
+                    f"{getattr(module, '__file__', module.__name__)}, "
+                    f"a file loaded by path that {start_method} workers cannot "
+                    "import; use start_method 'fork' "
                     "or move the node into an installed package"
                 )
         try:
             pickle.dumps(obj)
         except Exception as exc:
-            return f"{what} cannot be sent to {start_method} workers: {type(exc).__name__}: {exc}; use start_method 'fork'"
+            return (
+                f"{what} cannot be sent to {start_method} workers: {type(exc).__name__}: "
+                f"{exc}; use start_method 'fork'"
+            )
     return None

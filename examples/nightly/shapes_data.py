@@ -88,7 +88,8 @@ def draw_shape(rng: random.Random, label: str, size: int = IMAGE_SIZE) -> Image.
 
 
 def samples(seed: str, count: int) -> List[Tuple[Image.Image, str]]:
-    """``count`` (image, label) pairs from the generator seeded with ``seed`` (classes balanced at random)."""
+    """``count`` (image, label) pairs from the generator seeded with ``seed`` (classes balanced at
+    random)."""
     rng = random.Random(seed)
     out = []
     for _ in range(count):
@@ -159,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         existed = (Path(args.root) / day).exists()
         folder = make_day(args.root, day, args.count, overwrite=args.overwrite)
         print(
-            f"{folder}: {'kept (exists)' if existed and not args.overwrite else f'{args.count} images'}"
+            f"{folder}: "
+            f"{'kept (exists)' if existed and not args.overwrite else f'{args.count} images'}"
         )
 
 

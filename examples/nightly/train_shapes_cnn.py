@@ -37,7 +37,8 @@ def image_tensor(image, size: int = MODEL_INPUT):
 
 
 def build_model(num_classes: int):
-    """Per-image normalisation, three conv blocks and a small classifier head: standard layers only."""
+    """Per-image normalisation, three conv blocks and a small classifier head: standard layers
+    only."""
     from torch import nn
 
     return nn.Sequential(
@@ -111,7 +112,8 @@ def train(
             val_acc = (model(vx).argmax(1) == vy).float().mean().item()
         if not quiet:
             print(
-                f"epoch {epoch + 1}/{epochs}: loss {loss.item():.3f}, val accuracy {val_acc:.3f} ({time.perf_counter() - start:.1f} s)"
+                f"epoch {epoch + 1}/{epochs}: loss {loss.item():.3f}, val accuracy "
+                f"{val_acc:.3f} ({time.perf_counter() - start:.1f} s)"
             )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     tmp = f"{out}.tmp-{os.getpid()}"

@@ -16,5 +16,5 @@ def load_item(ctx, item):
 @step("SumBatch")
 @batch(batch_size=2, item_key="items", load_fn=load_item)
 def sum_batch(ctx, outputs, items, datas):
-    for out, item, data in zip(outputs, items, datas):
+    for out, _item, data in zip(outputs, items, datas):
         data.setdefault("loaded", []).append(out)
