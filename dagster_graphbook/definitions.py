@@ -13,7 +13,7 @@ from .assets import WorkflowDefs, build_workflow_defs
 from .authoring.graph import Graph
 from .automation import Automation
 from .checks import StepCheck, bind_checks
-from .executor import resolve_executor
+from .executor import graphbook_executor, resolve_executor
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
 from .load_errors import load_error_job
 from .registry import NodeRegistry
@@ -212,6 +212,7 @@ def build_definitions(
     translator = translator or GraphbookTranslator()
     assets: List[Any] = []
     jobs: List[Any] = []
+    automated: List[dg.ExecutorDefinition] = []  # executors of the workflows with automation
     resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: _NOTES_IO, **(extra_resources or {})}
     schedules: List[Any] = []
     sensors: List[Any] = []
@@ -239,6 +240,8 @@ def build_definitions(
             jobs.append(load_error_job(spec, exc))
             continue
         assets += defs.assets
+        if spec.automation not in (None, "none"):
+            automated.append(resolve_executor(spec.executor))
         defs.job = _with_own_resources(defs, extra_resources or {})
         jobs.append(defs.job)
         resources.update(defs.resources)
@@ -255,12 +258,16 @@ def build_definitions(
         new_schedules, new_sensors = schedules_and_sensors(spec, defs)
         schedules += new_schedules
         sensors += new_sensors
+    # Automation's runs go through Dagster's implicit asset job, which takes the Definitions'
+    # executor: without one, a process per step (what graphbook_executor avoids for our jobs).
+    executor = automated[0] if len({id(e) for e in automated}) == 1 else graphbook_executor
     return dg.Definitions(
         assets=[*assets, *_unique_specs(external)],
         jobs=jobs,
         resources=resources,
         schedules=schedules,
         sensors=sensors,
+        executor=executor if automated else None,
     )
 
 

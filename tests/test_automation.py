@@ -202,6 +202,10 @@ def test_component_automation_eager(tmp_path):
     assert graph.get(incoming).partitions_def == job.partitions_def
     for key in graph.get_all_asset_keys() - {incoming}:
         assert graph.get(key).automation_condition.get_label() == "eager"
+    # automation's runs go through the implicit asset job: in one process, like the workflow's job
+    from dagster_graphbook.executor import graphbook_executor
+
+    assert defs.resolve_implicit_global_asset_job_def().executor_def is graphbook_executor
     (tmp_path / "gb_automation_defs" / "nightly" / "incoming" / "2026-02-01").mkdir(parents=True)
     sensor = defs.resolve_sensor_def("nightly_shapes_new_folder")
     with dg.instance_for_test() as instance:
