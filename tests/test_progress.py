@@ -36,6 +36,20 @@ def test_first_report_after_about_a_second_then_every_interval():
     assert len(lines) == 1
 
 
+def test_no_periodic_line_once_every_item_is_done():
+    """The step's final line follows at once: a periodic one at 100% would say it twice."""
+    lines = []
+    progress = Progress("s", 4, 1, "cpu", lines.append, interval_s=5.0)
+    progress.add("processed", 3)
+    progress.next_report = 0.0  # due
+    progress.maybe_report(1, 0)
+    assert [line.split(" ", 1)[0] for line in lines] == ["3/4"]
+    progress.add("processed", 1)
+    progress.next_report = 0.0
+    progress.maybe_report(0, 0)
+    assert len(lines) == 1
+
+
 class Slow(BatchStep):
     def __init__(self):
         super().__init__(batch_size=2, item_key="items")
@@ -61,6 +75,8 @@ def test_a_batch_step_reports_progress_lines_in_the_short_form():
     progress = [m for m in messages if PROGRESS_LINE.match(m)]
     assert progress, messages
     assert all("/20 (" in m and "items/s" in m and "ETA" in m for m in progress)
+    done = [m.split(" ", 1)[0] for m in progress]
+    assert done[-1] == "20/20" and len(set(done)) == len(done), progress  # no line twice
 
 
 class _Terminal(io.StringIO):

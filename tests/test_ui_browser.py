@@ -297,12 +297,12 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     run_id = webserver.launch("checked", checked_config(score=0.5), repositoryLocationName=LOCATION)
     assert webserver.wait(run_id) == "FAILURE"
 
-    # the run page, its log filtered on "ETA" (as a user would type it): short progress lines
+    # the run page, its log filtered on "items/s" (as a user would type it): short progress lines
     driver.get(f"{webserver.url}/runs/{run_id}")
     _skip_community_dialog(driver)
     visible("//*[normalize-space()='RUN_FAILURE']")  # the whole log is loaded
     log_filter = driver.find_element(By.CSS_SELECTOR, "input[placeholder^='Filter']")
-    log_filter.send_keys("ETA", Keys.ENTER)
+    log_filter.send_keys("items/s", Keys.ENTER)
     wait.until(lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='RUN_FAILURE']"))
     visible("//*[contains(text(), '/12 (') and contains(text(), 'items/s · ETA')]")
     shown = [

@@ -69,6 +69,9 @@ class Progress:
         )
 
     def maybe_report(self, loader_in_flight: Optional[int], dumps_in_flight: int) -> None:
+        """A line if one is due; none once every item is done (the step's final line says it)."""
+        if self.counts["processed"] + self.counts["failed"] >= self.total_items:
+            return
         now = time.perf_counter()
         if now >= self.next_report:
             self.next_report = now + self.interval_s
