@@ -759,3 +759,61 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
                 time.sleep(0.05)  # a slow step: the workers run ahead into the only slot
     finally:
         loader.close()
+
+
+_SIGCHLD_PROBE = r"""
+import json, logging, signal, sys, threading, time
+from dagster_graphbook import BatchStep
+from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.errors import StepFailure
+
+
+class Explodes(BatchStep):
+    def __init__(self):
+        super().__init__(batch_size=2, item_key="items")
+
+    @staticmethod
+    def load_fn(item):
+        time.sleep(0.3)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        raise RuntimeError("model exploded")
+
+
+settings = BatchSettings(num_workers=2, worker_type="process", device="cpu")
+failure = None
+try:
+    run_batch_step(Explodes(), [{"items": list(range(40))}], settings, label="step 'Explodes'")
+except StepFailure as exc:
+    failure = str(exc).splitlines()[0]
+time.sleep(1.0)  # the terminated workers' SIGCHLD has arrived by now
+got = []
+probe = threading.Thread(target=lambda: got.append(logging.getLogger("probe") is not None))
+probe.start()
+probe.join(5)  # another thread can take logging's module lock
+handler = signal.getsignal(signal.SIGCHLD)
+print(json.dumps({
+    "failure": failure,
+    "sigchld": getattr(handler, "__qualname__", str(handler)),
+    "logging_lock_free": bool(got),
+}))
+"""
+
+
+def test_no_sigchld_handler_raises_into_the_step(tmp_path):
+    """torch's SIGCHLD handler raised "worker killed" at a random line of the step's thread when
+    the loader terminated its workers: once inside logging's lock, the lock leaked and the next
+    thread that logged (the dump pool's manager thread) hung the run. The pool keeps it out."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _SIGCHLD_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["failure"] and "model exploded" in result["failure"], result
+    assert "SIGCHLD" not in result["sigchld"], result  # torch's handler is not installed
+    assert result["logging_lock_free"], result

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from .errors import exit_hint
+from .torch_internals import forget_worker_pids, keep_out_sigchld_handler
 from .workers import init_worker, lower_priority
 
 
@@ -325,6 +326,7 @@ class ProcessLoader:
         self._it: Optional[Iterator[LoadedBatch]] = None
 
     def __iter__(self) -> Iterator[LoadedBatch]:
+        keep_out_sigchld_handler()
         self._it = iter(self.loader)
         while True:
             try:
@@ -384,6 +386,7 @@ class ProcessLoader:
         if getattr(self._it, "_tasks_outstanding", 0):
             # closed with batches still loading (the step failed or was interrupted): a worker stuck
             # in load_fn would hold torch's shutdown for 5 s per worker; nothing it loads is needed
+            forget_worker_pids(self._it)
             for worker in getattr(self._it, "_workers", None) or []:
                 if worker.is_alive():
                     worker.terminate()
