@@ -216,6 +216,7 @@ def build_workflow_defs(
             retry_policy=retry_policy,
             op_tags=op_tags,
             external_deps=deps,
+            pool=pool,
         )
         assets, keys = [asset], list(asset.keys)
     for node in workflow.steps() if not streaming else ():

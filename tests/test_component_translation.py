@@ -281,6 +281,20 @@ def test_python_hooks_decide_retry_policy_and_pool_where_the_workflow_sets_none(
     classify = _op(defs, K(["nightly_shapes", "ClassifyShapes"]))
     assert (classify.retry_policy, classify.pool) == (wide, "night")
 
+    # streamed: one op for every step takes the workflow's settings, else the hooks'
+    spec = GraphbookWorkflow(source, custom_nodes=nightly, streaming=True)
+    defs = build_definitions([spec], translator=PerStep(), strict=True)
+    stream = _op(defs, K(["nightly_shapes", "ClassifyShapes"]))
+    assert (stream.retry_policy, stream.pool) == (policy, "cpu")  # IncomingImages' pool comes first
+    spec = GraphbookWorkflow(
+        source, custom_nodes=nightly, streaming=True, retry_policy=wide, pool="night"
+    )
+    stream = _op(
+        build_definitions([spec], translator=PerStep(), strict=True),
+        K(["nightly_shapes", "ClassifyShapes"]),
+    )
+    assert (stream.retry_policy, stream.pool) == (wide, "night")
+
 
 def test_new_component_fields_carry_descriptions_and_examples():
     from dagster_graphbook import GraphbookWorkflowComponent

@@ -63,8 +63,13 @@ def segment_asset(
     retry_policy: Any = None,
     op_tags: Optional[Dict[str, Any]] = None,
     external_deps: Optional[List[dg.AssetKey]] = None,
+    pool: Optional[str] = None,
 ) -> dg.AssetsDefinition:
-    """One op running every step of ``workflow``; ``plans``/``configs`` are the per-step ones."""
+    """One op running every step of ``workflow``; ``plans``/``configs`` are the per-step ones.
+
+    ``pool`` and ``retry_policy`` (the workflow's) apply to the op where set; else the first
+    step's ``get_pool`` and the step policy with the most retries (a retry reruns every step).
+    """
     from ..assets import input_assets, spec_deps
 
     stored = stored_pins(workflow)
@@ -94,6 +99,11 @@ def segment_asset(
     op_config[STREAM_KEY] = dg.Field(_stream_fields())  # defaults filled in
     resource_keys = {key for plan in plans.values() for key in plan.resource_keys.values()}
     pools = [translator.get_pool(workflow, n) for n in workflow.steps()]
+    if retry_policy is None:
+        policies = [translator.get_retry_policy(workflow, n) for n in workflow.steps()]
+        retry_policy = max(
+            (p for p in policies if p is not None), key=lambda p: p.max_retries, default=None
+        )
 
     @dg.multi_asset(
         name=all_names.stream_op_name,
@@ -107,7 +117,7 @@ def segment_asset(
             **(op_tags or {}),
             **all_names.steps_tag(all_names.steps),
         },
-        pool=next((p for p in pools if p), None),
+        pool=pool if pool is not None else next((p for p in pools if p), None),
         partitions_def=partitions_def,
         retry_policy=retry_policy,
         description=f"Graphbook workflow `{workflow.name}` streamed as one op ({len(plans)} steps)",
