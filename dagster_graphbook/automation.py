@@ -78,14 +78,14 @@ def with_automation(
 
 
 def automation_sensor(
-    job_name: str, keys: Sequence[dg.AssetKey], **kwargs: Any
+    job_name: str, keys: Sequence[dg.AssetKey], name: Optional[str] = None, **kwargs: Any
 ) -> dg.AutomationConditionSensorDefinition:
     """``<job>_automation``: evaluates the workflow's conditions (running by default, like
     Dagster's default automation sensor). Requests go out as one run per day, not as backfills:
     a run of the workflow stores notes for one partition. Pass the job's tags as ``run_tags``:
     its runs are of Dagster's asset job, not of the workflow's job."""
     return dg.AutomationConditionSensorDefinition(
-        f"{job_name}_automation",
+        name or f"{job_name}_automation",
         target=dg.AssetSelection.assets(*keys),
         default_status=kwargs.pop("default_status", dg.DefaultSensorStatus.RUNNING),
         emit_backfills=False,

@@ -255,7 +255,7 @@ def build_definitions(
                 )
                 for k in keys
             ]
-        new_schedules, new_sensors = schedules_and_sensors(spec, defs)
+        new_schedules, new_sensors = schedules_and_sensors(spec, defs, translator)
         schedules += new_schedules
         sensors += new_sensors
     # Automation's runs go through Dagster's implicit asset job, which takes the Definitions'

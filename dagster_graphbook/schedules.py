@@ -28,51 +28,76 @@ def daily_partitions(
     )
 
 
-def schedules_and_sensors(spec: Any, defs: Any) -> Tuple[List[Any], List[Any]]:
-    """The schedule (and sensor) a workflow declares.
+def schedules_and_sensors(
+    spec: Any, defs: Any, translator: Any = None
+) -> Tuple[List[Any], List[Any]]:
+    """The schedule (and sensor) a workflow declares, named by the translator.
 
     Daily partitions without a cron: a nightly schedule at ``schedule_hour`` (UTC, default 0) that
     runs the previous day. Partitions with a cron: each tick runs the latest complete partition.
     A cron alone: an unpartitioned schedule.
     """
+    from .translator import GraphbookTranslator
+
+    translator = translator or GraphbookTranslator()
     schedules: List[Any] = []
     sensors: List[Any] = []
-    name = defs.job.name
+
+    def schedule_name(kind: str) -> str:
+        return translator.get_schedule_name(defs.workflow, kind)
+
+    def sensor_name(kind: str) -> str:
+        return translator.get_sensor_name(defs.workflow, kind)
+
     if automation_on(spec.automation):  # the condition runs the days, not a schedule
-        return [], _automation_sensors(spec, defs)
+        return [], _automation_sensors(spec, defs, sensor_name)
     if spec.partitions_def is not None and spec.cron_schedule is None:
         if isinstance(spec.partitions_def, dg.TimeWindowPartitionsDefinition):
             schedules.append(
                 dg.build_schedule_from_partitioned_job(
-                    defs.job, name=f"{name}_nightly", hour_of_day=spec.schedule_hour or 0
+                    defs.job, name=schedule_name("nightly"), hour_of_day=spec.schedule_hour or 0
                 )
             )
     elif spec.cron_schedule is not None:
         if spec.partitions_def is not None:
             schedules.append(
                 latest_partition_schedule(
-                    defs.job, spec.partitions_def, spec.cron_schedule, name=f"{name}_schedule"
+                    defs.job,
+                    spec.partitions_def,
+                    spec.cron_schedule,
+                    name=schedule_name("schedule"),
                 )
             )
         else:
             schedules.append(
                 dg.ScheduleDefinition(
-                    name=f"{name}_schedule", job=defs.job, cron_schedule=spec.cron_schedule
+                    name=schedule_name("schedule"), job=defs.job, cron_schedule=spec.cron_schedule
                 )
             )
     if spec.sensor is not None:
-        sensors.append(spec.sensor.build(defs.job, spec.partitions_def))
+        sensors.append(
+            spec.sensor.build(defs.job, spec.partitions_def, name=sensor_name("new_folder"))
+        )
     return schedules, sensors
 
 
-def _automation_sensors(spec: Any, defs: Any) -> List[Any]:
+def _automation_sensors(spec: Any, defs: Any, sensor_name: Any) -> List[Any]:
     """With an automation condition: its sensor, and the folder sensor recording new days only
     (the condition, not the folder sensor, requests the runs; a schedule would run days twice)."""
     sensors: List[Any] = [
-        automation_sensor(defs.job.name, defs.asset_keys, run_tags=dict(spec.job_tags or {}))
+        automation_sensor(
+            defs.job.name,
+            defs.asset_keys,
+            name=sensor_name("automation"),
+            run_tags=dict(spec.job_tags or {}),
+        )
     ]
     if spec.sensor is not None:
-        sensors.append(spec.sensor.build(defs.job, spec.partitions_def, request_runs=False))
+        sensors.append(
+            spec.sensor.build(
+                defs.job, spec.partitions_def, request_runs=False, name=sensor_name("new_folder")
+            )
+        )
     return sensors
 
 
@@ -184,6 +209,7 @@ class FolderSensor:
         partitions_def: Optional[dg.PartitionsDefinition] = None,
         *,
         request_runs: bool = True,
+        name: Optional[str] = None,
     ) -> dg.SensorDefinition:
         """The sensor; ``request_runs=False`` only records the asset (an automation condition on
         the workflow's assets requests the runs)."""
@@ -260,7 +286,7 @@ class FolderSensor:
             )
 
         return dg.SensorDefinition(
-            name=self.name or f"{job.name}_new_folder",
+            name=self.name or name or f"{job.name}_new_folder",
             evaluation_fn=evaluate,
             job=job,
             minimum_interval_seconds=self.minimum_interval_seconds,

@@ -477,6 +477,32 @@ class GraphbookTranslator:
         """
         return node_code_references(workflow, node)
 
+    def get_schedule_name(self, workflow: Workflow, kind: str) -> str:
+        """The workflow's schedule: ``kind`` is ``nightly`` (daily partitions) or ``schedule`` (a
+        cron); default ``<job>_<kind>``.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_schedule_name(self, workflow, kind):
+                        return f"{workflow.name}_every_night"
+        """
+        return f"{self.names(workflow).job_name}_{kind}"
+
+    def get_sensor_name(self, workflow: Workflow, kind: str) -> str:
+        """The workflow's sensors: ``kind`` is ``new_folder`` (the folder sensor; its own ``name``
+        wins) or ``automation`` (the automation condition sensor); default ``<job>_<kind>``.
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_sensor_name(self, workflow, kind):
+                        return f"{workflow.name}_{kind}_sensor"
+        """
+        return f"{self.names(workflow).job_name}_{kind}"
+
     def get_retry_policy(self, workflow: Workflow, node: WorkflowNode) -> Optional[dg.RetryPolicy]:
         """The step op's retry policy where the workflow sets none (``GraphbookWorkflow`` or YAML
         ``retry_policy``, which apply to every step); ``None``: no retries.

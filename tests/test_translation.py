@@ -7,13 +7,14 @@ import functools
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import dagster as dg
 import pytest
 from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import (
+    FolderSensor,
     GraphbookTranslator,
     GraphbookWorkflow,
     NodeRegistry,
@@ -355,6 +356,7 @@ class Hook:
     check: Callable[[dg.Definitions], None]
     run: bool = False
     streaming: bool = False
+    workflow_kwargs: Optional[Dict[str, Any]] = None  # e.g. partitions for the schedule hooks
 
 
 def _translator(hook: Hook) -> GraphbookTranslator:
@@ -535,6 +537,27 @@ HOOKS = [
         ),
     ),
     Hook(
+        "get_schedule_name",
+        lambda base, wf, kind: f"{base(wf, kind)}_at_night",
+        lambda defs: _assert_equal({s.name for s in defs.schedules}, {"sample_nightly_at_night"}),
+        workflow_kwargs={"partitions_def": dg.DailyPartitionsDefinition("2026-01-01")},
+    ),
+    Hook(
+        "get_sensor_name",
+        lambda base, wf, kind: f"{kind}_of_{wf.name}",
+        lambda defs: _assert_equal({s.name for s in defs.sensors}, {"new_folder_of_sample"}),
+        workflow_kwargs={"sensor": FolderSensor("/nonexistent/incoming")},
+    ),
+    Hook(
+        "get_sensor_name",
+        lambda base, wf, kind: f"{kind}_of_{wf.name}",
+        lambda defs: _assert_equal({s.name for s in defs.sensors}, {"automation_of_sample"}),
+        workflow_kwargs={
+            "partitions_def": dg.DailyPartitionsDefinition("2026-01-01"),
+            "automation": "eager",
+        },
+    ),
+    Hook(
         "get_resource_key",
         lambda base, wf, node: f"shared_{node.name.lower()}",
         lambda defs: _assert_equal(set(defs.resources) - {"graphbook_notes"}, {"shared_function"}),
@@ -603,6 +626,7 @@ def test_translation_hook(hook: Hook, repo, tmp_path, request):
         repo / "workflows" / "sample.json",
         custom_nodes=[repo / "custom_nodes" / "sample"],
         streaming=hook.streaming,
+        **(hook.workflow_kwargs or {}),
     )
     defs = build_definitions([spec], translator=translator, strict=True)
     defs.resolve_all_job_defs()
