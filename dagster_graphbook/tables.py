@@ -18,10 +18,15 @@ def write_table(notes: List[dict], path: Any) -> Dict[str, Any]:
     df = pd.DataFrame.from_records(notes)
     write_atomic(path, lambda f: df.to_parquet(f, index=False))
     schema = dg.TableSchema(columns=[dg.TableColumn(str(c), str(t)) for c, t in df.dtypes.items()])
-    preview = df.head(_PREVIEW_ROWS).astype(str)
+    # the first rows as a table the UI renders (cells as text: notes hold lists, tensors, paths)
+    head = df.head(_PREVIEW_ROWS).astype(str)
+    preview = dg.MetadataValue.table(
+        records=[dg.TableRecord(dict(zip(map(str, head.columns), row))) for row in head.values],
+        schema=dg.TableSchema(columns=[dg.TableColumn(str(c), "string") for c in head.columns]),
+    )
     return {
         "dagster/row_count": dg.MetadataValue.int(len(df)),
         "dagster/column_schema": dg.MetadataValue.table_schema(schema),
-        "preview": dg.MetadataValue.md(preview.to_markdown(index=False)),
+        "preview": preview,
         "table_path": dg.MetadataValue.path(str(path)),
     }
