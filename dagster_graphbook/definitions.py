@@ -237,7 +237,7 @@ def build_definitions(
             logger.error(
                 "%s\n(the other workflows are loaded; this one shows as a job that fails)", exc
             )
-            jobs.append(load_error_job(spec, exc))
+            jobs.append(load_error_job(spec, exc, translator))
             continue
         assets += defs.assets
         if spec.automation not in (None, "none"):

@@ -13,8 +13,8 @@ from typing import Any
 
 import dagster as dg
 
-from .translator import safe_name
-from .workflow import workflow_name
+from .translator import GraphbookTranslator, safe_name
+from .workflow import Workflow, workflow_name
 
 LOAD_ERROR_TAG = "dagster_graphbook/load_error"
 
@@ -28,11 +28,26 @@ def broken_job_name(spec: Any) -> str:
     return workflow_name(stem or Path(str(source)).stem)
 
 
-def load_error_job(spec: Any, error: Exception) -> dg.JobDefinition:
+def translated_job_name(spec: Any, translator: GraphbookTranslator) -> str:
+    """The name the translator gives the job, asked of a workflow with no nodes (the file did
+    not load): an override of ``get_job_name`` renames the broken job as it renames the
+    others. A hook that needs the nodes falls back to the workflow's own name."""
+    name = broken_job_name(spec)
+    source = spec.source
+    path = Path(source) if isinstance(source, (str, Path)) else None
+    try:
+        return translator.get_job_name(Workflow(name=name, nodes={}, path=path))
+    except Exception:  # noqa: BLE001 (the hook saw an empty workflow; its load error is shown)
+        return name
+
+
+def load_error_job(
+    spec: Any, error: Exception, translator: GraphbookTranslator | None = None
+) -> dg.JobDefinition:
     """A job standing for a workflow that failed to load: its description and its one op's
     failure carry the load error (file, node and reason)."""
     message = str(error)
-    name = broken_job_name(spec)
+    name = translated_job_name(spec, translator or GraphbookTranslator())
 
     @dg.op(name=f"{name}__load_error", description=message)
     def _load_error(context) -> None:  # noqa: ANN001 (Dagster passes its context)

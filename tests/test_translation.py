@@ -751,6 +751,28 @@ def test_colliding_keys_name_the_steps_and_pins(repo):
     assert "step 'Transform' (node 7), pin 'out'" in message
 
 
+def test_broken_workflow_job_is_named_by_the_translator(tmp_path, repo):
+    """A workflow that fails to load stands as a job named as the translator names jobs, so
+    the UI shows it where the working job would be."""
+
+    class Suffixed(GraphbookTranslator):
+        def get_job_name(self, workflow):
+            return f"{workflow.name}_job"
+
+    broken = tmp_path / "broken_flow.json"
+    broken.write_text('{"nodes": {"1": {"type": "step", "name": "NoSuchStep"}}}')
+    defs = build_definitions(
+        [repo / "workflows" / "sample.json", broken],
+        custom_nodes=[repo / "custom_nodes" / "sample"],
+        translator=Suffixed(),
+    )
+    assert defs.resolve_job_def("sample_job") is not None
+    job = defs.resolve_job_def("broken_flow_job")
+    assert "FAILED TO LOAD" in job.description and "broken_flow.json" in job.description
+    with pytest.raises(dg.DagsterInvariantViolationError):
+        defs.resolve_job_def("broken_flow")
+
+
 def test_colliding_resource_keys_name_the_nodes(tmp_path, repo):
     class OneResource(GraphbookTranslator):
         def get_resource_key(self, workflow, node):
