@@ -175,15 +175,18 @@ def build_workflow_defs(
     job_tags: Optional[Dict[str, str]] = None,
     external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None,
     executor_def: Optional[dg.ExecutorDefinition] = None,
-    streaming: bool = False,
+    streaming: Any = False,
     checks: Optional[Dict[str, List[StepCheck]]] = None,
     pool: Optional[str] = None,
 ) -> WorkflowDefs:
-    """Translate one validated workflow (``streaming``: all steps as one streaming op).
+    """Translate one validated workflow (``streaming``: ``True`` runs all steps as one streaming
+    op, a list of step names runs those, a connected segment, as one op; see ``streaming``).
 
     ``retry_policy`` and ``pool`` apply to every step op where set; else the translator's
     ``get_retry_policy`` and ``get_pool`` decide per step.
     """
+    from .streaming.segment import segment_asset, segment_ids
+
     translator = translator or GraphbookTranslator()
     names = translator.names(workflow)
     resource_keys = dict(names.resource_keys)
@@ -192,26 +195,28 @@ def build_workflow_defs(
         for n in workflow.resources()
     }
     assets, keys = [], []
-    if streaming:
-        from .streaming.segment import segment_asset
-
-        if checks:
+    segment = segment_ids(workflow, names, streaming)
+    if segment:
+        checked = [names.steps[i].step for i in segment if (checks or {}).get(i)]
+        if checked:
             raise WorkflowError(
                 workflow.source,
                 [
-                    "asset checks are not supported on a streaming workflow yet; "
-                    "drop streaming or the checks"
+                    f"asset checks on streamed steps ({', '.join(checked)}) are not supported "
+                    "yet; leave those steps out of the streaming segment or drop the checks"
                 ],
             )
         parts = {
-            n.id: _plan_and_config(workflow, n, names, resource_keys, {}) for n in workflow.steps()
+            i: _plan_and_config(workflow, workflow.nodes[i], names, resource_keys, {})
+            for i in segment
         }
-        deps = sorted({k for ks in (external_deps or {}).values() for k in ks}, key=str)
+        deps = sorted({k for i in segment for k in (external_deps or {}).get(i, [])}, key=str)
         asset = segment_asset(
             workflow,
             translator,
             {i: p for i, (p, _) in parts.items()},
             {i: c for i, (_, c) in parts.items()},
+            segment=segment,
             partitions_def=partitions_def,
             retry_policy=retry_policy,
             op_tags=op_tags,
@@ -219,7 +224,7 @@ def build_workflow_defs(
             pool=pool,
         )
         assets, keys = [asset], list(asset.keys)
-    for node in workflow.steps() if not streaming else ():
+    for node in (n for n in workflow.steps() if n.id not in segment):
         asset = _step_asset(
             workflow,
             node,

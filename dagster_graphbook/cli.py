@@ -24,6 +24,15 @@ from .runner import (
 from .translator import import_translator
 
 
+def _streaming(args: argparse.Namespace) -> Any:
+    """``--streaming`` (every step) or ``--stream-steps A,B`` (those steps)."""
+    if args.stream_steps:
+        if args.streaming:
+            raise SystemExit("give --streaming (every step) or --stream-steps, not both")
+        return [s.strip() for s in args.stream_steps.split(",") if s.strip()]
+    return args.streaming
+
+
 def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
     params: Dict[str, Any] = {}
     for item in items:
@@ -155,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             executor=args.executor,
             partition_key=args.partition,
             tags={RUN_TOKEN_TAG: token},
-            streaming=args.streaming,
+            streaming=_streaming(args),
             translator=translator,
         )
     print(_summary(run))
@@ -282,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--streaming",
         action="store_true",
         help="run all steps as one op passing notes step to step (README: Streaming)",
+    )
+    run.add_argument(
+        "--stream-steps",
+        default=None,
+        metavar="STEP,STEP",
+        help="run these steps (a connected segment) as one streaming op, the others an op each",
     )
     run.add_argument(
         "--dagster-home",

@@ -181,7 +181,13 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         ),
     ] = []
     streaming: Annotated[
-        bool, _doc("run all steps as one op streaming notes step to step (README: Streaming)", True)
+        Union[bool, List[str]],
+        _doc(
+            "true: run all steps as one op streaming notes step to step; a list of steps: "
+            "those (a connected segment) as one op (README: Streaming)",
+            True,
+            ["LoadImages", "ClassifyShapes"],
+        ),
     ] = False
     gpus: Annotated[
         Optional[Union[int, Dict[str, int]]],

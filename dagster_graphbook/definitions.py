@@ -55,7 +55,9 @@ class GraphbookWorkflow:
     # "in_process" | "multiprocess" (one process per step) | an ExecutorDefinition (k8s, ray, ...)
     executor: Union[None, str, dg.ExecutorDefinition] = None
     checks: Sequence[StepCheck] = ()  # asset checks on steps' figures (dagster_graphbook.checks)
-    streaming: bool = False  # all steps as one op passing notes step to step (README "Streaming")
+    # True: all steps as one op passing notes step to step; a list of step names: those steps
+    # (a connected segment) as one op, the others an op each (README "Streaming")
+    streaming: Union[bool, Sequence[str]] = False
     # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
     gpus: Any = None
     # where this workflow's notes go (default: build_definitions', else the instance's storage)

@@ -148,7 +148,7 @@ def _reconstruct_job(
     custom_nodes: Tuple[str, ...],
     name: Optional[str],
     notes_dir: Optional[str],
-    streaming: bool = False,
+    streaming: Any = False,
     translator: Optional[str] = None,
 ) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
@@ -187,7 +187,7 @@ def run_workflow(
     run_config: Optional[Mapping[str, Any]] = None,
     name: Optional[str] = None,
     quiet: bool = True,
-    streaming: bool = False,
+    streaming: Union[bool, Sequence[str]] = False,
     translator: Optional[GraphbookTranslator] = None,
     record: bool = False,
 ) -> WorkflowRun:
@@ -200,7 +200,8 @@ def run_workflow(
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
-    steps as one op (README "Streaming"); only the pins no step reads keep notes. ``translator``
+    steps as one op, or a list of step names those steps (README "Streaming"); only the pins no
+    step of the segment reads keep notes. ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
     """
     if instance is None:
@@ -220,7 +221,9 @@ def run_workflow(
     if streaming:
         from .streaming.segment import nest_step_config
 
-        config = nest_step_config(config, wdefs.workflow, translator, base=run_config)
+        config = nest_step_config(
+            config, wdefs.workflow, translator, base=run_config, streaming=streaming
+        )
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
@@ -237,7 +240,8 @@ def run_workflow(
     elif executor == "multiprocess":
         source = _source_path(workflow)
         translator_path = path_of_translator(translator)
-        args = (source, tuple(spec.custom_nodes), name, notes_dir, streaming, translator_path)
+        stream = streaming if isinstance(streaming, bool) else tuple(streaming)
+        args = (source, tuple(spec.custom_nodes), name, notes_dir, stream, translator_path)
         recon = dg.build_reconstructable_job(
             "dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args
         )

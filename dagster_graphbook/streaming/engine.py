@@ -56,6 +56,21 @@ class StreamStats:
     seconds: float = 0.0
 
 
+class Inlet:
+    """Notes another op stored, sent into the stream one at a time as a source's yields are."""
+
+    run_failed = False
+
+    def __init__(self, notes: Sequence[Any]):
+        self.notes = notes
+
+    def on_start(self) -> None:
+        """Nothing to set up: the notes were loaded with the op's inputs."""
+
+    def on_end(self) -> None:
+        """Nothing to release."""
+
+
 class _Node:
     def __init__(self, spec: StreamStep, emit: Emit):
         self.spec = spec
@@ -166,6 +181,10 @@ class StreamingRun:
 
     def _source_iter(self, node: _Node) -> Iterator[Any]:
         spec = node.spec
+        if isinstance(spec.step, Inlet):
+            for note in spec.step.notes:
+                yield {"out": [note]}
+            return
         warned = [False]
         warn = lambda msg: self.emit("warning", f"{spec.label}: {msg}")  # noqa: E731
         generator = "GeneratorSourceStep" in {c.__name__ for c in type(spec.step).__mro__}
