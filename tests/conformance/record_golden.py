@@ -88,6 +88,8 @@ def api_form(flat_nodes: List[dict], flat_edges: List[dict]):
     for node in flat_nodes:
         params = {}
         for key, p in (node.get("data", {}).get("parameters") or {}).items():
+            if isinstance(p, dict) and "value" not in p:
+                continue  # JS undefined: JSON.stringify drops the key, the class default applies
             value = p.get("value") if isinstance(p, dict) else p
             # the editor parses a dict widget's triples when the value is JS-truthy ([] is)
             if isinstance(p, dict) and p.get("type") == "dict" and _js_truthy(value):
