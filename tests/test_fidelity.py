@@ -124,6 +124,15 @@ def test_plugin_import_lines_work_in_a_fresh_interpreter() -> None:
     assert done.stdout.strip() == "['S']"
 
 
+def test_dag_logger_import_says_it_is_not_supported() -> None:
+    """examples/logging_example.py's first graphbook line fails naming the missing feature."""
+    done = _python("from graphbook.logging import DAGLogger")
+    assert done.returncode != 0
+    assert "graphbook.logging.DAGLogger" in done.stderr and "not supported" in done.stderr
+    done = _python("from graphbook.logging import log; print(callable(log))")
+    assert done.returncode == 0, done.stderr
+
+
 def test_real_graphbook_wins_when_installed(tmp_path: Path) -> None:
     fake = tmp_path / "site" / "graphbook"
     (fake / "core").mkdir(parents=True)
