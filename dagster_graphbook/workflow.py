@@ -266,11 +266,20 @@ def _parse_node(
         return None
     table = registry.steps if ntype == "step" else registry.resources
     if cls_name in registry.ambiguous:
-        files = " and ".join(registry.ambiguous[cls_name])
-        problems.append(
-            f"{where}: {cls_name!r} is ambiguous: two different classes of that "
-            f"name, in {files}; Graphbook looks nodes up by class name, so rename one"
-        )
+        files = registry.ambiguous[cls_name]
+        if len(files) == 1:  # one file: e.g. the docs' @step("MyStep", event=...) per event
+            problems.append(
+                f"{where}: {cls_name!r} is ambiguous: {files[0]} defines it more than once; "
+                f"each @step({cls_name!r}, event=...) builds a class of its own (Graphbook "
+                "0.13.3 keeps one and loses the other events), so decorate one function with "
+                "@step and attach the other events with @event(...), or rename one"
+            )
+        else:
+            problems.append(
+                f"{where}: {cls_name!r} is ambiguous: two different classes of that "
+                f"name, in {' and '.join(files)}; Graphbook looks nodes up by class name, "
+                "so rename one"
+            )
         return None
     cls = table.get(cls_name)
     if cls is None:

@@ -240,6 +240,29 @@ def test_ambiguous_class_name_fails_only_the_workflow_that_uses_it(tmp_path: Pat
     assert str(nodes / "helper_a.py") in message and str(nodes / "helper_b.py") in message
 
 
+def test_one_step_name_decorated_per_event_says_how_to_fix(tmp_path: Path) -> None:
+    """The docs' core page decorates one function per event with @step("MyStep", event=...);
+    0.13.3 builds a class for each and keeps one (a run fails on a missing item_key). Loading
+    names the file once and says to attach the events with @event."""
+    nodes = tmp_path / "custom_nodes"
+    nodes.mkdir()
+    (nodes / "my_steps.py").write_text(
+        "from graphbook import step\n\n"
+        '@step("MyStep")\ndef my_step(ctx, data: dict):\n    ...\n\n'
+        '@step("MyStep", event="route")\ndef my_step_forward(ctx, data: dict):\n    ...\n'
+    )
+    data = json.loads((CASES / "duplicate_names" / "Dup.json").read_text())
+    data["nodes"][1]["data"]["name"] = "MyStep"
+    path = tmp_path / "UsesMyStep.json"
+    path.write_text(json.dumps(data))
+    registry = NodeRegistry.load([nodes, CASES / "duplicate_names" / "custom_nodes"])
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path, registry)
+    message = str(info.value)
+    assert f"{nodes / 'my_steps.py'} defines it more than once" in message
+    assert "@event(...)" in message
+
+
 def test_launchpad_validates_number_params_as_numbers() -> None:
     """The webserver validates run config against the job snapshot it got from the code server:
     ``GraphbookNumber`` travels as a FLOAT-kind scalar, so ints and floats pass, text does not."""
