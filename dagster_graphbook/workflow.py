@@ -290,7 +290,10 @@ def _parse_node(
             if cls_name in other
             else ""
         )
-        problems.append(f"{where}: {registry.describe_missing(cls_name, ntype)}{hint}")
+        problems.append(
+            f"{where}: {registry.describe_missing(cls_name, ntype)}{hint}"
+            f"{_plugin_hint(data.get('module'), cls_name)}"
+        )
         return None
     node = WorkflowNode(node_id, ntype, cls_name, cls, label=data.get("label"), raw=raw)
     declared = node.parameters
@@ -309,6 +312,25 @@ def _parse_node(
                 ptypes.dict_from_triples(value) if declared[key].get("type") == "dict" else value
             )
     return node
+
+
+def _plugin_hint(module: Any, cls_name: str) -> str:
+    """A node the editor saved from a plugin package (``module`` like
+    ``graphbook_huggingface.hf_datasets``): say which package to install and import."""
+    if not isinstance(module, str) or not module or module == "transient_module":
+        return ""
+    top = module.split(".")[0]
+    if top == "graphbook" or not top.isidentifier():
+        return ""
+    import importlib.util
+
+    installed = importlib.util.find_spec(top) is not None
+    return (
+        f" (the workflow file records module {module!r} for it"
+        f"{'' if installed else f', and {top!r} is not installed'}: if that is a plugin "
+        f"package, {'' if installed else 'install it and '}import its nodes in a custom node "
+        f"file, e.g. `from {top} import {cls_name}`)"
+    )
 
 
 def _mark_overridable(

@@ -287,3 +287,22 @@ def test_launchpad_validates_number_params_as_numbers() -> None:
 
     assert valid(4) and valid(2.5)
     assert not valid("abc")
+
+
+def test_unknown_plugin_node_names_the_package_to_install(tmp_path: Path) -> None:
+    """The image_transforms examples use graphbook_huggingface's HuggingfaceDataset; without the
+    plugin, loading says which package the editor saved the node from."""
+    data = json.loads((CASES / "image_transforms" / "ImageTransforms.json").read_text())
+    data["nodes"][0]["data"]["module"] = "graphbook_huggingface.hf_datasets"
+    path = tmp_path / "ImageTransforms.json"
+    path.write_text(json.dumps(data))
+    nodes = tmp_path / "custom_nodes"
+    shutil.copytree(CASES / "image_transforms" / "custom_nodes", nodes)
+    (nodes / "hf_datasets.py").unlink()  # the stand-in: as if the plugin were missing
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path, NodeRegistry.load([nodes]))
+    message = str(info.value)
+    assert "unknown step 'HuggingfaceDataset'" in message
+    assert "module 'graphbook_huggingface.hf_datasets' for it" in message
+    assert "'graphbook_huggingface' is not installed" in message
+    assert "from graphbook_huggingface import HuggingfaceDataset" in message
