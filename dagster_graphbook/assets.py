@@ -132,7 +132,9 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
                     "for run settings; rename it"
                 ],
             )
-        value = node.values.get(key, spec.get("default"))
+        value = node.values.get(key)
+        if value is None:
+            value = ptypes.unset_value(node.cls, key, spec)
         fields[key] = ptypes.config_field(spec, value, has_default=value is not None)
     return fields
 

@@ -3,6 +3,7 @@ launchpad."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, Optional
 
 import dagster as dg
@@ -53,6 +54,22 @@ _CONFIG_TYPES = {
     "bool": dg.Bool,
     "function": dg.String,
 }
+
+
+def unset_value(cls: type, key: str, spec: Dict[str, Any]) -> Any:
+    """What a parameter the workflow leaves unset is given: nothing (None) when the class's own
+    ``__init__`` has a default for it, as Graphbook passes no kwarg then (the editor drops a
+    value-less parameter, ``Graph.run()`` passes only ``param()`` values), so e.g. a tuple
+    default stays a tuple; else the declared default (where Graphbook would fail on the missing
+    argument)."""
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return spec.get("default")
+    own = sig.parameters.get(key)
+    if own is not None and own.default is not inspect.Parameter.empty:
+        return None
+    return spec.get("default")
 
 
 def element_type(ptype: str) -> Optional[str]:

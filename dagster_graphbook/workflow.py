@@ -266,11 +266,20 @@ def _parse_node(
         return None
     table = registry.steps if ntype == "step" else registry.resources
     if cls_name in registry.ambiguous:
-        files = " and ".join(registry.ambiguous[cls_name])
-        problems.append(
-            f"{where}: {cls_name!r} is ambiguous: two different classes of that "
-            f"name, in {files}; Graphbook looks nodes up by class name, so rename one"
-        )
+        files = registry.ambiguous[cls_name]
+        if len(files) == 1:  # one file: e.g. the docs' @step("MyStep", event=...) per event
+            problems.append(
+                f"{where}: {cls_name!r} is ambiguous: {files[0]} defines it more than once; "
+                f"each @step({cls_name!r}, event=...) builds a class of its own (Graphbook "
+                "0.13.3 keeps one and loses the other events), so decorate one function with "
+                "@step and attach the other events with @event(...), or rename one"
+            )
+        else:
+            problems.append(
+                f"{where}: {cls_name!r} is ambiguous: two different classes of that "
+                f"name, in {' and '.join(files)}; Graphbook looks nodes up by class name, "
+                "so rename one"
+            )
         return None
     cls = table.get(cls_name)
     if cls is None:
@@ -281,7 +290,10 @@ def _parse_node(
             if cls_name in other
             else ""
         )
-        problems.append(f"{where}: {registry.describe_missing(cls_name, ntype)}{hint}")
+        problems.append(
+            f"{where}: {registry.describe_missing(cls_name, ntype)}{hint}"
+            f"{_plugin_hint(data.get('module'), cls_name)}"
+        )
         return None
     node = WorkflowNode(node_id, ntype, cls_name, cls, label=data.get("label"), raw=raw)
     declared = node.parameters
@@ -300,6 +312,25 @@ def _parse_node(
                 ptypes.dict_from_triples(value) if declared[key].get("type") == "dict" else value
             )
     return node
+
+
+def _plugin_hint(module: Any, cls_name: str) -> str:
+    """A node the editor saved from a plugin package (``module`` like
+    ``graphbook_huggingface.hf_datasets``): say which package to install and import."""
+    if not isinstance(module, str) or not module or module == "transient_module":
+        return ""
+    top = module.split(".")[0]
+    if top == "graphbook" or not top.isidentifier():
+        return ""
+    import importlib.util
+
+    installed = importlib.util.find_spec(top) is not None
+    return (
+        f" (the workflow file records module {module!r} for it"
+        f"{'' if installed else f', and {top!r} is not installed'}: if that is a plugin "
+        f"package, {'' if installed else 'install it and '}import its nodes in a custom node "
+        f"file, e.g. `from {top} import {cls_name}`)"
+    )
 
 
 def _mark_overridable(

@@ -124,6 +124,15 @@ def test_plugin_import_lines_work_in_a_fresh_interpreter() -> None:
     assert done.stdout.strip() == "['S']"
 
 
+def test_dag_logger_import_says_it_is_not_supported() -> None:
+    """examples/logging_example.py's first graphbook line fails naming the missing feature."""
+    done = _python("from graphbook.logging import DAGLogger")
+    assert done.returncode != 0
+    assert "graphbook.logging.DAGLogger" in done.stderr and "not supported" in done.stderr
+    done = _python("from graphbook.logging import log; print(callable(log))")
+    assert done.returncode == 0, done.stderr
+
+
 def test_real_graphbook_wins_when_installed(tmp_path: Path) -> None:
     fake = tmp_path / "site" / "graphbook"
     (fake / "core").mkdir(parents=True)
@@ -231,6 +240,29 @@ def test_ambiguous_class_name_fails_only_the_workflow_that_uses_it(tmp_path: Pat
     assert str(nodes / "helper_a.py") in message and str(nodes / "helper_b.py") in message
 
 
+def test_one_step_name_decorated_per_event_says_how_to_fix(tmp_path: Path) -> None:
+    """The docs' core page decorates one function per event with @step("MyStep", event=...);
+    0.13.3 builds a class for each and keeps one (a run fails on a missing item_key). Loading
+    names the file once and says to attach the events with @event."""
+    nodes = tmp_path / "custom_nodes"
+    nodes.mkdir()
+    (nodes / "my_steps.py").write_text(
+        "from graphbook import step\n\n"
+        '@step("MyStep")\ndef my_step(ctx, data: dict):\n    ...\n\n'
+        '@step("MyStep", event="route")\ndef my_step_forward(ctx, data: dict):\n    ...\n'
+    )
+    data = json.loads((CASES / "duplicate_names" / "Dup.json").read_text())
+    data["nodes"][1]["data"]["name"] = "MyStep"
+    path = tmp_path / "UsesMyStep.json"
+    path.write_text(json.dumps(data))
+    registry = NodeRegistry.load([nodes, CASES / "duplicate_names" / "custom_nodes"])
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path, registry)
+    message = str(info.value)
+    assert f"{nodes / 'my_steps.py'} defines it more than once" in message
+    assert "@event(...)" in message
+
+
 def test_launchpad_validates_number_params_as_numbers() -> None:
     """The webserver validates run config against the job snapshot it got from the code server:
     ``GraphbookNumber`` travels as a FLOAT-kind scalar, so ints and floats pass, text does not."""
@@ -255,3 +287,22 @@ def test_launchpad_validates_number_params_as_numbers() -> None:
 
     assert valid(4) and valid(2.5)
     assert not valid("abc")
+
+
+def test_unknown_plugin_node_names_the_package_to_install(tmp_path: Path) -> None:
+    """The image_transforms examples use graphbook_huggingface's HuggingfaceDataset; without the
+    plugin, loading says which package the editor saved the node from."""
+    data = json.loads((CASES / "image_transforms" / "ImageTransforms.json").read_text())
+    data["nodes"][0]["data"]["module"] = "graphbook_huggingface.hf_datasets"
+    path = tmp_path / "ImageTransforms.json"
+    path.write_text(json.dumps(data))
+    nodes = tmp_path / "custom_nodes"
+    shutil.copytree(CASES / "image_transforms" / "custom_nodes", nodes)
+    (nodes / "hf_datasets.py").unlink()  # the stand-in: as if the plugin were missing
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path, NodeRegistry.load([nodes]))
+    message = str(info.value)
+    assert "unknown step 'HuggingfaceDataset'" in message
+    assert "module 'graphbook_huggingface.hf_datasets' for it" in message
+    assert "'graphbook_huggingface' is not installed" in message
+    assert "from graphbook_huggingface import HuggingfaceDataset" in message

@@ -85,3 +85,20 @@ def log(msg: Any, type: LogType = "info") -> None:
         target.emit("info", f"image: {transform_json_log(value)}")
     else:
         raise ValueError(f"Unknown log type {type!r}: use info, error, json or image")
+
+
+# graphbook.logging's DAG log files and their viewer (examples/logging_example.py): not provided.
+_DAG_LOG_NAMES = frozenset(
+    {"CallableNode", "DAGLogger", "DAGNodeRef", "LogDirectoryReader", "LogManager", "LogWriter"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    """``from graphbook.logging import DAGLogger`` says it is not supported, not just missing."""
+    if name in _DAG_LOG_NAMES:
+        raise ImportError(
+            f"graphbook.logging.{name} (Graphbook's DAG log files and their viewer) is not "
+            "supported by dagster-graphbook: a step's log() goes to the Dagster event log "
+            "(README: Differences from Graphbook 0.13.3)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,14 +77,22 @@ class Recorder:
             self.errors.append(str(msg))
 
 
+def _js_truthy(value: Any) -> bool:
+    """JavaScript truthiness, as ``serializeForAPI`` tests ``param.value``: ``[]`` is true."""
+    return value is not None and value is not False and value != "" and value != 0
+
+
 def api_form(flat_nodes: List[dict], flat_edges: List[dict]):
     """The editor's posted form: ``{step_id: {name, parameters, inputs}}`` and resources."""
     steps, resources = {}, {}
     for node in flat_nodes:
         params = {}
         for key, p in (node.get("data", {}).get("parameters") or {}).items():
+            if isinstance(p, dict) and "value" not in p:
+                continue  # JS undefined: JSON.stringify drops the key, the class default applies
             value = p.get("value") if isinstance(p, dict) else p
-            if isinstance(p, dict) and p.get("type") == "dict" and value:
+            # the editor parses a dict widget's triples when the value is JS-truthy ([] is)
+            if isinstance(p, dict) and p.get("type") == "dict" and _js_truthy(value):
                 value = {k: v for _, k, v in value}
             params[key] = value
         entry = {"name": node["data"]["name"], "parameters": params}

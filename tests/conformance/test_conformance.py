@@ -105,6 +105,8 @@ def test_equal_to_graphbook(name: str, tmp_path: Path, monkeypatch: pytest.Monke
             del expected[step][pin]
             meta = ours["metadata"][ours["names"][step]]
             assert meta[f"notes_dropped_{pin}"] == count
+        if not expected[step]:
+            del expected[step]  # the step emitted only to pins it does not declare
     assert _canonical(ours["notes"]) == expected
     assert ours["files"] == golden["files"]
 
