@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import time
@@ -14,6 +15,7 @@ import dagster as dg
 from upath import UPath
 
 from .authoring.graph import Graph
+from .dead_runs import fail_dead_runs, owner_tags
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import (
@@ -26,6 +28,8 @@ from .translator import (
 )
 from .versions import stored_notes_path
 from .workflow import Workflow, WorkflowError
+
+_log = logging.getLogger("dagster_graphbook")
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
 
@@ -223,7 +227,8 @@ def run_workflow(
         config = nest_step_config(config, wdefs.workflow, translator, base=run_config)
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
+    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})}
+    _fail_dead_runs(instance)
     start = time.perf_counter()
     if executor == "in_process":
         job = defs.resolve_job_def(wdefs.job.name)
@@ -259,6 +264,15 @@ def run_workflow(
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
+
+
+def _fail_dead_runs(instance: dg.DagsterInstance) -> None:
+    """Runs of ours whose process was killed stay STARTED and hold their pool slots: fail them."""
+    for run_id in fail_dead_runs(instance):
+        _log.warning(
+            f"run {run_id} was left in progress by a process that is gone (killed); marked it "
+            "failed and freed its concurrency slots"
+        )
 
 
 def load_code_location(module: str = "definitions") -> dg.Definitions:
@@ -331,13 +345,14 @@ def run_job(
         target[leaf] = value
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+    _fail_dead_runs(instance)
     start = time.perf_counter()
     result = job.execute_in_process(
         run_config=config,
         instance=instance,
         partition_key=partition_key,
         raise_on_error=False,
-        tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})},
+        tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})},
     )
     run = WorkflowRun(
         result.run_id,

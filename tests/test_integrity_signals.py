@@ -149,3 +149,89 @@ def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path,
         env={**os.environ, "DAGSTER_HOME": dagster_home},
     )
     _signal_when_loading(proc, signal.SIGTERM, dagster_home)
+
+
+KILLED_NODES = """
+import time
+from graphbook.steps import SourceStep, BatchStep
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
+
+class Slow(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"},
+                  "sleep_s": {"type": "number", "default": 0}}
+
+    def __init__(self, batch_size=2, item_key="items", sleep_s=0):
+        super().__init__(batch_size, item_key)
+        self.load_fn_params = {"sleep_s": sleep_s}
+
+    @staticmethod
+    def load_fn(item, sleep_s):
+        print("LOADING", item, flush=True)
+        time.sleep(sleep_s)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+"""
+
+
+def test_a_run_killed_with_sigkill_is_failed_and_frees_its_pool_slot(tmp_path, dagster_home):
+    """kill -9 of a CLI run inside a batch step (pool ``gpu`` limited to 1): the next run fails the
+    dead run in the instance, frees its slot and succeeds, instead of waiting for it forever."""
+    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "killed",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Slow", {"sleep_s": 0})],
+        [edge("0", "out", "1")],
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+
+    def cli(sleep_s):
+        return subprocess.Popen(
+            [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+             str(nodes), "--dagster-home", dagster_home, "--no-progress",
+             "--set", f"Slow.sleep_s={sleep_s}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+
+    first = cli(3600)
+    try:
+        lines = []
+        for line in first.stdout:
+            lines.append(line)
+            if "LOADING" in line:
+                break
+        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
+        first.kill()  # kill -9 of the run's process only, as the OOM killer does
+        first.communicate(timeout=30)
+        second = cli(0)
+        try:
+            out, _ = second.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            out = "(the second run still waits 90 s later)"
+    finally:
+        for proc in (first, locals().get("second")):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert second.returncode == 0, out[-3000:]
+    assert "marked it failed" in out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        runs = {r.status: r for r in instance.get_runs()}
+        assert set(runs) == {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.SUCCESS}
+        killed = runs[dg.DagsterRunStatus.FAILURE]
+        failure = instance.all_logs(killed.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "is gone: killed" in failure[-1].dagster_event.message
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []

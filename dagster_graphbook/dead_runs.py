@@ -1,0 +1,88 @@
+"""Runs whose process was killed (``kill -9``, the OOM killer) while they were in progress.
+
+A run executed in a process of ours (``dagster-graphbook run/materialize``, ``run_workflow``,
+``run_job``) has no run launcher and no daemon watching it: killed, it stays STARTED in the
+instance forever. It then holds its concurrency slots (a ``gpu`` pool limited to 1 made every
+later batch run wait forever), later runs warn about it as a run in progress, and retention never
+prunes its notes. Each such run is tagged with its host, pid and the pid's start time; before a
+new run starts, runs of this host whose process is gone are marked failed and their slots freed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Dict, List, Optional
+
+import dagster as dg
+
+HOST_TAG = "dagster_graphbook/host"
+PID_TAG = "dagster_graphbook/pid"
+PID_START_TAG = "dagster_graphbook/pid_start"
+_IN_PROGRESS = [
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+
+def _pid_start(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (Linux), so a reused pid is told apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]  # field 22 of stat, counted after the name
+
+
+def owner_tags() -> Dict[str, str]:
+    """Tags naming the process that executes a run started here."""
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    start = _pid_start(os.getpid())
+    if start is not None:
+        tags[PID_START_TAG] = start
+    return tags
+
+
+def _alive(pid: int, start: Optional[str]) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return start is None or _pid_start(pid) in (None, start)
+
+
+def is_dead(run: dg.DagsterRun) -> bool:
+    """A run in progress whose executing process on this host is gone."""
+    tags = run.tags or {}
+    if run.is_finished or tags.get(HOST_TAG) != socket.gethostname():
+        return False
+    pid = tags.get(PID_TAG, "")
+    return pid.isdigit() and not _alive(int(pid), tags.get(PID_START_TAG))
+
+
+def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
+    """Mark the runs of this host whose process died as failed and free their concurrency slots;
+    returns their ids."""
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=_IN_PROGRESS, tags={HOST_TAG: socket.gethostname()})
+    )
+    failed = []
+    for run in runs:
+        if not is_dead(run):
+            continue
+        instance.report_run_failed(
+            run,
+            f"the process running it (pid {run.tags[PID_TAG]} on {run.tags[HOST_TAG]}) is gone: "
+            "killed (kill -9, out of memory) while the run was in progress; marked failed by "
+            "dagster-graphbook before the next run",
+        )
+        storage = instance.event_log_storage
+        if storage.supports_global_concurrency_limits:
+            storage.free_concurrency_slots_for_run(run.run_id)
+        failed.append(run.run_id)
+    return failed
