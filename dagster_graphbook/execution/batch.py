@@ -10,6 +10,7 @@ and the last partial batch is always processed (Graphbook hung on it without ``l
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import traceback
 import warnings
@@ -61,6 +62,25 @@ class BatchSettings:
     def from_config(cls, config: Mapping[str, Any]) -> BatchSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in config.items() if k in known})
+
+
+def max_workers() -> int:
+    """The most loader or dump workers a step may ask for: 8 per CPU core, at least 64."""
+    return max(64, 8 * (os.cpu_count() or 1))
+
+
+def _check_pool_sizes(settings: BatchSettings, label: str) -> None:
+    """Refuse pool sizes from run config that no machine can start (``num_workers: 100000000``
+    forked until the run was killed, leaving workers behind) or that mean nothing (negative)."""
+    limit = max_workers()
+    for name in ("num_workers", "dump_workers"):
+        value = getattr(settings, name)
+        if value is not None and not 0 <= value <= limit:
+            raise StepFailure(
+                label,
+                f"runtime.{name} must be between 0 and {limit} (8 per CPU core, at least 64), "
+                f"got {value}",
+            )
 
 
 def _placeholders() -> Tuple[set, set]:
@@ -304,6 +324,7 @@ def run_batch_step(
         raise StepFailure(
             label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}"
         )
+    _check_pool_sizes(settings, label)
     if (
         settings.worker_type == "process"
         and settings.num_workers > 0
