@@ -27,14 +27,19 @@ _IN_PROGRESS = [
 ]
 
 
-def _pid_start(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (Linux), so a reused pid is told apart."""
+def _stat(pid: int) -> Optional[List[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the name (Linux), None without it."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
+            return f.read().decode(errors="replace").rsplit(")", 1)[-1].split()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[-1].split()[19]  # field 22 of stat, counted after the name
+
+
+def _pid_start(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (Linux), so a reused pid is told apart."""
+    stat = _stat(pid)
+    return stat[19] if stat else None  # field 22 of stat, counted after the name
 
 
 def owner_tags() -> Dict[str, str]:
@@ -53,7 +58,10 @@ def _alive(pid: int, start: Optional[str]) -> bool:
         return False
     except PermissionError:
         pass
-    return start is None or _pid_start(pid) in (None, start)
+    stat = _stat(pid)
+    if stat is None:
+        return True  # no /proc: the kernel said it exists
+    return stat[0] != "Z" and (start is None or stat[19] == start)  # a zombie is dead
 
 
 def is_dead(run: dg.DagsterRun) -> bool:

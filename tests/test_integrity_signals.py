@@ -235,3 +235,51 @@ def test_a_run_killed_with_sigkill_is_failed_and_frees_its_pool_slot(tmp_path, d
         failure = instance.all_logs(killed.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
         assert "is gone: killed" in failure[-1].dagster_event.message
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+LATE_WORKER = """
+import os, sys, time
+from dagster_graphbook.execution.loader_pool import _WorkerInit
+
+init = _WorkerInit("1", "Load")  # made in the step process, as the loader pool does
+pid = os.fork()
+if pid == 0:  # the worker: starts up only after its step process was killed
+    while os.getppid() == int(sys.argv[1]):
+        time.sleep(0.01)
+    init(0)
+    open(sys.argv[2], "w").write(str(os.getpid()))
+    time.sleep(60)
+    os._exit(0)
+print(pid, flush=True)
+os.kill(os.getpid(), 9)  # the step process is killed while its worker starts
+"""
+
+
+def test_a_worker_that_starts_after_its_step_was_killed_exits(tmp_path):
+    """Linux's parent-death signal only covers a parent alive when the worker asks for it: a
+    worker forked just before its step process was killed lived on, an orphan."""
+    survived = tmp_path / "survived"
+    step = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.execv({sys.executable!r}, [{sys.executable!r}, "
+         f"'-c', {LATE_WORKER!r}, str(os.getpid()), {str(survived)!r}])"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = int(step.stdout.readline())  # the worker keeps the pipe open: no communicate()
+    step.wait(timeout=60)
+    step.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(worker) and not survived.exists():
+        time.sleep(0.05)
+    running = _running(worker)
+    if running:
+        os.kill(worker, signal.SIGKILL)
+    assert not survived.exists() and not running
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's new parent may not reap it at once)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
