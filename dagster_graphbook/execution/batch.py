@@ -64,6 +64,18 @@ class BatchSettings:
         return cls(**{k: v for k, v in config.items() if k in known})
 
 
+_SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
+
+
+def _shm_free() -> int:
+    """Bytes free in /dev/shm (a large number where there is none to measure)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
+
+
 def max_workers() -> int:
     """The most loader or dump workers a step may ask for: 8 per CPU core, at least 64."""
     return max(64, 8 * (os.cpu_count() or 1))
@@ -336,6 +348,17 @@ def run_batch_step(
             f"{label}: this step runs in a daemonic process "
             f"({multiprocessing.current_process().name}), which cannot start worker "
             "processes; using worker_type 'thread'",
+        )
+        settings = replace(settings, worker_type="thread")
+    shm_free = _shm_free()
+    if settings.worker_type == "process" and settings.num_workers > 0 and shm_free < _SHM_MIN:
+        # worker processes need /dev/shm for their semaphores: sem_open failed with ENOSPC
+        emit(
+            "warning",
+            f"{label}: /dev/shm is full ({shm_free // 1024} KiB free), and worker processes "
+            "need some for their locks; using worker_type 'thread'. Remove what leaked there "
+            "(`ls -la /dev/shm`) or give the container more: `docker run --shm-size=2g`, "
+            "Kubernetes: an emptyDir with medium: Memory at /dev/shm",
         )
         settings = replace(settings, worker_type="thread")
     device = resolve_device(settings.device)
