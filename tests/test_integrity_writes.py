@@ -91,3 +91,51 @@ def test_a_failed_notes_write_removes_its_temporary_file(tmp_path):
         write_atomic(path, unpicklable)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.pkl"]
     assert (tmp_path / "notes.pkl").read_bytes() == b"previous"
+
+
+# The nightly demo's dump_fn, killed while PIL writes the resized copy.
+RESIZE_WRITER = textwrap.dedent("""
+    import importlib.util, sys, time
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location("nightly_nodes", sys.argv[1])
+    nodes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nodes)
+    if sys.argv[4] == "stall":
+        def half(self, fp, format=None, **kw):
+            with open(fp, "wb") as f:
+                f.write(b"\\x89PNG\\r\\n\\x1a\\n half an image")
+            print("HALF", flush=True)
+            time.sleep(60)
+
+        Image.Image.save = half
+    print(nodes.write_resized(sys.argv[2], sys.argv[3], 8), flush=True)
+""")
+
+
+def test_kill_9_while_the_demo_writes_a_copy_leaves_no_image_named_file(tmp_path):
+    """SaveResized's temporary file was ``<name>.png.tmp-<pid>.png``: a kill -9 left a half image
+    under a ``.png`` name in the day's outputs, and nothing ever removed it."""
+    from conftest import REPO
+    from PIL import Image
+
+    nodes = REPO / "custom_nodes" / "nightly" / "nightly_nodes.py"
+    src = tmp_path / "src.png"
+    Image.new("RGB", (16, 16), "red").save(src)
+    out = tmp_path / "outputs" / "2026-01-01" / "circle"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    cmd = [sys.executable, "-c", RESIZE_WRITER, str(nodes), str(src)]
+    writer = subprocess.Popen(
+        [*cmd, str(out / "img_0001.png"), "stall"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert writer.stdout.readline().strip() == "HALF"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.communicate()
+    assert [p for p in os.listdir(out) if p.endswith(".png")] == []  # no half image as an image
+    done = subprocess.run([*cmd, str(out / "img_0002.png"), "ok"], capture_output=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(out) == ["img_0002.png"]  # the killed writer's temporary file is swept
+    with Image.open(out / "img_0002.png") as image:
+        assert image.size == (8, 8)
