@@ -139,3 +139,71 @@ def test_kill_9_while_the_demo_writes_a_copy_leaves_no_image_named_file(tmp_path
     assert os.listdir(out) == ["img_0002.png"]  # the killed writer's temporary file is swept
     with Image.open(out / "img_0002.png") as image:
         assert image.size == (8, 8)
+
+
+FULL_DISK_RUN = textwrap.dedent("""
+    import json, os, sys
+    from dagster_graphbook import run_workflow
+
+    out = sys.argv[1]
+    with open(os.path.join(out, "out.jsonl"), "w") as f:
+        f.write('{"previous": true}\\n')
+    nodes = [
+        {"id": "0", "type": "step", "data": {"name": "Count", "parameters": {}}},
+        {"id": "1", "type": "step", "data": {"name": "DumpJSONL", "parameters": {
+            "jsonl_path": {"value": os.path.join(out, "out.jsonl")}}}},
+    ]
+    edges = [{"source": "0", "sourceHandle": "out", "target": "1", "targetHandle": "in"}]
+    wf = os.path.join(sys.argv[2], "full.json")
+    with open(wf, "w") as f:
+        json.dump({"nodes": nodes, "edges": edges}, f)
+    run = run_workflow(wf, [sys.argv[3]], dagster_home=sys.argv[4])
+    print("SUCCESS" if run.success else "FAILURE", run.failure)
+    print("LEFT", sorted(os.listdir(out)))
+    print("KEPT", open(os.path.join(out, "out.jsonl")).read().strip())
+""")
+
+COUNT_NODES = """
+from graphbook.steps import SourceStep
+
+class Count(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        return {"out": [{"i": i, "text": "x" * 100} for i in range(2000)]}
+"""
+
+
+def test_a_full_disk_under_dump_jsonl_keeps_the_previous_file_and_no_temporary(
+    tmp_path, dagster_home
+):
+    """DumpJSONL on a full disk (a real 16 KiB tmpfs): closing its temporary file failed and left
+    it behind, holding the space of the disk that was already full."""
+    from conftest import write_nodes
+    from test_deploy_shm import _can_unshare
+
+    why = _can_unshare()
+    if why:
+        pytest.skip(why)
+    nodes = write_nodes(tmp_path / "nodes", "count_nodes.py", COUNT_NODES)
+    small = tmp_path / "small"
+    small.mkdir()
+    script = tmp_path / "full_disk.py"
+    script.write_text(FULL_DISK_RUN)
+    shell = (
+        f"mount -t tmpfs -o size=16k tmpfs {small} && exec {sys.executable} {script} {small} "
+        f"{tmp_path} {nodes} {dagster_home}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "FAILURE" in proc.stdout, out[-3000:]
+    assert "step 'DumpJSONL'" in proc.stdout and "No space left on device" in proc.stdout, out
+    assert "LEFT ['out.jsonl']" in proc.stdout, proc.stdout[-2000:]
+    assert 'KEPT {"previous": true}' in proc.stdout, proc.stdout[-2000:]
