@@ -292,12 +292,17 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
     import warnings
 
     from dagster.components import load_defs
+    from dagster.components.core.load_defs import get_project_root
 
+    try:
+        root = get_project_root(mod)
+    except FileNotFoundError:  # a deployed folder without pyproject.toml: its root is here
+        root = Path(os.getcwd())
     with warnings.catch_warnings():
         warnings.simplefilter(
             "ignore", DeprecationWarning
         )  # load_defs: fine for a package, no dg project needed
-        return load_defs(mod)
+        return load_defs(mod, project_root=root)
 
 
 def run_job(
