@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
+import time
 from typing import Dict, List, Optional
 
 import dagster as dg
@@ -94,3 +97,58 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
             storage.free_concurrency_slots_for_run(run.run_id)
         failed.append(run.run_id)
     return failed
+
+
+class InterruptBackstop:
+    """Ends a run that ignores SIGINT/SIGTERM: Dagster delays signals to points inside steps, so
+    a run waiting for a pool slot (``dagster instance concurrency set gpu 1``, held by another
+    run) kept waiting, at full CPU, through every Ctrl-C and SIGTERM. ``grace_s`` after a signal
+    that the run did not act on, it is marked failed, its slot claims freed, and the process
+    exits with status 130."""
+
+    def __init__(self, instance: dg.DagsterInstance, token_tag: str, token: str, grace_s: float):
+        self.instance, self.tags, self.grace_s = instance, {token_tag: token}, grace_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="graphbook-interrupt", daemon=True)
+
+    def __enter__(self) -> InterruptBackstop:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+    def _watch(self) -> None:
+        from dagster._utils.interrupts import check_captured_interrupt
+
+        since: Optional[float] = None
+        while not self.done.wait(0.5):
+            if not check_captured_interrupt():
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since >= self.grace_s:
+                self._stop()
+
+    def _stop(self) -> None:
+        runs = self.instance.get_runs(filters=dg.RunsFilter(tags=self.tags), limit=1)
+        for run in runs:
+            if run.is_finished:
+                return
+            self.instance.report_run_failed(
+                run,
+                f"interrupted (SIGINT/SIGTERM) and still not ended {self.grace_s:g} s later "
+                "(waiting for a pool's concurrency slot?); stopped by dagster-graphbook",
+            )
+            storage = self.instance.event_log_storage
+            if storage.supports_global_concurrency_limits:
+                storage.free_concurrency_slots_for_run(run.run_id)
+        if self.done.is_set():
+            return
+        print(
+            f"interrupted, and the run did not stop within {self.grace_s:g} s: marked it failed; "
+            "exiting",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(130)

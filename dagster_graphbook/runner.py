@@ -15,7 +15,7 @@ import dagster as dg
 from upath import UPath
 
 from .authoring.graph import Graph
-from .dead_runs import fail_dead_runs, owner_tags
+from .dead_runs import InterruptBackstop, fail_dead_runs, owner_tags
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import (
@@ -232,13 +232,14 @@ def run_workflow(
     start = time.perf_counter()
     if executor == "in_process":
         job = defs.resolve_job_def(wdefs.job.name)
-        result: Any = job.execute_in_process(
-            run_config=config,
-            instance=instance,
-            partition_key=partition_key,
-            raise_on_error=False,
-            tags=run_tags,
-        )
+        with _backstop(instance, run_tags):
+            result: Any = job.execute_in_process(
+                run_config=config,
+                instance=instance,
+                partition_key=partition_key,
+                raise_on_error=False,
+                tags=run_tags,
+            )
     elif executor == "multiprocess":
         source = _source_path(workflow)
         translator_path = path_of_translator(translator)
@@ -249,9 +250,10 @@ def run_workflow(
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
         config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
-        result = dg.execute_job(
-            recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
-        )
+        with _backstop(instance, run_tags):
+            result = dg.execute_job(
+                recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
+            )
     else:
         raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
     seconds = time.perf_counter() - start
@@ -264,6 +266,13 @@ def run_workflow(
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
+
+
+INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is stopped
+
+
+def _backstop(instance: dg.DagsterInstance, run_tags: Mapping[str, str]) -> InterruptBackstop:
+    return InterruptBackstop(instance, RUN_TOKEN_TAG, run_tags[RUN_TOKEN_TAG], INTERRUPT_GRACE_S)
 
 
 def _fail_dead_runs(instance: dg.DagsterInstance) -> None:
@@ -352,13 +361,15 @@ def run_job(
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     _fail_dead_runs(instance)
     start = time.perf_counter()
-    result = job.execute_in_process(
-        run_config=config,
-        instance=instance,
-        partition_key=partition_key,
-        raise_on_error=False,
-        tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})},
-    )
+    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})}
+    with _backstop(instance, run_tags):
+        result = job.execute_in_process(
+            run_config=config,
+            instance=instance,
+            partition_key=partition_key,
+            raise_on_error=False,
+            tags=run_tags,
+        )
     run = WorkflowRun(
         result.run_id,
         result.success,

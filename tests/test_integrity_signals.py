@@ -283,3 +283,60 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_ctrl_c_ends_a_run_waiting_for_a_pool_slot(tmp_path, dagster_home):
+    """A run waiting for the ``gpu`` pool's one slot, held by a live run, ignored SIGINT and
+    SIGTERM (Dagster delays them to points inside steps) and spun at full CPU; now it is marked
+    failed and its process exits soon after the signal. The slot holder is untouched."""
+    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "waiting",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Slow", {"sleep_s": 0})],
+        [edge("0", "out", "1")],
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+
+    def cli(sleep_s):
+        return subprocess.Popen(
+            [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+             str(nodes), "--dagster-home", dagster_home, "--no-progress",
+             "--set", f"Slow.sleep_s={sleep_s}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+
+    holder = cli(3600)
+    waiter = None
+    try:
+        for line in holder.stdout:
+            if "LOADING" in line:
+                break
+        waiter = cli(0)
+        deadline = time.monotonic() + 120
+        blocked = False
+        while time.monotonic() < deadline and not blocked and waiter.poll() is None:
+            time.sleep(0.5)
+            with dg.DagsterInstance.from_config(dagster_home) as instance:
+                info = instance.event_log_storage.get_concurrency_info("gpu")
+                blocked = bool(info.pending_step_count)
+        assert blocked, "the second run never waited for the pool"
+        start = time.monotonic()
+        waiter.send_signal(signal.SIGINT)
+        try:
+            out, _ = waiter.communicate(timeout=45)
+        except subprocess.TimeoutExpired:
+            out = "(still waiting 45 s after SIGINT)"
+        seconds = time.monotonic() - start
+        assert holder.poll() is None  # the run holding the slot goes on
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert seconds < 30 and waiter.returncode == 130, f"{seconds:.0f} s\n{out[-3000:]}"
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        [run] = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
+        failure = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "interrupted (SIGINT/SIGTERM)" in failure[-1].dagster_event.message
