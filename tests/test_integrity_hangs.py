@@ -269,3 +269,19 @@ def test_a_plain_step_stuck_on_a_note_says_where(tmp_path, run_wf, dagster_home)
     assert stalls, warnings
     assert stalls[0].startswith("workflow 'stall', step 'Stuck' (node 1): no progress for ")
     assert "still in note 1 {'i': 1}" in stalls[0], stalls
+
+
+def test_call_timeout_on_thread_workers_says_it_is_not_enforced():
+    """``call_timeout_s`` with ``worker_type: thread`` did nothing, silently: a load_fn stuck on
+    a FIFO hung the step for good while the operator believed it bounded."""
+    lines = []
+    settings = BatchSettings(
+        num_workers=2, worker_type="thread", device="cpu", call_timeout_s=2.0, stall_warning_s=0
+    )
+    notes = [{"id": 0, "items": ["a.png", "b.png"]}]
+    result = run_batch_step(
+        HangingLoad(), notes, settings, label="step 'Hang'", emit=lambda *e: lines.append(e)
+    )
+    assert result.outputs["out"][0]["loaded"] == [5, 5]
+    warned = [m for level, m in lines if level == "warning" and "call_timeout_s" in m]
+    assert warned and "not enforced on thread workers" in warned[0], lines

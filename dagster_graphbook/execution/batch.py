@@ -361,6 +361,13 @@ def run_batch_step(
             "Kubernetes: an emptyDir with medium: Memory at /dev/shm",
         )
         settings = replace(settings, worker_type="thread")
+    if settings.call_timeout_s and settings.worker_type == "thread":
+        emit(
+            "warning",
+            f"{label}: runtime.call_timeout_s {settings.call_timeout_s:g} is not enforced on "
+            "thread workers (a thread cannot be interrupted): a load_fn/dump_fn stuck there "
+            "is only reported by the stall warnings; use worker_type 'process' for a limit",
+        )
     device = resolve_device(settings.device)
     if not hasattr(step, "device"):
         step.device = device  # ctx.device in on_item_batch
