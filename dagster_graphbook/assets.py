@@ -43,6 +43,12 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
         "retry_delay_s": dg.Field(
             float, default_value=0.0, description="seconds to wait before each retry"
         ),
+        "stall_warning_s": dg.Field(
+            float,
+            default_value=60.0,
+            description="log what the step is stuck in when it makes no progress for this "
+            "long (0: never)",
+        ),
     }
     if kind == "batch":
         fields.update(
@@ -105,12 +111,6 @@ def runtime_fields(kind: str) -> Dict[str, dg.Field]:
                     default_value=None,
                     description="a load_fn/dump_fn call running longer fails its item (worker "
                     "processes and in-step loading)",
-                ),
-                "stall_warning_s": dg.Field(
-                    float,
-                    default_value=60.0,
-                    description="log the stuck items when a batch step makes no progress for "
-                    "this long (0: never)",
                 ),
             }
         )

@@ -39,7 +39,14 @@ def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
             raise SystemExit(f"--set expects STEP.PARAM=VALUE, got {item!r}")
-        params[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            params[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:  # e.g. a !!python/... tag: safe_load builds no objects
+            detail = str(exc).splitlines()[0]
+            raise SystemExit(
+                f"--set {key.strip()}: the value is not a plain YAML value ({detail}); "
+                "values are numbers, strings, booleans, lists and mappings, never objects"
+            ) from None
     return params
 
 

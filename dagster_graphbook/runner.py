@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import time
@@ -14,6 +15,7 @@ import dagster as dg
 from upath import UPath
 
 from .authoring.graph import Graph
+from .dead_runs import InterruptBackstop, fail_dead_runs, owner_tags
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import (
@@ -26,6 +28,8 @@ from .translator import (
 )
 from .versions import stored_notes_path
 from .workflow import Workflow, WorkflowError
+
+_log = logging.getLogger("dagster_graphbook")
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
 
@@ -226,17 +230,19 @@ def run_workflow(
         )
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
+    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})}
+    _fail_dead_runs(instance)
     start = time.perf_counter()
     if executor == "in_process":
         job = defs.resolve_job_def(wdefs.job.name)
-        result: Any = job.execute_in_process(
-            run_config=config,
-            instance=instance,
-            partition_key=partition_key,
-            raise_on_error=False,
-            tags=run_tags,
-        )
+        with _backstop(instance, run_tags):
+            result: Any = job.execute_in_process(
+                run_config=config,
+                instance=instance,
+                partition_key=partition_key,
+                raise_on_error=False,
+                tags=run_tags,
+            )
     elif executor == "multiprocess":
         source = _source_path(workflow)
         translator_path = path_of_translator(translator)
@@ -248,9 +254,10 @@ def run_workflow(
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
         config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
-        result = dg.execute_job(
-            recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
-        )
+        with _backstop(instance, run_tags):
+            result = dg.execute_job(
+                recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
+            )
     else:
         raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
     seconds = time.perf_counter() - start
@@ -263,6 +270,22 @@ def run_workflow(
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
+
+
+INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is stopped
+
+
+def _backstop(instance: dg.DagsterInstance, run_tags: Mapping[str, str]) -> InterruptBackstop:
+    return InterruptBackstop(instance, RUN_TOKEN_TAG, run_tags[RUN_TOKEN_TAG], INTERRUPT_GRACE_S)
+
+
+def _fail_dead_runs(instance: dg.DagsterInstance) -> None:
+    """Runs of ours whose process was killed stay STARTED and hold their pool slots: fail them."""
+    for run_id in fail_dead_runs(instance):
+        _log.warning(
+            f"run {run_id} was left in progress by a process that is gone (killed); marked it "
+            "failed and freed its concurrency slots"
+        )
 
 
 def load_code_location(module: str = "definitions") -> dg.Definitions:
@@ -282,12 +305,17 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
     import warnings
 
     from dagster.components import load_defs
+    from dagster.components.core.load_defs import get_project_root
 
+    try:
+        root = get_project_root(mod)
+    except FileNotFoundError:  # a deployed folder without pyproject.toml: its root is here
+        root = Path(os.getcwd())
     with warnings.catch_warnings():
         warnings.simplefilter(
             "ignore", DeprecationWarning
         )  # load_defs: fine for a package, no dg project needed
-        return load_defs(mod)
+        return load_defs(mod, project_root=root)
 
 
 def run_job(
@@ -335,14 +363,17 @@ def run_job(
         target[leaf] = value
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+    _fail_dead_runs(instance)
     start = time.perf_counter()
-    result = job.execute_in_process(
-        run_config=config,
-        instance=instance,
-        partition_key=partition_key,
-        raise_on_error=False,
-        tags={RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})},
-    )
+    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})}
+    with _backstop(instance, run_tags):
+        result = job.execute_in_process(
+            run_config=config,
+            instance=instance,
+            partition_key=partition_key,
+            raise_on_error=False,
+            tags=run_tags,
+        )
     run = WorkflowRun(
         result.run_id,
         result.success,

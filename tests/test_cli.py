@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,33 @@ def test_run_with_set_shows_progress_and_summary(tmp_path):
         "running_mean=" in out.stderr
     )  # CalcRunningMean's on_end log, read back from the event log
     assert (tmp_path / "history" / "runs.db").exists()  # a persistent instance
+
+
+def test_materialize_a_component_location_deployed_without_pyproject(tmp_path):
+    """A code location folder copied to a server without pyproject.toml (a YAML component under
+    ``definitions/``): ``materialize`` ended in Dagster's 'No project root with pyproject.toml or
+    setup.py found' traceback; the current folder is the project root then."""
+    import shutil
+
+    site = tmp_path / "site"
+    (site / "definitions" / "sample").mkdir(parents=True)
+    (site / "definitions" / "__init__.py").write_text("")
+    shutil.copytree(REPO / "custom_nodes" / "sample", site / "custom_nodes" / "sample")
+    shutil.copy(REPO / "workflows" / "sample.json", site / "sample.json")
+    (site / "definitions" / "sample" / "defs.yaml").write_text(
+        "type: dagster_graphbook.GraphbookWorkflowComponent\n"
+        "attributes:\n"
+        "  workflow: ../../sample.json\n"
+        "  custom_nodes: [../../custom_nodes/sample]\n"
+    )
+    assert not any((p / "pyproject.toml").exists() for p in [site, *site.parents])
+    out = subprocess.run(
+        [*CLI, "materialize", "sample", "--no-progress", "--dagster-home", str(tmp_path / "h")],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout and "Traceback" not in out.stderr, out.stdout + out.stderr

@@ -224,3 +224,64 @@ def test_values_of_many_shapes_reach_on_item_batch_when_it_copes(worker_type):
     result = run_batch_step(SizedImages(), notes, settings, label="step 'Sized'")
     assert not result.errors
     assert [n["sizes"] for n in result.outputs["out"]] == [[16, 16, 17, None], [18, 16, 16, 19]]
+
+
+STUCK_NODES = """
+import time
+from graphbook.steps import SourceStep, Step
+
+class Count(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        return {"out": [{"i": i} for i in range(3)]}
+
+class Stuck(Step):
+    \"\"\"Blocks on note 1 as a read from a stalled mount would (here for 4 s).\"\"\"
+    RequiresInput = True
+    Outputs = ["out"]
+
+    def on_data(self, data):
+        if data["i"] == 1:
+            time.sleep(4)
+"""
+
+
+def test_a_plain_step_stuck_on_a_note_says_where(tmp_path, run_wf, dagster_home):
+    """A source or plain step blocked in its own code logged nothing, however long it waited;
+    now the stall watchdog names the workflow, the step and the note, as for batch steps."""
+    import dagster as dg
+    from conftest import edge, step_node, write_nodes, write_workflow
+
+    nodes = write_nodes(tmp_path / "nodes", "stuck_nodes.py", STUCK_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "stall",
+        [step_node("0", "Count", {}, source=True), step_node("1", "Stuck", {})],
+        [edge("0", "out", "1")],
+    )
+    run = run_wf(wf, [nodes], {"Stuck.runtime.stall_warning_s": 1.0})
+    assert run.success, run.failure
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        warnings = [r.user_message for r in instance.all_logs(run.run_id) if r.level >= 30]
+    stalls = [w for w in warnings if "no progress for" in w]
+    assert stalls, warnings
+    assert stalls[0].startswith("workflow 'stall', step 'Stuck' (node 1): no progress for ")
+    assert "still in note 1 {'i': 1}" in stalls[0], stalls
+
+
+def test_call_timeout_on_thread_workers_says_it_is_not_enforced():
+    """``call_timeout_s`` with ``worker_type: thread`` did nothing, silently: a load_fn stuck on
+    a FIFO hung the step for good while the operator believed it bounded."""
+    lines = []
+    settings = BatchSettings(
+        num_workers=2, worker_type="thread", device="cpu", call_timeout_s=2.0, stall_warning_s=0
+    )
+    notes = [{"id": 0, "items": ["a.png", "b.png"]}]
+    result = run_batch_step(
+        HangingLoad(), notes, settings, label="step 'Hang'", emit=lambda *e: lines.append(e)
+    )
+    assert result.outputs["out"][0]["loaded"] == [5, 5]
+    warned = [m for level, m in lines if level == "warning" and "call_timeout_s" in m]
+    assert warned and "not enforced on thread workers" in warned[0], lines

@@ -149,3 +149,194 @@ def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path,
         env={**os.environ, "DAGSTER_HOME": dagster_home},
     )
     _signal_when_loading(proc, signal.SIGTERM, dagster_home)
+
+
+KILLED_NODES = """
+import time
+from graphbook.steps import SourceStep, BatchStep
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
+
+class Slow(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"},
+                  "sleep_s": {"type": "number", "default": 0}}
+
+    def __init__(self, batch_size=2, item_key="items", sleep_s=0):
+        super().__init__(batch_size, item_key)
+        self.load_fn_params = {"sleep_s": sleep_s}
+
+    @staticmethod
+    def load_fn(item, sleep_s):
+        print("LOADING", item, flush=True)
+        time.sleep(sleep_s)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+"""
+
+
+def test_a_run_killed_with_sigkill_is_failed_and_frees_its_pool_slot(tmp_path, dagster_home):
+    """kill -9 of a CLI run inside a batch step (pool ``gpu`` limited to 1): the next run fails the
+    dead run in the instance, frees its slot and succeeds, instead of waiting for it forever."""
+    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "killed",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Slow", {"sleep_s": 0})],
+        [edge("0", "out", "1")],
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+
+    def cli(sleep_s):
+        return subprocess.Popen(
+            [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+             str(nodes), "--dagster-home", dagster_home, "--no-progress",
+             "--set", f"Slow.sleep_s={sleep_s}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+
+    first = cli(3600)
+    try:
+        lines = []
+        for line in first.stdout:
+            lines.append(line)
+            if "LOADING" in line:
+                break
+        assert any("LOADING" in line for line in lines), "".join(lines)[-3000:]
+        first.kill()  # kill -9 of the run's process only, as the OOM killer does
+        first.communicate(timeout=30)
+        second = cli(0)
+        try:
+            out, _ = second.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            out = "(the second run still waits 90 s later)"
+    finally:
+        for proc in (first, locals().get("second")):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert second.returncode == 0, out[-3000:]
+    assert "marked it failed" in out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        runs = {r.status: r for r in instance.get_runs()}
+        assert set(runs) == {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.SUCCESS}
+        killed = runs[dg.DagsterRunStatus.FAILURE]
+        failure = instance.all_logs(killed.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "is gone: killed" in failure[-1].dagster_event.message
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+LATE_WORKER = """
+import os, sys, time
+from dagster_graphbook.execution.loader_pool import _WorkerInit
+
+init = _WorkerInit("1", "Load")  # made in the step process, as the loader pool does
+pid = os.fork()
+if pid == 0:  # the worker: starts up only after its step process was killed
+    while os.getppid() == int(sys.argv[1]):
+        time.sleep(0.01)
+    init(0)
+    open(sys.argv[2], "w").write(str(os.getpid()))
+    time.sleep(60)
+    os._exit(0)
+print(pid, flush=True)
+os.kill(os.getpid(), 9)  # the step process is killed while its worker starts
+"""
+
+
+def test_a_worker_that_starts_after_its_step_was_killed_exits(tmp_path):
+    """Linux's parent-death signal only covers a parent alive when the worker asks for it: a
+    worker forked just before its step process was killed lived on, an orphan."""
+    survived = tmp_path / "survived"
+    step = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.execv({sys.executable!r}, [{sys.executable!r}, "
+         f"'-c', {LATE_WORKER!r}, str(os.getpid()), {str(survived)!r}])"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = int(step.stdout.readline())  # the worker keeps the pipe open: no communicate()
+    step.wait(timeout=60)
+    step.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(worker) and not survived.exists():
+        time.sleep(0.05)
+    running = _running(worker)
+    if running:
+        os.kill(worker, signal.SIGKILL)
+    assert not survived.exists() and not running
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's new parent may not reap it at once)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_ctrl_c_ends_a_run_waiting_for_a_pool_slot(tmp_path, dagster_home):
+    """A run waiting for the ``gpu`` pool's one slot, held by a live run, ignored SIGINT and
+    SIGTERM (Dagster delays them to points inside steps) and spun at full CPU; now it is marked
+    failed and its process exits soon after the signal. The slot holder is untouched."""
+    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "waiting",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Slow", {"sleep_s": 0})],
+        [edge("0", "out", "1")],
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+
+    def cli(sleep_s):
+        return subprocess.Popen(
+            [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+             str(nodes), "--dagster-home", dagster_home, "--no-progress",
+             "--set", f"Slow.sleep_s={sleep_s}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+
+    holder = cli(3600)
+    waiter = None
+    try:
+        for line in holder.stdout:
+            if "LOADING" in line:
+                break
+        waiter = cli(0)
+        deadline = time.monotonic() + 120
+        blocked = False
+        while time.monotonic() < deadline and not blocked and waiter.poll() is None:
+            time.sleep(0.5)
+            with dg.DagsterInstance.from_config(dagster_home) as instance:
+                info = instance.event_log_storage.get_concurrency_info("gpu")
+                blocked = bool(info.pending_step_count)
+        assert blocked, "the second run never waited for the pool"
+        start = time.monotonic()
+        waiter.send_signal(signal.SIGINT)
+        try:
+            out, _ = waiter.communicate(timeout=45)
+        except subprocess.TimeoutExpired:
+            out = "(still waiting 45 s after SIGINT)"
+        seconds = time.monotonic() - start
+        assert holder.poll() is None  # the run holding the slot goes on
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert seconds < 30 and waiter.returncode == 130, f"{seconds:.0f} s\n{out[-3000:]}"
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        [run] = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
+        failure = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "interrupted (SIGINT/SIGTERM)" in failure[-1].dagster_event.message

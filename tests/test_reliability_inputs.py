@@ -556,3 +556,87 @@ def test_code_location_flag_still_marks_functions_overridable(function_case, dag
         )
     assert result.success
     assert [n["y"] for n in result.output_for_node("by_location__Apply", "out")] == [0, 10, 20]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pool sizes no machine can start, from run config
+
+POOL_NODES = """
+from graphbook.steps import SourceStep, BatchStep
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
+
+class Load(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"}}
+
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        return item
+
+    def dump_fn(self, item):
+        return None
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+"""
+
+
+@pytest.mark.parametrize("setting", ["num_workers", "dump_workers"])
+def test_a_pool_no_machine_can_start_is_refused_naming_the_step(tmp_path, dagster_home, setting):
+    """``runtime.num_workers: 100000000`` from run config forked workers until the run was
+    killed (and left some behind); now the step fails at once, naming the setting."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    nodes = write_nodes(tmp_path / "nodes", "pool_nodes.py", POOL_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "pools",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Load", {})],
+        [edge("0", "out", "1")],
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+         str(nodes), "--dagster-home", dagster_home, "--no-progress",
+         "--set", f"Load.runtime.{setting}=100000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        out = "(still running after 60 s)"
+    finally:
+        leftover = [p for p in psutil.process_iter(["pid"]) if _in_group(p, proc.pid)]
+        if proc.poll() is None or leftover:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, out[-3000:]
+    assert (
+        f"workflow 'pools', step 'Load' (node 1): runtime.{setting} must be between 0 and" in out
+    ), out[-3000:]
+    assert "got 100000000" in out
+    assert leftover == []
+
+
+def _in_group(process, pgid: int) -> bool:
+    import os
+
+    try:
+        return os.getpgid(process.pid) == pgid
+    except (ProcessLookupError, PermissionError):
+        return False

@@ -150,6 +150,30 @@ def test_cli_reports_the_resource_refusal(tmp_path, nodes, dagster_home):
     assert "see the Dagster event log" not in out, out
 
 
+@pytest.mark.parametrize(
+    "tag", ["!!python/object/apply:os.system", "!!python/name:os.system", "!!binary"]
+)
+def test_cli_refuses_yaml_object_tags_in_set_clearly(tmp_path, nodes, dagster_home, tag):
+    """``--set`` values are read with ``yaml.safe_load``: a ``!!python/...`` tag builds nothing,
+    and the CLI says which value it refused instead of ending in a YAML traceback."""
+    import subprocess
+
+    marker = tmp_path / "pwned"
+    wf = _text_into_apply(tmp_path, "tags_cli")
+    value = f'{tag} ["touch {marker}"]'
+    cmd = [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+           str(nodes), "--dagster-home", dagster_home, "--no-progress", "--set",
+           f"Apply.label={value}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert not marker.exists()
+    assert "Traceback" not in out, out
+    assert out.startswith("--set Apply.label: the value is not a plain YAML value"), out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert instance.get_runs() == []  # refused before any run
+
+
 # ---------------------------------------------------------------------------------------------
 # Partition keys
 

@@ -278,20 +278,40 @@ class ReviewSplit(Split):
 
 
 def write_resized(src, dst, size):
-    """Dump worker side: a ``size`` x ``size`` copy of ``src`` at ``dst``, written under a
-    temporary name and renamed, so a retried run never leaves half a file; returns ``dst``."""
+    """Dump worker side: a ``size`` x ``size`` copy of ``src`` at ``dst``, written under a hidden
+    temporary name (``.tmp-<pid>-<name>.part``, never taken for an image) and renamed, so a
+    retried or killed run never leaves half a file under an image's name; returns ``dst``."""
     from PIL import Image
 
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    tmp = f"{dst}.tmp-{os.getpid()}.png"
+    folder = os.path.dirname(dst)
+    os.makedirs(folder, exist_ok=True)
+    _sweep_dead_temporaries(folder)
+    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(dst)}.part")
     try:
         with Image.open(src) as image:
-            image.convert("RGB").resize((size, size), Image.BILINEAR).save(tmp)
+            image.convert("RGB").resize((size, size), Image.BILINEAR).save(tmp, format="PNG")
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dst
+
+
+_SWEPT = set()
+
+
+def _sweep_dead_temporaries(folder):
+    """Once per folder and process: remove the temporary files of writers that were killed."""
+    if folder in _SWEPT:
+        return
+    _SWEPT.add(folder)
+    for name in os.listdir(folder):
+        pid = name[len(".tmp-") :].split("-", 1)[0] if name.startswith(".tmp-") else ""
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except FileNotFoundError:
+                pass
 
 
 class SaveResized(BatchStep):

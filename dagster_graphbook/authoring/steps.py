@@ -301,9 +301,11 @@ class DumpJSONL(Step):
     def on_end(self) -> None:
         if self._file is None:
             return
-        self._file.close()
-        self._file = None
-        if getattr(self, "run_failed", False):
-            os.unlink(self._tmp)
-        else:
-            os.replace(self._tmp, self.jsonl_path)
+        file, self._file = self._file, None
+        try:
+            file.close()  # flushes: a full disk fails here
+            if not getattr(self, "run_failed", False):
+                os.replace(self._tmp, self.jsonl_path)
+        finally:
+            if os.path.exists(self._tmp):  # failed or not committed: never left on the disk
+                os.unlink(self._tmp)

@@ -10,6 +10,7 @@ and the last partial batch is always processed (Graphbook hung on it without ``l
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import traceback
 import warnings
@@ -61,6 +62,37 @@ class BatchSettings:
     def from_config(cls, config: Mapping[str, Any]) -> BatchSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in config.items() if k in known})
+
+
+_SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
+
+
+def _shm_free() -> int:
+    """Bytes free in /dev/shm (a large number where there is none to measure)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
+
+
+def max_workers() -> int:
+    """The most loader or dump workers a step may ask for: 8 per CPU core, at least 64."""
+    return max(64, 8 * (os.cpu_count() or 1))
+
+
+def _check_pool_sizes(settings: BatchSettings, label: str) -> None:
+    """Refuse pool sizes from run config that no machine can start (``num_workers: 100000000``
+    forked until the run was killed, leaving workers behind) or that mean nothing (negative)."""
+    limit = max_workers()
+    for name in ("num_workers", "dump_workers"):
+        value = getattr(settings, name)
+        if value is not None and not 0 <= value <= limit:
+            raise StepFailure(
+                label,
+                f"runtime.{name} must be between 0 and {limit} (8 per CPU core, at least 64), "
+                f"got {value}",
+            )
 
 
 def _placeholders() -> Tuple[set, set]:
@@ -304,6 +336,7 @@ def run_batch_step(
         raise StepFailure(
             label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}"
         )
+    _check_pool_sizes(settings, label)
     if (
         settings.worker_type == "process"
         and settings.num_workers > 0
@@ -317,6 +350,24 @@ def run_batch_step(
             "processes; using worker_type 'thread'",
         )
         settings = replace(settings, worker_type="thread")
+    shm_free = _shm_free()
+    if settings.worker_type == "process" and settings.num_workers > 0 and shm_free < _SHM_MIN:
+        # worker processes need /dev/shm for their semaphores: sem_open failed with ENOSPC
+        emit(
+            "warning",
+            f"{label}: /dev/shm is full ({shm_free // 1024} KiB free), and worker processes "
+            "need some for their locks; using worker_type 'thread'. Remove what leaked there "
+            "(`ls -la /dev/shm`) or give the container more: `docker run --shm-size=2g`, "
+            "Kubernetes: an emptyDir with medium: Memory at /dev/shm",
+        )
+        settings = replace(settings, worker_type="thread")
+    if settings.call_timeout_s and settings.worker_type == "thread":
+        emit(
+            "warning",
+            f"{label}: runtime.call_timeout_s {settings.call_timeout_s:g} is not enforced on "
+            "thread workers (a thread cannot be interrupted): a load_fn/dump_fn stuck there "
+            "is only reported by the stall warnings; use worker_type 'process' for a limit",
+        )
     device = resolve_device(settings.device)
     if not hasattr(step, "device"):
         step.device = device  # ctx.device in on_item_batch

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..authoring.log import LogTarget, log_target
 from .errors import ItemError, StepFailure, short_repr
 from .routing import Pins, StepResult, normalize_yield
+from .stall import StallWatchdog
 
 Emit = Callable[[str, str], None]  # (level, message)
 
@@ -30,14 +31,28 @@ def run_step(
     emit: Emit,
     on_item_error: str = "raise",
     batch_settings: Any = None,
+    stall_warning_s: float = 60.0,
 ) -> StepResult:
-    """Run one step over ``notes`` (ignored for sources) and return its notes per pin."""
-    with log_target(LogTarget(node[0], node[1], emit)):
+    """Run one step over ``notes`` (ignored for sources) and return its notes per pin.
+
+    A source or plain step stuck in its own code (a lock, a read that never returns) says so
+    every ``stall_warning_s``, naming the hook and the note; batch steps have their own watchdog.
+    """
+    at = _Where("on_start")
+    watchdog = StallWatchdog(
+        label,
+        stall_warning_s if kind != "batch" else 0,
+        lambda: f"still in {at.where}",
+        lambda msg: emit("warning", msg),
+    )
+    with log_target(LogTarget(node[0], node[1], emit)), watchdog:
+        at.watchdog = watchdog
         _call_hook(step, "on_start", label)
         failed = True
         try:
             if kind == "source":
-                result = _run_source(step, pins, label, emit)
+                at.set("the source's load (no note yet)")
+                result = _run_source(step, pins, label, emit, at)
             elif kind == "batch":
                 from .batch import BatchSettings, run_batch_step
 
@@ -46,9 +61,10 @@ def run_step(
                     step, notes, settings, pins=pins, label=label, node=node, emit=emit
                 )
             else:
-                result = _run_notes(step, notes, pins, label, on_item_error, emit)
+                result = _run_notes(step, notes, pins, label, on_item_error, emit, at)
             failed = False
         finally:
+            at.set("on_end")
             step.run_failed = failed
             try:
                 _call_hook(step, "on_end", label)
@@ -70,7 +86,22 @@ def _call_hook(step: Any, hook: str, label: str) -> None:
         ) from exc
 
 
-def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepResult:
+class _Where:
+    """Where a source or plain step is, for the stall watchdog: each move counts as progress."""
+
+    def __init__(self, where: str):
+        self.where, self.watchdog = where, None
+
+    def set(self, where: str) -> None:
+        self.where = where
+        if self.watchdog is not None:
+            self.watchdog.touch()
+
+
+def _run_source(
+    step: Any, pins: Sequence[str], label: str, emit: Emit, at: Optional[_Where] = None
+) -> StepResult:
+    at = at or _Where("")
     start = time.perf_counter()
     warned = [False]
     warn = lambda msg: emit("warning", f"{label}: {msg}")  # noqa: E731
@@ -79,6 +110,7 @@ def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepR
         if "GeneratorSourceStep" in {c.__name__ for c in type(step).__mro__}:
             for value in step.generator:
                 out.add(normalize_yield(value, pins, warn, warned), "the source")
+                at.set(f"the source's generator, after {sum(out.counts().values())} notes")
         else:
             out.add(normalize_yield(step.load(), pins, warn, warned), "the source")
     except StepFailure:
@@ -96,12 +128,20 @@ def _run_source(step: Any, pins: Sequence[str], label: str, emit: Emit) -> StepR
 
 
 def _run_notes(
-    step: Any, notes: Sequence[Any], pins: Sequence[str], label: str, on_item_error: str, emit: Emit
+    step: Any,
+    notes: Sequence[Any],
+    pins: Sequence[str],
+    label: str,
+    on_item_error: str,
+    emit: Emit,
+    at: Optional[_Where] = None,
 ) -> StepResult:
+    at = at or _Where("")
     start = time.perf_counter()
     out = Pins(pins, label, lambda msg: emit("warning", msg))
     errors: List[ItemError] = []
     for index, note in enumerate(notes):
+        at.set(f"note {index} {short_repr(note)} (on_data, on_item, route)")
         try:
             routed = step(note)
         except Exception as exc:

@@ -39,9 +39,10 @@ def _init(
     node_name: str,
     nice: int = 0,
     call_timeout_s: Optional[float] = None,
+    step_pid: Optional[int] = None,
 ) -> None:
     global _DUMP_FN, _CALL_TIMEOUT_S
-    init_worker(node_id, node_name, nice)
+    init_worker(node_id, node_name, nice, step_pid)
     _DUMP_FN = dump_fn
     _CALL_TIMEOUT_S = call_timeout_s
 
@@ -105,7 +106,7 @@ class DumpPool:
                 max(1, num_workers),
                 mp_context=multiprocessing.get_context(start_method),
                 initializer=_init,
-                initargs=(dump_fn, *node, nice, call_timeout_s),
+                initargs=(dump_fn, *node, nice, call_timeout_s, os.getpid()),
             )
             self.threads = False
 

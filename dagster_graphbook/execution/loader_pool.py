@@ -402,11 +402,12 @@ class _WorkerInit:
     def __init__(self, node_id: str, node_name: str, nice: int = 0):
         self.node = (node_id, node_name)
         self.nice = nice
+        self.step_pid = os.getpid()  # made in the step process
 
     def __call__(self, worker_id: int) -> None:
         global _RING
         _RING = None  # never a ring inherited through fork
-        init_worker(*self.node, nice=self.nice)
+        init_worker(*self.node, nice=self.nice, step_pid=self.step_pid)
 
 
 def _load_range(dataset: ItemDataset, indices: range, stack: bool) -> LoadedBatch:

@@ -204,6 +204,7 @@ def execute_step(
                 emit=emit,
                 on_item_error=runtime.get("on_item_error", "raise"),
                 batch_settings=batch_settings,
+                stall_warning_s=runtime.get("stall_warning_s", 60.0),
             )
         except Exception as exc:
             _retry_or_raise(context, plan, runtime, exc)

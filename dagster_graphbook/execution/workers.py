@@ -12,14 +12,36 @@ from typing import Any, Dict, Optional
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when its parent dies, so a killed step leaves no orphans."""
-    if not sys.platform.startswith("linux"):
-        return
+def die_with_parent(step_pid: Optional[int] = None) -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies, so a killed step leaves no orphans.
+
+    A worker forked just before its step process was killed asks too late (the request only
+    covers a parent still alive), so it also exits when the step process ``step_pid`` is gone.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if step_pid is not None and not _alive(step_pid):
+        os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a killed step stays one until its own parent reaps it)."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 def lower_priority(nice: int, thread: bool = False) -> None:
@@ -46,10 +68,12 @@ def lower_priority(nice: int, thread: bool = False) -> None:
         pass
 
 
-def init_worker(node_id: str, node_name: str, nice: int = 0) -> None:
+def init_worker(
+    node_id: str, node_name: str, nice: int = 0, step_pid: Optional[int] = None
+) -> None:
     from ..authoring.log import _current, stderr_target
 
-    die_with_parent()
+    die_with_parent(step_pid)
     lower_priority(nice)
     _current.set(stderr_target(node_id, node_name))
 
