@@ -10,6 +10,7 @@ import dagster as dg
 
 from . import params as ptypes
 from .checks import BoundCheck, StepCheck, with_checks
+from .dead_runs import join_run
 from .execution.step_op import RUNTIME_KEY, StepPlan, execute_step
 from .io import NOTES_IO_MANAGER_KEY
 from .streaming.advice import warn_heavy_outputs
@@ -305,8 +306,9 @@ def _step_asset(
         context, **inputs
     ):  # no annotation: `from __future__ import annotations` would turn it into a string
         pin_of = {v: k for k, v in output_names.items()}
-        steps = warn_heavy_outputs(context, plan.label, execute_step(context, plan, inputs))
-        yield from with_checks(steps, bound, pin_of)
+        with join_run(context.instance, context.run_id):
+            steps = warn_heavy_outputs(context, plan.label, execute_step(context, plan, inputs))
+            yield from with_checks(steps, bound, pin_of)
 
     return _step
 

@@ -1,102 +1,208 @@
 """Runs whose process was killed (``kill -9``, the OOM killer) while they were in progress.
 
-A run executed in a process of ours (``dagster-graphbook run/materialize``, ``run_workflow``,
-``run_job``) has no run launcher and no daemon watching it: killed, it stays STARTED in the
-instance forever. It then holds its concurrency slots (a ``gpu`` pool limited to 1 made every
-later batch run wait forever), later runs warn about it as a run in progress, and retention never
-prunes its notes. Each such run is tagged with its host, pid and the pid's start time; before a
-new run starts, runs of this host whose process is gone are marked failed and their slots freed.
+A run executed by a process of ours (``dagster-graphbook run/materialize``, ``run_workflow``,
+``run_job``, and any run of a job on ``graphbook_executor``, such as a Launchpad run) has no
+launcher health check watching it: killed, it stays STARTED in the instance forever, holds its
+concurrency slots (a ``gpu`` pool limited to 1 made every later batch run wait forever) and its
+notes are never pruned.
+
+Ownership is a kernel lock, not a tag: the process executing a run holds a shared ``flock`` on
+``<instance root>/.graphbook/run-owners/<run id>.lock`` from before its first step until it ends,
+and removes the file before letting go; a step process of the run (multiprocess executor) holds
+it too while its step runs. The kernel drops a lock when its process dies, in whatever PID
+namespace it lives, so a lock file that can be locked exclusively while still in place is
+evidence, recorded by us alone, that every process of the run died without cleaning up. Before
+a run starts, such runs are marked failed and their slots freed. Runs without a lock file
+(another executor, a launcher of its own, a run of an older version) are never judged; tags and
+run config play no part, so they cannot be used to get a live run failed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import socket
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import dagster as dg
 
-HOST_TAG = "dagster_graphbook/host"
-PID_TAG = "dagster_graphbook/pid"
-PID_START_TAG = "dagster_graphbook/pid_start"
-_IN_PROGRESS = [
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
+_OWNERS = os.path.join(".graphbook", "run-owners")
+_SUFFIX = ".lock"
+_STALE_TMP_S = 60.0  # a temporary lock file older than this was left by a killed owner
+_held: Dict[str, int] = {}  # run id -> descriptor of the lock this process holds
 
 
-def _stat(pid: int) -> Optional[List[str]]:
-    """The fields of ``/proc/<pid>/stat`` after the name (Linux), None without it."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().decode(errors="replace").rsplit(")", 1)[-1].split()
-    except OSError:
+def _forget_in_child() -> None:
+    """A forked child (a loader worker) must not keep its parent's locks alive after the parent
+    dies: close its copies of the descriptors."""
+    for fd in _held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _owners_dir(instance: dg.DagsterInstance) -> Optional[str]:
+    """Where owners' lock files live; None for an in-memory instance no other process sees."""
+    if instance.is_ephemeral:
         return None
+    return os.path.join(instance.root_directory, _OWNERS)
 
 
-def _pid_start(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (Linux), so a reused pid is told apart."""
-    stat = _stat(pid)
-    return stat[19] if stat else None  # field 22 of stat, counted after the name
-
-
-def owner_tags() -> Dict[str, str]:
-    """Tags naming the process that executes a run started here."""
-    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
-    start = _pid_start(os.getpid())
-    if start is not None:
-        tags[PID_START_TAG] = start
-    return tags
-
-
-def _alive(pid: int, start: Optional[str]) -> bool:
+@contextlib.contextmanager
+def own_run(
+    instance: dg.DagsterInstance, run_id: str, warn: Callable[[str], None] = lambda _: None
+) -> Iterator[None]:
+    """Fail the runs whose owner died (``warn`` tells of each), then hold ``run_id``'s lock
+    until the block ends. Re-entrant within a process."""
+    folder = _owners_dir(instance)
+    if folder is None or run_id in _held:
+        yield
+        return
+    for dead in fail_dead_runs(instance):
+        warn(
+            f"run {dead} was left in progress by a process that is gone (killed); marked it "
+            "failed and freed its concurrency slots"
+        )
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, run_id + _SUFFIX)
+    tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_CLOEXEC, 0o644)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # locked before it has its name: never seen unlocked
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        os.write(fd, json.dumps(info).encode())  # for people reading the folder
+        os.replace(tmp, final)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _held[run_id] = fd
+    try:
+        yield
+    finally:
+        _held.pop(run_id, None)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(final)  # removed before the lock goes: a free lock on a linked file = dead
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def join_run(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
+    """Hold the run's lock beside its owner while a step runs in a process of its own, so the run
+    is not judged dead while one of its steps still works (its orchestrator killed)."""
+    folder = _owners_dir(instance)
+    if folder is None or run_id in _held:
+        yield
+        return
+    try:
+        fd = os.open(os.path.join(folder, run_id + _SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # a run nobody owns: nothing to join
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # a sweeper found every process of the run gone a moment ago
+        os.close(fd)
+        yield
+        return
+    _held[run_id] = fd
+    try:
+        yield
+    finally:
+        _held.pop(run_id, None)
+        os.close(fd)
+
+
+def _owner_died(path: str) -> Optional[int]:
+    """The descriptor of ``path`` locked by us when its owner died without removing it (the
+    caller closes it), else None: the owner is alive, or ended and removed the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino == os.stat(path).st_ino:
+            return fd
+    except (BlockingIOError, FileNotFoundError):  # held by a live owner / removed meanwhile
         pass
-    stat = _stat(pid)
-    if stat is None:
-        return True  # no /proc: the kernel said it exists
-    return stat[0] != "Z" and (start is None or stat[19] == start)  # a zombie is dead
-
-
-def is_dead(run: dg.DagsterRun) -> bool:
-    """A run in progress whose executing process on this host is gone."""
-    tags = run.tags or {}
-    if run.is_finished or tags.get(HOST_TAG) != socket.gethostname():
-        return False
-    pid = tags.get(PID_TAG, "")
-    return pid.isdigit() and not _alive(int(pid), tags.get(PID_START_TAG))
+    os.close(fd)
+    return None
 
 
 def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
-    """Mark the runs of this host whose process died as failed and free their concurrency slots;
-    returns their ids."""
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(statuses=_IN_PROGRESS, tags={HOST_TAG: socket.gethostname()})
-    )
+    """Mark the runs whose owner died as failed and free their concurrency slots; returns their
+    ids. Only runs with a lock file of ours are judged."""
+    folder = _owners_dir(instance)
+    if folder is None or not os.path.isdir(folder):
+        return []
     failed = []
-    for run in runs:
-        if not is_dead(run):
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.startswith("."):
+            _sweep_temporary(path)
             continue
-        instance.report_run_failed(
-            run,
-            f"the process running it (pid {run.tags[PID_TAG]} on {run.tags[HOST_TAG]}) is gone: "
-            "killed (kill -9, out of memory) while the run was in progress; marked failed by "
-            "dagster-graphbook before the next run",
-        )
-        storage = instance.event_log_storage
-        if storage.supports_global_concurrency_limits:
-            storage.free_concurrency_slots_for_run(run.run_id)
-        failed.append(run.run_id)
+        run_id = name[: -len(_SUFFIX)]
+        if not name.endswith(_SUFFIX) or run_id in _held:
+            continue
+        fd = _owner_died(path)
+        if fd is None:
+            continue
+        try:
+            run = instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                _fail(
+                    instance,
+                    run,
+                    f"the process running it ({_owner_info(fd)}) is gone: killed (kill -9, out "
+                    "of memory) while the run was in progress (its run-owner lock was released); "
+                    "marked failed by dagster-graphbook before the next run",
+                )
+                failed.append(run_id)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        finally:
+            os.close(fd)
     return failed
+
+
+def _owner_info(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {int(info['pid'])} on {info['host']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its process"
+
+
+def _fail(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
+    """Mark ``run`` failed and free the concurrency slots it claimed."""
+    instance.report_run_failed(run, why)
+    storage = instance.event_log_storage
+    if storage.supports_global_concurrency_limits:
+        storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def _sweep_temporary(path: str) -> None:
+    """A lock file killed before it got its name: unlocked and old."""
+    try:
+        if time.time() - os.stat(path).st_mtime < _STALE_TMP_S:
+            return
+    except FileNotFoundError:
+        return
+    fd = _owner_died(path)
+    if fd is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
 
 
 class InterruptBackstop:
@@ -135,14 +241,12 @@ class InterruptBackstop:
         for run in runs:
             if run.is_finished:
                 return
-            self.instance.report_run_failed(
+            _fail(
+                self.instance,
                 run,
                 f"interrupted (SIGINT/SIGTERM) and still not ended {self.grace_s:g} s later "
                 "(waiting for a pool's concurrency slot?); stopped by dagster-graphbook",
             )
-            storage = self.instance.event_log_storage
-            if storage.supports_global_concurrency_limits:
-                storage.free_concurrency_slots_for_run(run.run_id)
         if self.done.is_set():
             return
         print(

@@ -6,13 +6,18 @@ took 3.2x longer from the Launchpad than from the terminal. ``graphbook_executor
 two modes as Dagster's default (``execution: {config: {in_process: {}}}`` or
 ``{multiprocess: {...}}``, chosen per run in the Launchpad) but defaults to ``in_process``;
 ``GraphbookWorkflow(executor="multiprocess")`` makes one process per step the workflow's default.
+
+The process orchestrating the run holds its run-owner lock (``dead_runs.own_run``) while the
+steps execute, so a run worker killed from outside is found dead by the next run.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import dagster as dg
+
+from .dead_runs import own_run
 
 
 def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
@@ -41,7 +46,26 @@ def graphbook_executor(init_context: dg.InitExecutorContext) -> Any:
     ((mode, config),) = init_context.executor_config.items()
     chosen = dg.in_process_executor if mode == "in_process" else dg.multiprocess_executor
     inner = init_context._replace(executor_def=chosen, executor_config=config)
-    return chosen.executor_creation_fn(inner)
+    return _OwnedExecutor(chosen.executor_creation_fn(inner))
+
+
+class _OwnedExecutor(dg.Executor):
+    """Dagster's executor, run while this process holds the run's owner lock."""
+
+    def __init__(self, inner: dg.Executor) -> None:
+        self.inner = inner
+
+    def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
+        with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
+            yield from self.inner.execute(plan_context, execution_plan)
+
+    @property
+    def retries(self) -> Any:
+        return self.inner.retries
+
+    @property
+    def step_dependency_config(self) -> Any:
+        return self.inner.step_dependency_config
 
 
 def resolve_executor(

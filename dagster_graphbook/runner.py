@@ -15,7 +15,7 @@ import dagster as dg
 from upath import UPath
 
 from .authoring.graph import Graph
-from .dead_runs import InterruptBackstop, fail_dead_runs, owner_tags
+from .dead_runs import InterruptBackstop, own_run
 from .definitions import GraphbookWorkflow, build_workflow
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import (
@@ -230,19 +230,11 @@ def run_workflow(
         )
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})}
-    _fail_dead_runs(instance)
+    run_tags = _run_tags(tags)
     start = time.perf_counter()
     if executor == "in_process":
         job = defs.resolve_job_def(wdefs.job.name)
-        with _backstop(instance, run_tags):
-            result: Any = job.execute_in_process(
-                run_config=config,
-                instance=instance,
-                partition_key=partition_key,
-                raise_on_error=False,
-                tags=run_tags,
-            )
+        result: Any = _execute_in_process(job, instance, config, partition_key, run_tags)
     elif executor == "multiprocess":
         source = _source_path(workflow)
         translator_path = path_of_translator(translator)
@@ -279,12 +271,29 @@ def _backstop(instance: dg.DagsterInstance, run_tags: Mapping[str, str]) -> Inte
     return InterruptBackstop(instance, RUN_TOKEN_TAG, run_tags[RUN_TOKEN_TAG], INTERRUPT_GRACE_S)
 
 
-def _fail_dead_runs(instance: dg.DagsterInstance) -> None:
-    """Runs of ours whose process was killed stay STARTED and hold their pool slots: fail them."""
-    for run_id in fail_dead_runs(instance):
-        _log.warning(
-            f"run {run_id} was left in progress by a process that is gone (killed); marked it "
-            "failed and freed its concurrency slots"
+def _run_tags(tags: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The caller's tags and a token to find the run by (the CLI passes its own)."""
+    return {RUN_TOKEN_TAG: uuid.uuid4().hex, **(tags or {})}
+
+
+def _execute_in_process(
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    config: Mapping[str, Any],
+    partition_key: Optional[str],
+    run_tags: Mapping[str, str],
+) -> dg.ExecuteInProcessResult:
+    """Run ``job`` here, holding its run-owner lock (``execute_in_process`` bypasses the job's
+    executor, which takes it otherwise): killed, the run is found dead by the next one."""
+    run_id = str(uuid.uuid4())
+    with own_run(instance, run_id, _log.warning), _backstop(instance, run_tags):
+        return job.execute_in_process(
+            run_config=config,
+            instance=instance,
+            partition_key=partition_key,
+            raise_on_error=False,
+            tags=run_tags,
+            run_id=run_id,
         )
 
 
@@ -363,17 +372,8 @@ def run_job(
         target[leaf] = value
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-    _fail_dead_runs(instance)
     start = time.perf_counter()
-    run_tags = {RUN_TOKEN_TAG: uuid.uuid4().hex, **owner_tags(), **(tags or {})}
-    with _backstop(instance, run_tags):
-        result = job.execute_in_process(
-            run_config=config,
-            instance=instance,
-            partition_key=partition_key,
-            raise_on_error=False,
-            tags=run_tags,
-        )
+    result = _execute_in_process(job, instance, config, partition_key, _run_tags(tags))
     run = WorkflowRun(
         result.run_id,
         result.success,

@@ -6,8 +6,10 @@ worker process; the run record must end FAILURE or CANCELED, never stay STARTED.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -340,3 +342,204 @@ def test_ctrl_c_ends_a_run_waiting_for_a_pool_slot(tmp_path, dagster_home):
         [run] = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
         failure = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
         assert "interrupted (SIGINT/SIGTERM)" in failure[-1].dagster_event.message
+
+
+# --- Run ownership: a kernel lock, never tags (issue 20.1, 20.2) -------------------------------
+
+PLAIN_DAGSTER_DEFS = """
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+defs = build_definitions([GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}])])
+"""
+
+RUN_WORKFLOW_SCRIPT = """
+import json, sys
+from dagster_graphbook import run_workflow
+
+run = run_workflow(sys.argv[1], [sys.argv[2]], {{"Slow.sleep_s": float(sys.argv[4])}},
+                   dagster_home=sys.argv[3], tags=json.loads(sys.argv[5]))
+print("SUCCESS" if run.success else run.failure, flush=True)
+"""
+
+
+def _exited_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _owned_run_setup(tmp_path, dagster_home):
+    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "owned",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Slow", {"sleep_s": 0})],
+        [edge("0", "out", "1")],
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+    return nodes, wf
+
+
+def _cli_run(wf, nodes, dagster_home, sleep_s, prefix=()):
+    return subprocess.Popen(
+        [*prefix, sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+         str(nodes), "--dagster-home", dagster_home, "--no-progress",
+         "--set", f"Slow.sleep_s={sleep_s}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_loading(proc) -> str:
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "LOADING" in line:
+            return "".join(lines)
+    raise AssertionError("the run never reached its batch step:\n" + "".join(lines)[-3000:])
+
+
+def _batch_step_spans(instance, step_suffix="Slow"):
+    """(start, end) timestamps of each run's batch step, by run id."""
+    spans = {}
+    for run in instance.get_runs():
+        times = {}
+        for record in instance.all_logs(run.run_id):
+            event = record.dagster_event
+            if event and record.step_key and record.step_key.endswith(step_suffix):
+                if event.event_type == dg.DagsterEventType.STEP_START:
+                    times["start"] = record.timestamp
+                elif event.event_type in (
+                    dg.DagsterEventType.STEP_SUCCESS,
+                    dg.DagsterEventType.STEP_FAILURE,
+                ):
+                    times["end"] = record.timestamp
+        spans[run.run_id] = (times.get("start"), times.get("end"))
+    return spans
+
+
+def _finish(*procs):
+    outs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0] + "\n(killed after 120 s)"
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("started_by", ["run_workflow", "plain_dagster"])
+def test_forged_owner_tags_never_fail_a_live_run_or_free_its_gpu_slot(
+    tmp_path, dagster_home, started_by
+):
+    """A live run tagged with this host and a dead pid (tags are user input: the Launchpad, a
+    copy of an earlier run's tags) was marked FAILURE by the next CLI run, which then took the
+    ``gpu`` slot and ran its batch step beside it. Now it is left alone: both succeed, one after
+    the other on the one slot."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    forged = {
+        "dagster_graphbook/host": socket.gethostname(),
+        "dagster_graphbook/pid": str(_exited_pid()),
+        "dagster_graphbook/pid_start": "1",
+    }
+    env = {**os.environ, "DAGSTER_HOME": dagster_home}
+    if started_by == "run_workflow":
+        cmd = [sys.executable, "-c", RUN_WORKFLOW_SCRIPT.format(), str(wf), str(nodes),
+               dagster_home, "1.5", json.dumps(forged)]  # fmt: skip
+    else:  # what a run worker does: the job's own executor, the tags as given
+        defs = tmp_path / "defs.py"
+        defs.write_text(PLAIN_DAGSTER_DEFS.format(wf=str(wf), nodes=str(nodes)))
+        config = tmp_path / "config.yaml"
+        config.write_text("ops:\n  owned__Slow:\n    config:\n      sleep_s: 1.5\n")
+        cmd = [sys.executable, "-m", "dagster", "job", "execute", "-f", str(defs), "-j", "owned",
+               "-c", str(config), "--tags", json.dumps(forged)]  # fmt: skip
+    first = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        head = _wait_for_loading(first)
+        second = _cli_run(wf, nodes, dagster_home, 0)
+        out_first, out_second = _finish(first, second)
+    finally:
+        for proc in (first, locals().get("second")):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert second.returncode == 0, out_second[-3000:]
+    assert first.returncode == 0, (head + out_first)[-3000:]
+    assert "marked it failed" not in out_second
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        runs = instance.get_runs()
+        assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * 2
+        for run in runs:
+            assert not instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        (s2, e2), (s1, e1) = [_batch_step_spans(instance)[r.run_id] for r in runs]
+        assert None not in (s1, e1, s2, e2)
+        assert e1 <= s2, "two runs' batch steps held the one gpu slot at once"
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+@pytest.mark.skipif(
+    subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                   capture_output=True).returncode != 0,
+    reason="unshare --pid needs root (or user namespaces) on this machine",
+)  # fmt: skip
+def test_a_run_in_another_pid_namespace_is_not_judged_dead(tmp_path, dagster_home):
+    """A run started inside ``unshare --pid`` (a pod's second container sharing DAGSTER_HOME) was
+    tagged pid 1; the next run outside found that pid's start time wrong and marked it FAILURE
+    while it ran, freeing its slot. The lock it holds is seen across namespaces."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    first = _cli_run(wf, nodes, dagster_home, 1.5, ("unshare", "--pid", "--fork", "--mount-proc"))
+    try:
+        head = _wait_for_loading(first)
+        second = _cli_run(wf, nodes, dagster_home, 0)
+        out_first, out_second = _finish(first, second)
+    finally:
+        for proc in (first, locals().get("second")):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert first.returncode == 0, (head + out_first)[-3000:]
+    assert second.returncode == 0, out_second[-3000:]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        runs = instance.get_runs()
+        assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * 2
+        (s2, _), (_, e1) = [_batch_step_spans(instance)[r.run_id] for r in runs]
+        assert e1 <= s2
+
+
+def test_a_killed_run_worker_of_the_graphbook_executor_is_failed_by_the_next_run(
+    tmp_path, dagster_home
+):
+    """A run executed by the job's own executor (as a Launchpad run worker does; here ``dagster
+    job execute``) killed with all its processes stayed STARTED holding the ``gpu`` slot, so the
+    next CLI run waited forever. The executor holds the run's owner lock: the next run fails it."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    defs = tmp_path / "defs.py"
+    defs.write_text(PLAIN_DAGSTER_DEFS.format(wf=str(wf), nodes=str(nodes)))
+    config = tmp_path / "config.yaml"
+    config.write_text("ops:\n  owned__Slow:\n    config:\n      sleep_s: 3600\n")
+    env = {**os.environ, "DAGSTER_HOME": dagster_home}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "job", "execute", "-f", str(defs), "-j", "owned",
+         "-c", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for_loading(first)
+        os.killpg(first.pid, signal.SIGKILL)  # the run worker and its loader workers
+        first.communicate(timeout=30)
+        second = _cli_run(wf, nodes, dagster_home, 0)
+        (out,) = _finish(second)
+    finally:
+        for proc in (first, locals().get("second")):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert second.returncode == 0, out[-3000:]
+    assert "marked it failed" in out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        statuses = sorted(r.status.value for r in instance.get_runs())
+        assert statuses == ["FAILURE", "SUCCESS"]
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []

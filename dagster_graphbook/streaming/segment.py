@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 import dagster as dg
 
+from ..dead_runs import join_run
 from ..execution.step_op import RUNTIME_KEY, StepPlan, make_step
 from ..io import NOTES_IO_MANAGER_KEY
 from ..translator import GraphbookTranslator, WorkflowNames
@@ -231,9 +232,10 @@ def segment_asset(
         context, **inputs
     ):  # no annotation: `from __future__ import annotations` would turn it into a string
         feeds = {where: inputs[name] for where, name in inlets.items()}
-        yield from execute_segment(
-            context, workflow, segment, plans, op_names, names, stored, feeds
-        )
+        with join_run(context.instance, context.run_id):
+            yield from execute_segment(
+                context, workflow, segment, plans, op_names, names, stored, feeds
+            )
 
     return _segment
 
