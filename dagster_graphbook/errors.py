@@ -77,3 +77,20 @@ def exception_line(text: str) -> str:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class StoredNotesError(GraphbookError):
+    """Stored notes a step needs are gone or unreadable; names the asset, partition, the run that
+    wrote them and the file, and says how to get them back."""
+
+    def __init__(
+        self,
+        headline: str,
+        *,
+        asset: str,
+        partition: Optional[str],
+        run_id: Optional[str],
+        path: str,
+    ):
+        metadata = {"asset": asset, "partition": partition or "", "run": run_id or "", "file": path}
+        super().__init__(headline, metadata=metadata)

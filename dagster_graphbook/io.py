@@ -18,6 +18,7 @@ import dagster as dg
 from upath import UPath
 
 from . import notes_codec, versions
+from .errors import StoredNotesError
 from .node_info import read_node_info
 
 NOTES_IO_MANAGER_KEY = "graphbook_notes"
@@ -123,34 +124,54 @@ class NotesStore(dg.IOManager):
         key = context.asset_key
         partition = _partition(context)
         upstream = context.upstream_output
-        folder = versions.version_folder(
-            self._base(upstream.definition_metadata if upstream else None), key, partition
-        )
+        metadata = upstream.definition_metadata if upstream else None
+        folder = versions.version_folder(self._base(metadata), key, partition)
         instance = _instance(context)
-        path = None
         this_run = _run_id(context)
-        for run_id in versions.run_lineage(instance, this_run) if this_run else []:
-            candidate = versions.notes_path(folder, run_id)
-            if candidate.exists():
-                path = candidate  # the parent ran in this run (or in the run this one re-executes)
-                break
+        path = self._lineage_path(instance, this_run, folder, key, partition, metadata)
         if path is None and instance is not None:
             recorded = versions.recorded_path(instance, key, partition)
             path = UPath(recorded) if recorded else None
-        where = f"{key.to_user_string()}{f' (partition {partition})' if partition else ''}"
         if path is None:
             raise dg.Failure(
-                f"no stored notes for {where}: materialize it first "
+                f"no stored notes for {versions.describe(key, partition)}: materialize it first "
                 "(its step has not run for this partition)"
             )
-        try:
-            with path.open("rb") as f:
-                return pickle.load(f)
-        except FileNotFoundError as exc:
-            raise dg.Failure(
-                f"the notes recorded for {where} ({path}) are gone (deleted by hand, or by the "
-                "notes_keep retention); materialize it again"
-            ) from exc
+        return versions.read_notes(path, key, partition)
+
+    @staticmethod
+    def _lineage_path(
+        instance: Optional[dg.DagsterInstance],
+        this_run: Optional[str],
+        folder: UPath,
+        key: dg.AssetKey,
+        partition: Optional[str],
+        metadata: Optional[Mapping[str, Any]],
+    ) -> Optional[UPath]:
+        """The parent's notes from this run, or from the run it re-executes (parent,
+        grandparent, ...); None when none of them materialized it. A re-execution never falls
+        back to another run's notes when its own parent's version was pruned."""
+        for run_id in versions.run_lineage(instance, this_run) if this_run else []:
+            candidate = versions.notes_path(folder, run_id)
+            if candidate.exists():
+                return candidate
+            if run_id == this_run or not versions.materialized_in(instance, run_id, key, partition):
+                continue
+            keep = int((metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
+            raise StoredNotesError(
+                f"run {this_run} re-executes run {run_id}, which materialized "
+                f"{versions.describe(key, partition)}, but that version is gone ({candidate}): "
+                f"pruned by the notes_keep={keep} retention after newer runs of this partition "
+                "(or deleted by hand). A re-execution reads only its parent run's notes, so it "
+                f"stops instead of reading another run's. Re-execute run {run_id} with all its "
+                f"steps (or materialize {key.to_user_string()} and what follows it for this "
+                "partition), or keep more versions (notes_keep)",
+                asset=key.to_user_string(),
+                partition=partition,
+                run_id=run_id,
+                path=str(candidate),
+            )
+        return None
 
 
 def _instance(context: Any) -> Optional[dg.DagsterInstance]:

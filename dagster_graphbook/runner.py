@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from .translator import (
     read_steps_tag,
     resolve_refs,
 )
-from .versions import stored_notes_path
+from .versions import read_notes, stored_notes_path
 from .workflow import Workflow, WorkflowError
 
 _log = logging.getLogger("dagster_graphbook")
@@ -391,8 +390,8 @@ def run_job(
         stored = stored_notes_path(m.metadata)
         if stored is not None and m.asset_key in pins:
             step, pin = pins[m.asset_key]
-            with UPath(stored).open("rb") as f:
-                run.notes.setdefault(step, {})[pin] = pickle.load(f)
+            notes = read_notes(UPath(stored), m.asset_key, m.partition)
+            run.notes.setdefault(step, {})[pin] = notes
     return run
 
 
@@ -420,20 +419,20 @@ def _load_notes(
     run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance
 ) -> Dict[str, Dict[str, List[Any]]]:
     """The notes this run stored, found through its materializations (``dagster/uri`` metadata)."""
-    paths: Dict[dg.AssetKey, str] = {}
+    paths: Dict[dg.AssetKey, Tuple[str, Optional[str]]] = {}
     for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         materialization = record.asset_materialization
         stored = stored_notes_path(materialization.metadata) if materialization else None
         if stored is not None:
-            paths[materialization.asset_key] = stored
+            paths[materialization.asset_key] = (stored, materialization.partition)
     out: Dict[str, Dict[str, List[Any]]] = {}
     for step in translator.names(wdefs.workflow).steps.values():
         pins = out.setdefault(step.step, {})
         for pin, spec in step.specs.items():
             if spec.key not in paths:
                 continue  # a pin inside a stream stores no notes
-            with UPath(paths[spec.key]).open("rb") as f:
-                pins[pin] = pickle.load(f)
+            stored, partition = paths[spec.key]
+            pins[pin] = read_notes(UPath(stored), spec.key, partition)
     return out
 
 

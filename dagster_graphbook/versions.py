@@ -16,6 +16,9 @@ from typing import IO, Any, Callable, Iterable, List, Mapping, Optional
 import dagster as dg
 from upath import UPath
 
+from . import notes_codec
+from .errors import StoredNotesError
+
 NOTES_SUFFIX = ".pkl"
 TABLE_SUFFIX = ".parquet"
 _TMP_PREFIX = ".tmp-"
@@ -41,6 +44,38 @@ def stored_notes_path(metadata: Mapping[str, Any]) -> Optional[str]:
 
 def notes_path(folder: UPath, run_id: str) -> UPath:
     return folder / f"{run_id}{NOTES_SUFFIX}"
+
+
+def describe(key: dg.AssetKey, partition: Optional[str]) -> str:
+    """``workflow/Step (partition 2025-06-01)``, as messages name a stored asset."""
+    return f"{key.to_user_string()}{f' (partition {partition})' if partition else ''}"
+
+
+def read_notes(path: UPath, key: dg.AssetKey, partition: Optional[str] = None) -> Any:
+    """The one reader of stored notes: a missing or damaged file fails naming the asset, the
+    partition, the run that wrote it and the file, and how to get the notes back."""
+    run_id = path.name[: -len(NOTES_SUFFIX)] if path.name.endswith(NOTES_SUFFIX) else None
+    where = describe(key, partition)
+    written = f" written by run {run_id}" if run_id else ""
+    try:
+        with path.open("rb") as f:
+            return notes_codec.load(f)
+    except FileNotFoundError as exc:
+        headline = (
+            f"the notes of {where}{written} are gone ({path}): deleted by hand, or by the "
+            f"notes_keep retention; materialize {key.to_user_string()} again"
+        )
+        cause: BaseException = exc
+    except Exception as exc:  # truncated, overwritten, empty: whatever pickle makes of it
+        headline = (
+            f"the notes of {where}{written} cannot be read ({path}): {type(exc).__name__}: "
+            f"{exc}. The file is damaged (cut short or overwritten); materialize "
+            f"{key.to_user_string()} again for this partition to write a new version"
+        )
+        cause = exc
+    raise StoredNotesError(
+        headline, asset=key.to_user_string(), partition=partition, run_id=run_id, path=str(path)
+    ) from cause
 
 
 def _is_local(path: UPath) -> bool:
@@ -117,6 +152,18 @@ def recorded_path(
         if path is not None:
             return path
     return None
+
+
+def materialized_in(
+    instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey, partition: Optional[str]
+) -> bool:
+    """Whether run ``run_id`` materialized ``key`` (in ``partition``)."""
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = record.asset_materialization
+        if materialization is not None and materialization.asset_key == key:
+            if partition is None or materialization.partition == partition:
+                return True
+    return False
 
 
 def run_lineage(instance: Optional[dg.DagsterInstance], run_id: str) -> List[str]:

@@ -284,3 +284,161 @@ def test_two_components_and_python_with_their_own_notes_dirs_load_into_one_locat
             assert result.success
             where = other if name == "yaml_three" else shared
             assert (where / name / "Join" / f"{result.run_id}.pkl").exists()
+
+
+# --- Re-execution reads its parent's notes or says why not; damaged notes are named (20.3, 20.4)
+
+RELINEAGE_NODES = """
+import json, os
+from graphbook.steps import SourceStep, Step
+
+class Emit(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"tag": {"type": "string", "default": "a"}}
+
+    def __init__(self, tag="a"):
+        super().__init__()
+        self.tag = tag
+
+    def load(self):
+        return {"out": [{"tag": self.tag, "i": i} for i in range(3)]}
+
+class Check(Step):
+    \"\"\"Fails while ``marker`` exists; records the tags it saw in ``seen``.\"\"\"
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"marker": {"type": "string", "default": ""},
+                  "seen": {"type": "string", "default": ""}}
+
+    def __init__(self, marker="", seen=""):
+        super().__init__()
+        self.marker, self.seen = marker, seen
+
+    def on_data(self, data):
+        if self.marker and os.path.exists(self.marker):
+            raise RuntimeError("transient failure")
+        with open(self.seen, "a") as f:
+            f.write(data["tag"] + "\\n")
+"""
+
+RELINEAGE_DEFS = """
+from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
+
+defs = build_definitions(
+    [GraphbookWorkflow({wf!r}, custom_nodes=[{nodes!r}],
+                       partitions_def=daily_partitions("2026-01-01"), notes_keep=3)],
+    notes_dir={notes!r},
+)
+
+
+def job():
+    return defs.resolve_job_def("relin")
+"""
+
+
+def _relineage(tmp_path: Path):
+    """A partitioned Emit -> Check workflow in a module of its own (re-execution from failure
+    needs a reconstructable job): (reconstructable job, marker file, seen file, notes dir)."""
+    nodes = write_nodes(tmp_path / "nodes", "relin_nodes.py", RELINEAGE_NODES)
+    marker, seen = tmp_path / "marker", tmp_path / "seen.txt"
+    wf = write_workflow(
+        tmp_path,
+        "relin",
+        [
+            step_node("0", "Emit", {"tag": "a"}, source=True),
+            step_node("1", "Check", {"marker": str(marker), "seen": str(seen)}),
+        ],
+        [edge("0", "out", "1")],
+    )
+    notes = tmp_path / "notes"
+    module = f"relin_defs_{tmp_path.name}"
+    (tmp_path / f"{module}.py").write_text(
+        RELINEAGE_DEFS.format(wf=str(wf), nodes=str(nodes), notes=str(notes))
+    )
+    sys.path.insert(0, str(tmp_path))
+    recon = dg.build_reconstructable_job(
+        module, "job", reconstructor_working_directory=str(tmp_path)
+    )
+    return recon, marker, seen, notes
+
+
+def _run_day(recon, instance, tag: str) -> dg.JobExecutionResult:
+    config = {"ops": {"relin__Emit": {"config": {"tag": tag}}}}
+    with dg.execute_job(
+        recon, instance, run_config=config, tags={"dagster/partition": "2026-02-10"}
+    ) as result:
+        return result
+
+
+@pytest.mark.parametrize("later_runs", [1, 3])
+def test_reexecution_reads_its_parents_notes_or_fails_naming_the_pruned_version(
+    tmp_path, dagster_home, later_runs
+):
+    """Run P fails at step 2; later runs of the partition come; P is re-executed from failure.
+    With P's step-1 version kept, the re-execution reads P's notes (never the newest run's); once
+    ``notes_keep`` (3) pruned it, it used to succeed silently on the newest run's notes, and now
+    fails naming the run, the asset, the partition, the pruned file and what to do."""
+    recon, marker, seen, notes = _relineage(tmp_path)
+    try:
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            marker.write_text("fail")
+            parent = _run_day(recon, instance, "P")
+            assert not parent.success
+            marker.unlink()
+            for k in range(later_runs):
+                assert _run_day(recon, instance, f"later{k}").success
+            seen.write_text("")
+            options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+            day = {"dagster/partition": "2026-02-10"}  # the UI's re-execution keeps the tag
+            with dg.execute_job(recon, instance, tags=day, reexecution_options=options) as result:
+                success, run_id = result.success, result.run_id
+            failures = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+            pruned = notes / "relin" / "Emit" / "2026-02-10" / f"{parent.run_id}.pkl"
+            if later_runs == 1:
+                assert success, failures
+                assert seen.read_text().split() == ["P"] * 3
+                return
+            assert not success and not pruned.exists()
+            assert seen.read_text() == "", "the re-execution read another run's notes"
+            (failure,) = failures
+            message = failure.dagster_event.step_failure_data.user_failure_data.description
+            for part in (parent.run_id, "relin/Emit", "2026-02-10", str(pruned), "notes_keep"):
+                assert part in message, message
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "half", "empty"])
+def test_damaged_stored_notes_fail_naming_asset_partition_run_and_file(
+    tmp_path, dagster_home, damage
+):
+    """A stored notes file overwritten with garbage, cut in half or emptied failed its child with
+    a bare ``UnpicklingError``/``EOFError`` naming nothing."""
+    recon, _, seen, notes = _relineage(tmp_path)
+    try:
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            first = _run_day(recon, instance, "P")
+            assert first.success
+            stored = notes / "relin" / "Emit" / "2026-02-10" / f"{first.run_id}.pkl"
+            data = stored.read_bytes()
+            stored.write_bytes(
+                {"garbage": b"not a pickle at all", "half": data[: len(data) // 2], "empty": b""}[
+                    damage
+                ]
+            )
+            job = recon.get_definition()
+            result = job.get_subset(
+                asset_selection={dg.AssetKey(["relin", "Check"])}
+            ).execute_in_process(
+                instance=instance, partition_key="2026-02-10", raise_on_error=False
+            )
+            assert not result.success
+            (failure,) = [e for e in result.all_events if e.is_step_failure]
+            data = failure.step_failure_data.user_failure_data
+            message = data.description
+            for part in (first.run_id, "relin/Emit", "2026-02-10", str(stored), "materialize"):
+                assert part in message, message
+            assert data.metadata["file"].value == str(stored)
+    finally:
+        sys.path.remove(str(tmp_path))
