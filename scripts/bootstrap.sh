@@ -20,7 +20,7 @@ want="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[bootstrap] installing dagster-graphbook and its dependencies into .venv (first time: a few minutes)"
     quiet_pip install --upgrade pip
-    quiet_pip install -c constraints.txt -e '.[dev]'
+    quiet_pip install -c constraints.txt -e '.[dev,distributed]'
     .venv/bin/python -c "import dagster, torch, torchvision, dagster_graphbook"
     echo "$want" > "$stamp"
 fi

@@ -4,7 +4,11 @@ helper."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional
@@ -12,6 +16,9 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "nightly"
+DAYS = ("2026-03-01", "2026-03-02", "2026-03-03")  # the nightly project's generated days
+PER_DAY = 48
 
 
 @pytest.fixture(scope="session")
@@ -365,3 +372,45 @@ def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
         "incoming": root / "incoming",
         "checkpoint": checkpoint,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The nightly shapes project (tests/test_nightly.py, tests/test_deploy_distributed.py)
+
+
+def _shapes_data():
+    spec = importlib.util.spec_from_file_location(
+        "nightly_shapes_data_under_test", EXAMPLES / "shapes_data.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory) -> Dict[str, Any]:
+    """Three generated days and a checkpoint trained by examples/nightly/train_shapes_cnn.py
+    (seconds)."""
+    root = tmp_path_factory.mktemp("nightly_project")
+    data = _shapes_data()
+    for day in DAYS:
+        data.make_day(root / "data" / "incoming", day, PER_DAY)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "train_shapes_cnn.py"),
+            "--out",
+            str(root / "models" / "shapes_cnn.pt"),
+            "--train-count",
+            "2000",
+            "--epochs",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    val = float(re.search(r"val accuracy ([0-9.]+),", out.stdout).group(1))
+    assert val >= 0.9, out.stdout
+    return {"root": root, "val_accuracy": val}

@@ -9,11 +9,7 @@ from typing import Any, Dict, Optional
 
 import dagster as dg
 import pytest
-from conftest import REPO
-from test_nightly import (
-    DAYS,
-    PER_DAY,
-)  # noqa: F401  (the trained checkpoint and generated days)
+from conftest import DAYS, PER_DAY, REPO
 
 from dagster_graphbook import GraphbookWorkflow, run_workflow
 from dagster_graphbook.definitions import build_workflow
@@ -130,7 +126,7 @@ def test_two_runs_at_once_on_one_dask_cluster_both_run_their_steps(
 
 
 @pytest.mark.parametrize("executor", ["dask", "ray"])
-def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, dagster_home):  # noqa: F811
+def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, dagster_home):
     """A daily partition (dagster-dask failed on partitioned runs) with absolute paths: the images
     classified, the confident ones resized into the output folder."""
     address = request.getfixturevalue(f"{executor}_cluster")

@@ -10,62 +10,19 @@ The fixture lays out a project like the repository (``data/incoming/<day>/``,
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
 
 import dagster as dg
 import pytest
-from conftest import REPO
+from conftest import DAYS, PER_DAY, REPO, _shapes_data
 
-EXAMPLES = REPO / "examples" / "nightly"
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
-DAYS = ("2026-03-01", "2026-03-02", "2026-03-03")
-PER_DAY = 48
 KEY = lambda *path: dg.AssetKey(["nightly_shapes", *path])  # noqa: E731
-
-
-def _shapes_data():
-    spec = importlib.util.spec_from_file_location(
-        "nightly_shapes_data_under_test", EXAMPLES / "shapes_data.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def project(tmp_path_factory) -> Dict[str, Any]:
-    """Three generated days and a checkpoint trained by examples/nightly/train_shapes_cnn.py
-    (seconds)."""
-    root = tmp_path_factory.mktemp("nightly_project")
-    data = _shapes_data()
-    for day in DAYS:
-        data.make_day(root / "data" / "incoming", day, PER_DAY)
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "train_shapes_cnn.py"),
-            "--out",
-            str(root / "models" / "shapes_cnn.pt"),
-            "--train-count",
-            "2000",
-            "--epochs",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    val = float(re.search(r"val accuracy ([0-9.]+),", out.stdout).group(1))
-    assert val >= 0.9, out.stdout
-    return {"root": root, "val_accuracy": val}
 
 
 def _defs(notes: Path) -> dg.Definitions:
