@@ -40,6 +40,8 @@ from .authoring.steps import (
     LoadJSONL,
     SourceStep,
     Split,
+    SplitByItems,
+    SplitItemField,
     Step,
     StepOutput,
 )
@@ -76,6 +78,8 @@ __all__ = [
     "Resource",
     "SourceStep",
     "Split",
+    "SplitByItems",
+    "SplitItemField",
     "Step",
     "StepOutput",
     "Workflow",

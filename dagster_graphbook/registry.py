@@ -24,7 +24,15 @@ from .authoring import compat, resources, steps
 PathLike = Union[str, "os.PathLike[str]"]
 
 BUILTIN_STEPS: Dict[str, type] = {
-    c.__name__: c for c in (steps.Split, steps.Copy, steps.LoadJSONL, steps.DumpJSONL)
+    c.__name__: c
+    for c in (
+        steps.Split,
+        steps.SplitByItems,
+        steps.SplitItemField,
+        steps.Copy,
+        steps.LoadJSONL,
+        steps.DumpJSONL,
+    )
 }
 BUILTIN_RESOURCES: Dict[str, type] = dict(resources.UI_NAMES)
 # Also accept the class names of the built-in resources (Python Graphs and hand-written files use

@@ -45,13 +45,15 @@ def _mro_names(cls: type) -> set:
 
 
 def step_kind(cls: type) -> str:
-    """'source', 'batch', 'prompt' or 'step', by Graphbook's base classes (ours or the real
-    ones)."""
+    """'source', 'batch', 'prompt', 'async' or 'step', by Graphbook's base classes (ours or the
+    real ones)."""
     names = _mro_names(cls)
     if "PromptStep" in names:
         return "prompt"
     if "BatchStep" in names:
         return "batch"
+    if "AsyncStep" in names:
+        return "async"
     if "SourceStep" in names:
         return "source"
     return "step"
@@ -467,16 +469,29 @@ def _leave_out_idle(workflow: Workflow) -> None:
             node.inputs = [(src, pin) for src, pin in node.inputs if src not in gone]
 
 
+# Step kinds that cannot run under Dagster: why, and what to use instead.
+UNSUPPORTED_KINDS = {
+    "prompt": (
+        "is a human-in-the-loop (PromptStep/@prompt) step, which waits for a person to answer "
+        "in Graphbook's UI; a Dagster run has nobody to answer it, so it is not supported. "
+        "Decide in code instead (a Step whose route() applies a rule), or label outside the run "
+        "and load the answers (e.g. with LoadJSONL)"
+    ),
+    "async": (
+        "subclasses AsyncStep, the queue protocol (in_q, _out_queue) that Graphbook's own "
+        "processor loop drains, which Dagster ops do not run, so it is not supported. "
+        "Subclass BatchStep for work done in loader/dump worker pools, or Step"
+    ),
+}
+
+
 def _validated(workflow: Workflow, problems: List[str]) -> Workflow:
     nodes = workflow.nodes
     _leave_out_idle(workflow)
     for node in nodes.values():
         kind = node.step_kind
-        if kind == "prompt":
-            problems.append(
-                f"{node.describe()}: human-in-the-loop (prompt) steps are not "
-                "supported under Dagster"
-            )
+        if kind in UNSUPPORTED_KINDS:
+            problems.append(f"{node.describe()}: {node.name} {UNSUPPORTED_KINDS[kind]}")
         if kind == "source" and node.inputs:
             problems.append(
                 f"{node.describe()}: {node.name} is a source step and takes no input, "

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import load_workflow, run_workflow
 from dagster_graphbook.registry import NodeRegistry
+from dagster_graphbook.runner import get_instance
 from dagster_graphbook.workflow import WorkflowError
 
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
@@ -64,14 +66,11 @@ NOT_PROVIDED = {
         "get_py_as_workflow",
         "serialize_workflow_as_py",
     },
-    "graphbook.core.steps": {"SplitByItems", "SplitItemField"},
     "graphbook.core.steps.base": {
         "AnyItemHolders",
         "EventHandler",
         "ExecutionContext",
         "LogWriter",
-        "SplitByItems",
-        "SplitItemField",
     },
     "graphbook.core.utils": {"ExecutionContext", "QueueTaskLoop", "TaskLoop", "get_gpu_util"},
 }
@@ -306,3 +305,177 @@ def test_unknown_plugin_node_names_the_package_to_install(tmp_path: Path) -> Non
     assert "module 'graphbook_huggingface.hf_datasets' for it" in message
     assert "'graphbook_huggingface' is not installed" in message
     assert "from graphbook_huggingface import HuggingfaceDataset" in message
+
+
+# graphbook.core.steps.__all__ of the real 0.13.3 package
+GRAPHBOOK_STEPS_ALL = [
+    "Step",
+    "StepOutput",
+    "SourceStep",
+    "GeneratorSourceStep",
+    "BatchStep",
+    "PromptStep",
+    "AsyncStep",
+    "Split",
+    "SplitByItems",
+    "SplitItemField",
+    "Copy",
+    "LoadJSONL",
+    "DumpJSONL",
+    "log",
+]
+
+
+def test_every_built_in_step_name_imports_in_a_fresh_interpreter() -> None:
+    """Issue 20's import lines, through the startup hook alone; TransformsLogger imports without
+    torch, and making one says why it is not supported."""
+    done = _python(
+        "import sys\n"
+        "from graphbook.core.steps import Split, SplitByItems, SplitItemField, Copy, LoadJSONL,"
+        " DumpJSONL, AsyncStep, PromptStep, StepOutput\n"
+        "from graphbook.core.steps.base import SplitByItems as B, SplitItemField as F\n"
+        "from graphbook.logging.torch import TransformsLogger\n"
+        "import graphbook.core.steps as steps\n"
+        f"print(sorted(set({GRAPHBOOK_STEPS_ALL!r}) - set(steps.__all__)))\n"
+        "print(B is SplitByItems and F is SplitItemField, 'torch' in sys.modules)\n"
+        "TransformsLogger(log_dir='logs')\n"
+    )
+    assert done.stdout.split("\n")[:2] == ["[]", "True False"], done.stderr
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("NotImplementedError: graphbook.logging.torch.TransformsLogger")
+    assert (
+        "not supported by dagster-graphbook" in last and "Apply the transforms without it" in last
+    )
+
+
+UNSUPPORTED_NODES = """
+from graphbook import prompt, step
+from graphbook.core.steps import AsyncStep, PromptStep, SourceStep
+from graphbook.prompts import bool_prompt
+
+
+class Numbers(SourceStep):
+    def load(self):
+        return {"out": [{"i": 0}, {"i": 1}]}
+
+
+class Ask(PromptStep):
+    def __init__(self):
+        super().__init__()
+
+    def on_prompt_response(self, data, response):
+        data["ok"] = response
+
+
+class Queued(AsyncStep):
+    def __init__(self):
+        super().__init__()
+
+
+@step("Review")
+@prompt(lambda ctx, data: bool_prompt(data))
+def review(ctx, data, response):
+    data["ok"] = response
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "why", "instead"),
+    [
+        ("Ask", "waits for a person to answer", "Decide in code instead"),
+        ("Review", "waits for a person to answer", "Decide in code instead"),
+        ("Queued", "subclasses AsyncStep", "Subclass BatchStep"),
+    ],
+)
+def test_prompt_and_async_steps_import_and_fail_on_use(
+    tmp_path: Path, name: str, why: str, instead: str
+) -> None:
+    """A workflow using one fails before any run, naming the file, the step, why, what to use."""
+    nodes = write_nodes(tmp_path / "nodes", "unsupported.py", UNSUPPORTED_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "Labeling",
+        [step_node("1", "Numbers", source=True), step_node("2", name)],
+        [edge("1", "out", "2")],
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    instance = get_instance(str(home))
+    with pytest.raises(WorkflowError) as info:
+        run_workflow(wf, custom_nodes=[nodes], instance=instance)
+    headline, problem = str(info.value).splitlines()
+    assert headline == f"workflow {wf} is invalid:"
+    assert problem.startswith(f"  - node 2 ({name}): {name} ")
+    assert why in problem and "not supported" in problem and instead in problem
+    assert instance.get_runs() == []
+
+
+def test_transforms_logger_made_in_a_step_fails_the_run_naming_it(tmp_path: Path) -> None:
+    nodes = write_nodes(
+        tmp_path / "nodes",
+        "transforms.py",
+        """
+        from graphbook.core.steps import SourceStep, Step
+        from graphbook.logging.torch import TransformsLogger
+
+
+        class Images(SourceStep):
+            def load(self):
+                return {"out": [{"i": 0}]}
+
+
+        class Augment(Step):
+            def on_start(self):
+                self.logger = TransformsLogger()
+        """,
+    )
+    wf = write_workflow(
+        tmp_path,
+        "Augment",
+        [step_node("1", "Images", source=True), step_node("2", "Augment")],
+        [edge("1", "out", "2")],
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    run = run_workflow(wf, custom_nodes=[nodes], instance=get_instance(str(home)))
+    assert not run.success
+    headline = run.failure.splitlines()[0]
+    assert "step 'Augment' (node 2): on_start failed: NotImplementedError: " in headline
+    assert "TransformsLogger" in headline and "not supported" in headline
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "missing"),
+    [
+        ("SplitItemField", {"item_key": "boxes", "b_key": "small"}, "a_key"),
+        ("SplitItemField", {"item_key": "boxes", "a_key": "big"}, "b_key"),
+        ("SplitByItems", {}, "item_key"),
+    ],
+)
+def test_split_steps_left_without_a_key_fail_to_load(
+    tmp_path: Path, name: str, params: dict, missing: str
+) -> None:
+    """Graphbook's editor saves SplitItemField without a_key/b_key (it does not declare them)
+    and 0.13.3 fails making the step; here loading names the node and the parameter."""
+    fn = "def f(item=None, items=None, data=None):\n    return True"
+    wf = write_workflow(
+        tmp_path,
+        "Split",
+        [
+            step_node("1", "LoadJSONL", source=True),
+            resource_node("2", "Text", {"val": "scenes.jsonl"}),
+            step_node("3", name, params),
+            resource_node("4", "Function", {"val": fn}),
+        ],
+        [
+            edge("2", "resource", "1", "jsonl_path"),
+            edge("1", "out", "3"),
+            edge(
+                "4", "resource", "3", "split_fn" if name == "SplitItemField" else "split_items_fn"
+            ),
+        ],
+    )
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(wf, NodeRegistry.load([]))
+    assert f"node 3 ({name}): required parameter {missing!r} has no value" in str(info.value)

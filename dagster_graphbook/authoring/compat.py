@@ -161,6 +161,12 @@ def _alias_modules() -> Dict[str, types.ModuleType]:
         "graphbook.core.processing.graph_processor": graph_processor,
         "graphbook.core.serialization": serialization,
         "graphbook.logging": log_module,
+        "graphbook.logging.torch": _module(
+            "graphbook.logging.torch",
+            "graphbook.logging.torch (importable; its loggers are not supported)",
+            TransformsLogger=log_module.TransformsLogger,
+            TensorDAGNodeRef=log_module.TensorDAGNodeRef,
+        ),
     }
 
 
@@ -194,6 +200,7 @@ ALIAS_NAMES = frozenset(
         "graphbook.core.processing.graph_processor",
         "graphbook.core.serialization",
         "graphbook.logging",
+        "graphbook.logging.torch",
     }
 )
 

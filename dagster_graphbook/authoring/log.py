@@ -93,6 +93,26 @@ _DAG_LOG_NAMES = frozenset(
 )
 
 
+class TransformsLogger:
+    """``graphbook.logging.torch.TransformsLogger``: importable, so node files that import it load;
+    making one fails saying why (Graphbook writes each transform's output image to a DAG log file
+    for its own log viewer, which does not exist here)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError(
+            f"graphbook.logging.torch.{type(self).__name__} (Graphbook's DAG log of each "
+            "torchvision transform's output images, for Graphbook's log viewer) is not supported "
+            "by dagster-graphbook: there is no such viewer here. Apply the transforms without it "
+            "(drop the logger.log(transforms) wrapping); to look at transformed images, write "
+            "them to files from a step, e.g. a BatchStep's dump_fn "
+            "(README: Differences from Graphbook 0.13.3)"
+        )
+
+
+class TensorDAGNodeRef(TransformsLogger):
+    """``graphbook.logging.torch.TensorDAGNodeRef``, a node of a TransformsLogger: not supported."""
+
+
 def __getattr__(name: str) -> Any:
     """``from graphbook.logging import DAGLogger`` says it is not supported, not just missing."""
     if name in _DAG_LOG_NAMES:

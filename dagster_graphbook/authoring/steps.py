@@ -27,6 +27,8 @@ __all__ = [
     "BatchStep",
     "PromptStep",
     "Split",
+    "SplitByItems",
+    "SplitItemField",
     "Copy",
     "LoadJSONL",
     "DumpJSONL",
@@ -149,7 +151,11 @@ class GeneratorSourceStep(SourceStep):
 
 
 class AsyncStep(Step):
-    """Graphbook's base for steps that hold notes back (batch and prompt steps)."""
+    """Graphbook's base for steps that hold notes back (batch and prompt steps).
+
+    A workflow step subclassing it directly fails to load (``workflow.UNSUPPORTED_KINDS``): its
+    queues are drained by Graphbook's own processor loop, not by a Dagster op.
+    """
 
     def __init__(self, item_key: Optional[str] = None):
         super().__init__(item_key)
@@ -196,7 +202,8 @@ class BatchStep(AsyncStep):
 
 
 class PromptStep(AsyncStep):
-    """Human-in-the-loop step. Not supported under Dagster: loading a workflow with one fails."""
+    """Human-in-the-loop step. Not supported under Dagster: loading a workflow with one fails,
+    saying why (``workflow.UNSUPPORTED_KINDS``)."""
 
     def get_prompt(self, data: Any) -> Optional[dict]:
         return None
@@ -220,6 +227,85 @@ class Split(Step):
 
     def route(self, data: Any) -> str:
         return "A" if self.fn(data) else "B"
+
+
+class SplitByItems(Step):
+    """Routes a note to A when ``split_items_fn(items=note[item_key], data=note)`` is truthy, else
+    to B.
+
+    Graphbook 0.13.3 reads ``data.items[item_key]`` (a leftover of its ``Note`` class), which fails
+    on every dict note; this reads ``data[item_key]``, as its Note-era version did.
+    """
+
+    RequiresInput = True
+    Parameters = {
+        "split_items_fn": {"type": "resource", "required": True},
+        "item_key": {"type": "string", "required": True},
+    }
+    Outputs = ["A", "B"]
+    Category = "Filtering"
+
+    def __init__(self, split_items_fn: Any, item_key: str):
+        super().__init__(item_key=item_key)
+        self.split_fn = split_items_fn
+        self.fn = transform_function_string(split_items_fn)
+
+    def route(self, data: Any) -> str:
+        return "A" if self.fn(items=data[self.item_key], data=data) else "B"
+
+
+class SplitItemField(Step):
+    """Moves the items under ``item_key`` to ``a_key`` (``split_fn(item=item)`` truthy) or
+    ``b_key``, deleting ``item_key`` unless ``should_delete_original`` is false; the note goes on
+    to ``out``.
+
+    As in Graphbook (where 0.13.3 fails on ``data.items[item_key]``, see ``SplitByItems``), except
+    that ``a_key``, ``b_key`` and ``should_delete_original`` are declared parameters: Graphbook
+    declares only ``split_fn`` and ``item_key``, so its editor cannot set the keys it requires.
+    """
+
+    RequiresInput = True
+    Parameters = {
+        "split_fn": {"type": "resource", "required": True},
+        "item_key": {"type": "string", "required": True},
+        "a_key": {
+            "type": "string",
+            "required": True,
+            "description": "Key for items split_fn keeps",
+        },
+        "b_key": {"type": "string", "required": True, "description": "Key for the other items"},
+        "should_delete_original": {
+            "type": "boolean",
+            "default": True,
+            "description": "Delete item_key from the note",
+        },
+    }
+    Outputs = ["out"]
+    Category = "Filtering"
+
+    def __init__(
+        self,
+        split_fn: Any,
+        item_key: str,
+        a_key: str,
+        b_key: str,
+        should_delete_original: bool = True,
+    ):
+        super().__init__(item_key=item_key)
+        self.split_fn = split_fn
+        self.fn = transform_function_string(split_fn)
+        self.a_key = a_key
+        self.b_key = b_key
+        self.should_delete_original = should_delete_original
+
+    def on_after_item(self, data: Any) -> None:
+        a_items, b_items = [], []
+        for item in data[self.item_key]:
+            (a_items if self.fn(item=item) else b_items).append(item)
+        data[self.a_key] = a_items
+        data[self.b_key] = b_items
+        if self.should_delete_original:
+            del data[self.item_key]
 
 
 class Copy(Step):
