@@ -56,15 +56,28 @@ def _user_errors() -> Tuple[type, ...]:
     """What a user's input (workflow, --set, partition, job name) fails with: one line, exit 1."""
     import dagster as dg
 
+    from .definitions import NameClashError
     from .workflow import WorkflowError
 
     return (
         RequestError,
         WorkflowError,
+        NameClashError,
         dg.DagsterInvariantViolationError,
         dg.DagsterInvalidConfigError,
         dg.DagsterUnknownPartitionError,
     )
+
+
+def _user_error(exc: BaseException) -> Optional[BaseException]:
+    """``exc`` or the user error it wraps (a component's, wrapped by Dagster's component tree);
+    None for any other error, whose traceback helps."""
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, _user_errors()):
+            return seen
+        seen = seen.__cause__
+    return None
 
 
 def _say_error(command: str, exc: BaseException, limit: int = 300) -> None:
@@ -202,8 +215,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 streaming=_streaming(args),
                 translator=translator,
             )
-    except _user_errors() as exc:  # bad workflow, --set value or partition: no traceback
-        _say_error(f"run {args.workflow}", exc)
+    except Exception as exc:  # bad workflow, --set value or partition: no traceback
+        found = _user_error(exc)
+        if found is None:
+            raise
+        _say_error(f"run {args.workflow}", found)
         return 1
     print(_summary(run))
     home = instance.root_directory
@@ -244,8 +260,11 @@ def cmd_materialize(args: argparse.Namespace) -> int:
                 instance=instance,
                 tags={RUN_TOKEN_TAG: token},
             )
-    except _user_errors() as exc:  # bad job, step, parameter or partition
-        _say_error(f"materialize {args.job}", exc)
+    except Exception as exc:  # bad code location, job, step, parameter or partition
+        found = _user_error(exc)
+        if found is None:
+            raise
+        _say_error(f"materialize {args.job}", found)
         return 1
     print(_summary(run))
     for key, meta in run.metadata.items():

@@ -193,6 +193,10 @@ def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.Ass
     return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
 
 
+class NameClashError(dg.DagsterInvalidDefinitionError):
+    """Two workflows of a code location define one job name or asset key."""
+
+
 class NameClaims:
     """The job names and asset keys defined so far, each with the workflow file that defined it.
 
@@ -217,7 +221,7 @@ class NameClaims:
         for kind, name in names:
             taken = self._owners.get((kind, name))
             if taken is not None and taken[0] != owner:
-                raise dg.DagsterInvalidDefinitionError(
+                raise NameClashError(
                     f"workflows {taken[1]} and {source} both define {kind} {name!r}: give one a "
                     "name of its own, with GraphbookWorkflow(..., name='...') in Python or "
                     "`name:` in the attributes of its component's defs.yaml"

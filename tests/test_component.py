@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -241,6 +243,14 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     assert f"workflows {first} and {second} both define job 'my_flow'" in message, message
     assert "`name:` in the attributes of its component's defs.yaml" in message, message
     assert "Duplicate asset key" not in message, message
+    proc = subprocess.run(  # `materialize` says it in one line
+        [sys.executable, "-m", "dagster_graphbook.cli", "materialize", "my_flow", "--module",
+         "gb_dup_defs", "--no-progress", "--dagster-home", str(tmp_path / "home")],
+        cwd=tmp_path / "one", capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"workflows {first} and {second} both define job 'my_flow'" in proc.stderr
     folders["b"] += "  name: my_flow_2\n"
     defs = _load_defs_folder(tmp_path / "two", "gb_dup_named_defs", folders)
     assert defs.resolve_job_def("my_flow") and defs.resolve_job_def("my_flow_2")
