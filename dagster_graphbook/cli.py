@@ -7,12 +7,12 @@ import argparse
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import yaml
-
+from .errors import RequestError
 from .execution.progress import PROGRESS_LINE
 from .io import instance_notes_dir
+from .params import TextValue
 from .runner import (
     RUN_TOKEN_TAG,
     default_dagster_home,
@@ -34,20 +34,60 @@ def _streaming(args: argparse.Namespace) -> Any:
 
 
 def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
+    """``STEP.PARAM=TEXT`` -> ``{STEP.PARAM: TextValue}``: the runner reads each text as the type
+    of the field it sets (a string parameter takes it as typed), one rule for run and
+    materialize."""
     params: Dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
-            raise SystemExit(f"--set expects STEP.PARAM=VALUE, got {item!r}")
-        try:
-            params[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:  # e.g. a !!python/... tag: safe_load builds no objects
-            detail = str(exc).splitlines()[0]
-            raise SystemExit(
-                f"--set {key.strip()}: the value is not a plain YAML value ({detail}); "
-                "values are numbers, strings, booleans, lists and mappings, never objects"
-            ) from None
+            raise SystemExit(f"--set expects STEP.PARAM=VALUE, got {item[:60]!r}")
+        params[key.strip()] = TextValue(key.strip(), raw)
     return params
+
+
+SET_HELP = (
+    "override a parameter or runtime setting; a string parameter takes VALUE as typed, any "
+    "other reads it as YAML (numbers, booleans, lists, mappings; no anchors or aliases)"
+)
+
+
+def _user_errors() -> Tuple[type, ...]:
+    """What a user's input (workflow, --set, partition, job name) fails with: one line, exit 1."""
+    import dagster as dg
+
+    from .definitions import NameClashError
+    from .workflow import WorkflowError
+
+    return (
+        RequestError,
+        WorkflowError,
+        NameClashError,
+        dg.DagsterInvariantViolationError,
+        dg.DagsterInvalidConfigError,
+        dg.DagsterUnknownPartitionError,
+    )
+
+
+def _user_error(exc: BaseException) -> Optional[BaseException]:
+    """``exc`` or the user error it wraps (a component's, wrapped by Dagster's component tree);
+    None for any other error, whose traceback helps."""
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, _user_errors()):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def _say_error(command: str, exc: BaseException, limit: int = 300) -> None:
+    """The error on stderr, each line cut to ``limit`` characters (Dagster's config errors
+    quote the whole value)."""
+    lines = [
+        line if len(line) <= limit else f"{line[:limit]}... ({len(line)} characters)"
+        for line in str(exc).splitlines()
+    ]
+    print(f"dagster-graphbook {command}: " + "\n".join(lines), file=sys.stderr)
 
 
 class LiveDisplay:
@@ -162,18 +202,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     instance = get_instance(_run_home(args))
     token = uuid.uuid4().hex
-    with _progress(args, instance, token):
-        run = run_workflow(
-            args.workflow,
-            args.custom_nodes,
-            _parse_sets(args.set),
-            instance=instance,
-            executor=args.executor,
-            partition_key=args.partition,
-            tags={RUN_TOKEN_TAG: token},
-            streaming=_streaming(args),
-            translator=translator,
-        )
+    try:
+        with _progress(args, instance, token):
+            run = run_workflow(
+                args.workflow,
+                args.custom_nodes,
+                _parse_sets(args.set),
+                instance=instance,
+                executor=args.executor,
+                partition_key=args.partition,
+                tags={RUN_TOKEN_TAG: token},
+                streaming=_streaming(args),
+                translator=translator,
+            )
+    except Exception as exc:  # bad workflow, --set value or partition: no traceback
+        found = _user_error(exc)
+        if found is None:
+            raise
+        _say_error(f"run {args.workflow}", found)
+        return 1
     print(_summary(run))
     home = instance.root_directory
     print(f"Dagster instance: {home} (see the run with `DAGSTER_HOME={home} dagster dev`)")
@@ -199,10 +246,7 @@ _FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "ta
 def cmd_materialize(args: argparse.Namespace) -> int:
     import uuid
 
-    import dagster as dg
-
     from .runner import run_job
-    from .workflow import WorkflowError
 
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
@@ -216,13 +260,11 @@ def cmd_materialize(args: argparse.Namespace) -> int:
                 instance=instance,
                 tags={RUN_TOKEN_TAG: token},
             )
-    except (
-        WorkflowError,
-        dg.DagsterInvariantViolationError,
-        dg.DagsterInvalidConfigError,
-        dg.DagsterUnknownPartitionError,
-    ) as exc:  # bad job, step, parameter or partition
-        print(f"dagster-graphbook materialize {args.job}: {exc}", file=sys.stderr)
+    except Exception as exc:  # bad code location, job, step, parameter or partition
+        found = _user_error(exc)
+        if found is None:
+            raise
+        _say_error(f"materialize {args.job}", found)
         return 1
     print(_summary(run))
     for key, meta in run.metadata.items():
@@ -288,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="STEP.PARAM=VALUE",
-        help="override a parameter or runtime setting (YAML value)",
+        help=SET_HELP,
     )
     run.add_argument("--executor", choices=["in_process", "multiprocess"], default="in_process")
     run.add_argument(
@@ -338,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="STEP.PARAM=VALUE",
-        help="override a parameter or runtime setting (YAML value)",
+        help=SET_HELP,
     )
     mat.add_argument(
         "--dagster-home",

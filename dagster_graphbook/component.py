@@ -31,7 +31,7 @@ import dagster as dg
 
 from .checks import StepCheck
 from .component_translation import TRANSLATION_RESOLVER, TranslationFn, translator_for
-from .definitions import GraphbookWorkflow, build_definitions
+from .definitions import GraphbookWorkflow, NameClaims, build_definitions
 from .scaffold import GraphbookWorkflowScaffolder
 from .schedules import FolderSensor, daily_partitions
 
@@ -270,6 +270,20 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return build_definitions(
-            [self.workflow_spec(Path(context.path))], translator=translator_for(self.translation)
-        )
+        spec = self.workflow_spec(Path(context.path))
+        defs = build_definitions([spec], translator=translator_for(self.translation))
+        claims = _claims_of(context.component_tree)
+        claims.claim(str(context.path), spec.source, list(defs.jobs or ()), list(defs.assets or ()))
+        return defs
+
+
+# The names claimed by the components of the code location being loaded (one component tree),
+# so two components of one name are refused naming both files (NameClaims). Only the latest
+# tree is held: loads of one location do not interleave.
+_LATEST_TREE: Dict[str, Any] = {}
+
+
+def _claims_of(tree: Any) -> NameClaims:
+    if _LATEST_TREE.get("tree") is not tree:
+        _LATEST_TREE.update(tree=tree, claims=NameClaims())
+    return _LATEST_TREE["claims"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
@@ -193,6 +193,42 @@ def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.Ass
     return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
 
 
+class NameClashError(dg.DagsterInvalidDefinitionError):
+    """Two workflows of a code location define one job name or asset key."""
+
+
+class NameClaims:
+    """The job names and asset keys defined so far, each with the workflow file that defined it.
+
+    Two workflows named alike (``MyFlow.json`` and ``sub/my_flow.json`` are both ``my_flow``)
+    define the same job and asset keys; Dagster then refuses the code location with a bare
+    ``Duplicate asset key``. Claiming every name as it is built names both files instead.
+    """
+
+    def __init__(self) -> None:
+        self._owners: Dict[Tuple[str, str], Tuple[Any, str]] = {}
+
+    def claim(self, owner: Any, source: Any, jobs: Sequence[Any], assets: Sequence[Any]) -> None:
+        """Claim the names of ``jobs`` and ``assets`` (``AssetsDefinition``s; specs of external
+        assets are shared, not claimed) for ``owner`` (one entry of a list, one component), the
+        workflow ``source``; raise if another owner holds one of them."""
+        names = [("job", job.name) for job in jobs] + [
+            ("asset", key.to_user_string())
+            for asset in assets
+            if isinstance(asset, dg.AssetsDefinition)
+            for key in asset.keys
+        ]
+        for kind, name in names:
+            taken = self._owners.get((kind, name))
+            if taken is not None and taken[0] != owner:
+                raise NameClashError(
+                    f"workflows {taken[1]} and {source} both define {kind} {name!r}: give one a "
+                    "name of its own, with GraphbookWorkflow(..., name='...') in Python or "
+                    "`name:` in the attributes of its component's defs.yaml"
+                )
+        self._owners.update(((kind, name), (owner, str(source))) for kind, name in names)
+
+
 def build_definitions(
     workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]],
     *,
@@ -219,7 +255,8 @@ def build_definitions(
     schedules: List[Any] = []
     sensors: List[Any] = []
     external: List[dg.AssetSpec] = []
-    for item in workflows:
+    claims = NameClaims()
+    for index, item in enumerate(workflows):
         spec = (
             item
             if isinstance(item, GraphbookWorkflow)
@@ -239,8 +276,11 @@ def build_definitions(
             logger.error(
                 "%s\n(the other workflows are loaded; this one shows as a job that fails)", exc
             )
-            jobs.append(load_error_job(spec, exc, translator))
+            broken = load_error_job(spec, exc, translator)
+            claims.claim(index, spec.source, [broken], [])
+            jobs.append(broken)
             continue
+        claims.claim(index, defs.workflow.source, [defs.job], defs.assets)
         assets += defs.assets
         if spec.automation not in (None, "none"):
             automated.append(resolve_executor(spec.executor))

@@ -43,6 +43,12 @@ class GraphbookError(dg.Failure):
         return (_restore, (type(self), str(self.description), self.__dict__.copy()))
 
 
+class RequestError(ValueError):
+    """A run asked for with what the workflow cannot take (a ``--set`` value that cannot be
+    read, a partition key of a workflow without partitions): refused in one line before any run
+    starts."""
+
+
 def _restore(cls: type, description: str, state: Dict[str, Any]) -> GraphbookError:
     error = cls.__new__(cls)
     Exception.__init__(error, description)

@@ -4,7 +4,8 @@ Graphbook 0.13.3 never runs the saved file: its editor flattens it (``serializeF
 ``web/src/graph.ts``) and posts only steps and resources. This module does the same on the
 saved JSON: group and subflow handles are followed to the steps behind them, subflow files are
 inlined with ids ``"<subflow id>/<id>"``, and top-level export nodes (a workflow meant to be used
-as a subflow) are ignored. What comes out is plain step/resource nodes and edges.
+as a subflow) are ignored. What comes out is plain step/resource nodes and edges, and any node of
+an unknown type as it was (the loader reports it).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def flatten(data: Dict[str, Any], folder: Path, source: str) -> Flat:
     edges: List[Dict[str, Any]] = []
     for nid, entry in entries.items():
         if entry.type not in ("step", "resource"):
+            if entry.raw:  # an unknown type: kept, so the loader names it as without a group
+                nodes.append({**entry.raw, "id": nid})
             continue
         nodes.append({**entry.raw, "id": nid})
         if entry.type == "step":

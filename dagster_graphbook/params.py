@@ -4,10 +4,14 @@ launchpad."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import dagster as dg
-from dagster._config.config_type import ConfigScalar, ConfigScalarKind
+import yaml
+from dagster._config.config_type import ConfigScalar, ConfigScalarKind, ConfigTypeKind
+
+from .errors import RequestError
 
 # Types that bind a resource (or anything else) through an edge: no launchpad widget.
 EDGE_TYPES = {"resource"}
@@ -142,3 +146,128 @@ def config_field(spec: Dict[str, Any], default: Any, *, has_default: bool) -> dg
     return dg.Field(
         dg.Noneable(config_type), default_value=None, is_required=False, description=description
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Values given as text (``--set STEP.PARAM=TEXT``), read as the type of the field they set
+
+TEXT_PREVIEW_CHARS = 40  # an error quotes at most this much of a value
+
+
+@dataclass(frozen=True)
+class TextValue:
+    """A value typed on the command line for ``key`` (``STEP.PARAM``), not read yet: where it
+    lands in run config decides how (``read_text_values``)."""
+
+    key: str
+    text: str
+
+
+class _TextLoader(yaml.SafeLoader):
+    """YAML's safe loader without dates (``2025-06-01`` stays text: run config has no date type)
+    and without anchors and aliases, refused as they are met: ``&a [x, x]``, ``&b [*a, *a]``, ...
+    nests 9x per level, so expanding (or printing) a short value could take gigabytes."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _AliasRefused()
+        return super().compose_node(parent, index)
+
+
+class _AliasRefused(yaml.YAMLError):
+    pass
+
+
+def _preview(text: str) -> str:
+    cut = text[:TEXT_PREVIEW_CHARS]
+    return repr(cut) + (f"... ({len(text)} characters)" if len(text) > len(cut) else "")
+
+
+def _not_plain(value: TextValue, exc: Exception) -> RequestError:
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return RequestError(
+        f"--set {value.key}: the value {_preview(value.text)} is not a plain YAML value "
+        f"({detail}); values are numbers, strings, booleans, lists and mappings, never objects"
+    )
+
+
+def _compose(value: TextValue) -> Any:
+    try:
+        return _TextLoader(value.text).get_single_node()
+    except _AliasRefused:
+        raise RequestError(
+            f"--set {value.key}: the value {_preview(value.text)} uses YAML anchors or aliases "
+            "(&name, *name), which are refused: each level can multiply the value's size (an "
+            "alias bomb); write the value out in full"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise _not_plain(value, exc) from None
+
+
+def _construct(node: Any, config_type: Any, value: TextValue) -> Any:
+    """``node`` built as ``config_type``: a string field takes a scalar's text as written."""
+    kind = getattr(config_type, "kind", None)
+    if kind == ConfigTypeKind.NONEABLE:
+        return _construct(node, config_type.inner_type, value)
+    if _is_text(config_type) and isinstance(node, yaml.ScalarNode):
+        return node.value
+    if kind == ConfigTypeKind.ARRAY and isinstance(node, yaml.SequenceNode):
+        return [_construct(item, config_type.inner_type, value) for item in node.value]
+    loader = _TextLoader("")
+    try:
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise _not_plain(value, exc) from None
+
+
+def _is_text(config_type: Any) -> bool:
+    kind = getattr(config_type, "kind", None)
+    if kind == ConfigTypeKind.NONEABLE:
+        return _is_text(config_type.inner_type)
+    return kind == ConfigTypeKind.ENUM or (
+        kind == ConfigTypeKind.SCALAR and config_type.scalar_kind == ConfigScalarKind.STRING
+    )
+
+
+def read_text(value: TextValue, config_type: Any = None) -> Any:
+    """``value`` read as ``config_type`` (a Dagster config type; None: unknown).
+
+    A string field takes the text as typed (a quoted YAML string, quotes removed), so
+    ``2025-06-01``, ``yes`` or ``007`` stay text; any other field reads it as YAML, so numbers,
+    booleans, lists and mappings are values (the text elements of a list stay text)."""
+    text = value.text
+    if _is_text(config_type):
+        if text.strip().startswith(("'", '"')):
+            try:
+                node = _TextLoader(text).get_single_node()
+            except yaml.YAMLError:
+                node = None
+            if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"'):
+                return node.value
+        return text
+    if not text.strip():
+        return ""
+    return _construct(_compose(value), config_type, value)
+
+
+def read_text_values(config: Any, config_type: Any) -> Any:
+    """``config`` (run config) with each ``TextValue`` in it read as the type of its field in
+    ``config_type`` (a job's ``run_config_schema.config_type``)."""
+    if isinstance(config, TextValue):
+        return read_text(config, config_type)
+    if isinstance(config, dict):
+        inner = config_type
+        while getattr(inner, "kind", None) == ConfigTypeKind.NONEABLE:
+            inner = inner.inner_type
+        fields = getattr(inner, "fields", None) or {}
+        return {
+            k: read_text_values(v, fields[k].config_type if k in fields else None)
+            for k, v in config.items()
+        }
+    return config

@@ -4,8 +4,8 @@ Graphbook registers every Step/Resource subclass found in the files of ``custom_
 its bare class name (the ``module`` saved in workflow files is unreliable, so it is never used).
 Two different classes with one name make that name ambiguous: the folder still loads (as in
 Graphbook, where the later file silently wins), and only a workflow that uses the name fails,
-naming both files. A file that fails to import is recorded with its line instead of hiding the
-nodes of the other files.
+naming both files. A file that fails to import (any error, ``sys.exit()`` included) is recorded
+with its line instead of hiding the nodes of the other files.
 """
 
 from __future__ import annotations
@@ -122,8 +122,19 @@ def _import_error(path: Path, exc: BaseException) -> NodeImportError:
                 line = frame.lineno
                 break
     return NodeImportError(
-        str(path), line, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
+        str(path), line, import_failure(exc), "".join(traceback.format_exception(exc))
     )
+
+
+def import_failure(exc: BaseException) -> str:
+    """Why importing a file failed, in a line; a ``sys.exit()`` at import says so."""
+    if isinstance(exc, SystemExit):
+        return (
+            f"it called sys.exit({exc.code!r}) while being imported; a file of nodes or a "
+            "workflow must not end the program: put script code under "
+            "`if __name__ == '__main__':`"
+        )
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _module_file(cls: type) -> Optional[str]:
@@ -172,7 +183,9 @@ class NodeRegistry:
         for path in files:
             try:
                 module = _import_file(path)
-            except Exception as exc:  # a broken file must not hide the nodes of the others
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # a broken file (even sys.exit()) must not end the load
                 registry.import_errors.append(_import_error(path, exc))
                 continue
             for obj in list(vars(module).values()):

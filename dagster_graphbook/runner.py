@@ -13,9 +13,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import dagster as dg
 from upath import UPath
 
+from . import params as ptypes
 from .authoring.graph import Graph
 from .dead_runs import InterruptBackstop, own_run
 from .definitions import GraphbookWorkflow, build_workflow
+from .errors import RequestError
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import (
     GraphbookTranslator,
@@ -227,12 +229,13 @@ def run_workflow(
         config = nest_step_config(
             config, wdefs.workflow, translator, base=run_config, streaming=streaming
         )
+    job = defs.resolve_job_def(wdefs.job.name)
+    config = _read_sets(config, job, partition_key, f"workflow {wdefs.workflow.source}")
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     run_tags = _run_tags(tags)
     start = time.perf_counter()
     if executor == "in_process":
-        job = defs.resolve_job_def(wdefs.job.name)
         result: Any = _execute_in_process(job, instance, config, partition_key, run_tags)
     elif executor == "multiprocess":
         source = _source_path(workflow)
@@ -261,6 +264,18 @@ def run_workflow(
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
+
+
+def _read_sets(
+    config: Dict[str, Any], job: dg.JobDefinition, partition_key: Optional[str], source: str
+) -> Dict[str, Any]:
+    """``config`` with its ``--set`` texts read as their fields' types; a partition key for a
+    job without partitions refused (Dagster's own error is a CheckError traceback)."""
+    if partition_key is not None and job.partitions_def is None:
+        raise RequestError(
+            f"{source} has no partitions: run it without a partition key (--partition)"
+        )
+    return ptypes.read_text_values(config, job.run_config_schema.config_type)
 
 
 INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is stopped
@@ -369,6 +384,7 @@ def run_job(
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
+    config = _read_sets(config, job, partition_key, f"job {job_name}")
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     start = time.perf_counter()

@@ -16,8 +16,11 @@ from .workflow import Workflow, WorkflowNode
 # Steps that compile a parameter typed ``resource`` (Graphbook's Split takes its function that way).
 _COMPILED_RESOURCE_PARAMS = {"Split": ("split_fn",)}
 # A partition key is substituted into paths and names files:
-# no separators, '..', braces or control characters.
-_UNSAFE_KEY = re.compile(r"[/\\{}\x00-\x1f\x7f]|\.\.|^[.\s]|\s$")
+# no separators, '..', braces, control characters or unpaired surrogates (no file name holds one).
+_UNSAFE_KEY = re.compile(r"[/\\{}\x00-\x1f\x7f\ud800-\udfff]|\.\.|^[.\s]|\s$")
+# It is also a folder of the notes store (``<base>/<asset>/<partition>/<run id>.pkl``): a file
+# or folder name holds at most 255 bytes (NAME_MAX on Linux).
+MAX_KEY_BYTES = 255
 
 
 def code_params(node: WorkflowNode) -> Set[str]:
@@ -111,15 +114,33 @@ def check_partition_key(key: str, partitions_def: Any, instance: Any, label: str
     if not isinstance(key, str) or not key or _UNSAFE_KEY.search(key):
         raise StepFailure(
             label,
-            f"partition key {key!r} refused: it is substituted into paths, so it may not hold "
-            "'/', '\\', '..', braces or control characters, nor start with '.'",
+            f"partition key {_shown(key)} refused: it is substituted into paths, so it may not "
+            "hold '/', '\\', '..', braces, control characters or unpaired surrogates, nor start "
+            "with '.'",
+        )
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise StepFailure(
+            label,
+            f"partition key {_shown(key)} ({size} bytes) refused: it names a folder of the "
+            f"notes store, and a folder name is at most {MAX_KEY_BYTES} bytes of UTF-8 "
+            "(NAME_MAX on Linux): use a shorter key",
         )
     if partitions_def is None:
-        raise StepFailure(label, f"partition key {key!r} refused: the job is not partitioned")
+        raise StepFailure(label, f"partition key {_shown(key)} refused: the job is not partitioned")
     try:
         known = partitions_def.has_partition_key(key, dynamic_partitions_store=instance)
     except TypeError:
         known = key in partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     if not known:
-        raise StepFailure(label, f"partition key {key!r} refused: it is not a partition of the job")
+        raise StepFailure(
+            label, f"partition key {_shown(key)} refused: it is not a partition of the job"
+        )
     return key
+
+
+def _shown(key: Any, limit: int = 60) -> str:
+    """``key`` as an error quotes it: whole when short, else its start and its length."""
+    if not isinstance(key, str) or len(key) <= limit:
+        return repr(key)
+    return f"{key[:40]!r}... ({len(key)} characters)"

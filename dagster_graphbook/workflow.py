@@ -18,7 +18,7 @@ from . import params as ptypes
 from .authoring.graph import Graph, GraphResourceWrapper, GraphStepWrapper
 from .errors import GraphbookError
 from .flatten import flatten, needs_flattening
-from .registry import NodeRegistry
+from .registry import NodeRegistry, import_failure
 
 SUPPORTED_NODE_TYPES = ("step", "resource")
 logger = logging.getLogger("dagster_graphbook")
@@ -172,9 +172,11 @@ def _graph_from_file(path: Path, search_path: Sequence[Union[str, Path]] = ()) -
     sys.path[:0] = added
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sys.exit() at import too: a load error, not a silent exit
         raise WorkflowError(
-            str(path), [f"the Python workflow failed to import: {type(exc).__name__}: {exc}"]
+            str(path), [f"the Python workflow failed to import: {import_failure(exc)}"]
         ) from exc
     finally:
         for f in added:
@@ -214,7 +216,8 @@ def _from_json(path: Path, registry: NodeRegistry, *, name: Optional[str]) -> Wo
     data = _read_json(path)
     problems: List[str] = []
     notices: List[str] = []
-    if needs_flattening(data):
+    if needs_flattening(data):  # flattening keeps nodes only: name the malformed ones first
+        problems += filter(None, (_shape_problem(raw, i) for i, raw in enumerate(data["nodes"])))
         try:
             flat = flatten(data, path.parent, str(path))
         except ValueError as exc:
@@ -248,11 +251,18 @@ def _markdown_for(path: Path) -> str:
     return ""
 
 
+def _shape_problem(raw: Any, index: int) -> Optional[str]:
+    if not isinstance(raw, dict) or "id" not in raw:
+        return f"nodes[{index}]: not a node object with an 'id'"
+    return None
+
+
 def _parse_node(
     raw: Any, index: int, registry: NodeRegistry, problems: List[str]
 ) -> Optional[WorkflowNode]:
-    if not isinstance(raw, dict) or "id" not in raw:
-        problems.append(f"nodes[{index}]: not a node object with an 'id'")
+    shape = _shape_problem(raw, index)
+    if shape:
+        problems.append(shape)
         return None
     node_id, ntype = str(raw["id"]), raw.get("type")
     data = raw.get("data") or {}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import dagster as dg
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
@@ -105,3 +108,106 @@ def test_materialize_a_component_location_deployed_without_pyproject(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout and "Traceback" not in out.stderr, out.stdout + out.stderr
+
+
+TYPED_NODES = """
+import json
+
+from graphbook import param, source, step
+
+
+@step("Cli/Typed")
+@source()
+@param("text", "string", default="a")
+@param("count", "int", default=1)
+@param("scale", "number", default=1.0)
+@param("flag", "boolean", default=False)
+@param("tags", "list[string]", default=[])
+@param("dump", "string", default="")
+def typed(ctx):
+    seen = {k: getattr(ctx, k) for k in ("text", "count", "scale", "flag", "tags")}
+    with open(ctx.dump, "w") as f:
+        json.dump({k: [v, type(v).__name__] for k, v in seen.items()}, f)
+    yield {"out": {"i": 1}}
+"""
+
+
+def _typed_location(tmp_path: Path) -> Path:
+    """A workflow of one Typed step, and a code location module ``typed_location`` for it."""
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "typed.py").write_text(TYPED_NODES)
+    wf = tmp_path / "typed.json"
+    wf.write_text(
+        '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Typed"}}], "edges": []}'
+    )
+    (tmp_path / "typed_location.py").write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, "
+        f"custom_nodes=[{str(nodes)!r}])])\n"
+    )
+    return wf
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, *args, "--no-progress", "--dagster-home", str(tmp_path / "home")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_set_values_are_read_as_the_parameters_types(tmp_path):
+    """``--set Typed.text=2025-06-01``: YAML made a date and the run died with a
+    DagsterInvalidConfigError traceback. A string parameter takes the text as typed; numbers,
+    booleans and lists are parsed (a list of strings keeps its items as text); ``run`` and
+    ``materialize`` read them alike."""
+    wf = _typed_location(tmp_path)
+    sets = {
+        "Typed.text": "2025-06-01",
+        "Typed.count": "3",
+        "Typed.scale": "2.5",
+        "Typed.flag": "true",
+        "Typed.tags": "[2025-06-01, 007, yes]",
+    }
+    expected = {
+        "text": ["2025-06-01", "str"],
+        "count": [3, "int"],
+        "scale": [2.5, "float"],
+        "flag": [True, "bool"],
+        "tags": [["2025-06-01", "007", "yes"], "list"],
+    }
+    run = ["run", str(wf), "--custom-nodes", str(tmp_path / "nodes")]
+    for command in (run, ["materialize", "typed", "--module", "typed_location"]):
+        dump = tmp_path / f"{command[0]}.json"
+        args = [
+            a for k, v in {**sets, "Typed.dump": str(dump)}.items() for a in ("--set", f"{k}={v}")
+        ]
+        proc = _cli(tmp_path, *command, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert json.loads(dump.read_text()) == expected, command
+    # a value its type cannot take: one line naming the step and parameter, no traceback
+    proc = _cli(tmp_path, *run, "--set", "Typed.count=2025-06-01")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "typed__Typed:config:count" in proc.stderr and "2025-06-01" in proc.stderr
+
+
+def test_partition_on_a_workflow_without_partitions_is_one_line(tmp_path):
+    """``run <unpartitioned> --partition 2025-06-01`` ended in a CheckError traceback ("There
+    is no PartitionsDefinition shared by all the provided assets"); ``materialize`` likewise."""
+    wf = _typed_location(tmp_path)
+    for command, what in (
+        (["run", str(wf), "--custom-nodes", str(tmp_path / "nodes")], f"workflow {wf}"),
+        (["materialize", "typed", "--module", "typed_location"], "job typed"),
+    ):
+        proc = _cli(tmp_path, *command, "--partition", "2025-06-01")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"dagster-graphbook {' '.join(command[:2])}: {what} has no partitions: run it "
+            "without a partition key (--partition)"
+        ], proc.stderr
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        assert instance.get_runs() == []  # refused before any run

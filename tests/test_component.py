@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -169,3 +171,86 @@ def test_repository_code_location_has_every_workflow_without_importing_torch():
         "'simple_functional', 'word_split'] "
         "['nightly_shapes_nightly'] ['nightly_shapes_new_folder'] False"
     )
+
+
+def _workflow_yaml(workflow: Path, nodes: Path) -> str:
+    return (
+        "type: dagster_graphbook.GraphbookWorkflowComponent\n"
+        f"attributes:\n  workflow: {workflow}\n  custom_nodes: [{nodes}]\n"
+    )
+
+
+COUNT_NODES = """
+from graphbook import step, source
+
+
+@step("Comp/Count")
+@source()
+def count(ctx):
+    yield {"out": {"i": 1}}
+"""
+
+
+def test_component_whose_node_file_exits_at_import_names_the_file(tmp_path):
+    """A node file calling ``sys.exit(0)`` at import ended the code server's load silently; the
+    component's workflow is a job that names the file, and the location still loads."""
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "count.py").write_text(COUNT_NODES)
+    (nodes / "quits.py").write_text("import sys\n\nsys.exit(0)\n")
+    wf = tmp_path / "counting.json"
+    wf.write_text(
+        '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Quits"}}], "edges": []}'
+    )
+    ok = tmp_path / "fine.json"
+    ok.write_text(
+        '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Count"}}], "edges": []}'
+    )
+    defs = _load_defs_folder(
+        tmp_path,
+        "gb_exit_defs",
+        {"quits": _workflow_yaml(wf, nodes), "fine": _workflow_yaml(ok, nodes)},
+    )
+    assert defs.resolve_job_def("fine") is not None
+    broken = defs.resolve_job_def("counting").description
+    assert broken.startswith("FAILED TO LOAD"), broken
+    assert f"{nodes / 'quits.py'}, line 3 failed to import" in broken, broken
+    assert "called sys.exit(0)" in broken, broken
+
+
+def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_path):
+    """Two components whose workflows are ``MyFlow.json`` and ``sub/my_flow.json`` (both named
+    ``my_flow``): Dagster said only ``Duplicate asset key: AssetKey(['my_flow', 'Count'])``. The
+    error names both files and the ``name:`` attribute; with a name each, both load."""
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "count.py").write_text(COUNT_NODES)
+    text = '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Count"}}], "edges": []}'
+    first, second = tmp_path / "MyFlow.json", tmp_path / "sub" / "my_flow.json"
+    second.parent.mkdir()
+    first.write_text(text)
+    second.write_text(text)
+    folders = {"a": _workflow_yaml(first, nodes), "b": _workflow_yaml(second, nodes)}
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    with pytest.raises(Exception) as info:
+        _load_defs_folder(tmp_path / "one", "gb_dup_defs", folders)
+    chain, error = [], info.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    message = "\n".join(chain)
+    assert f"workflows {first} and {second} both define job 'my_flow'" in message, message
+    assert "`name:` in the attributes of its component's defs.yaml" in message, message
+    assert "Duplicate asset key" not in message, message
+    proc = subprocess.run(  # `materialize` says it in one line
+        [sys.executable, "-m", "dagster_graphbook.cli", "materialize", "my_flow", "--module",
+         "gb_dup_defs", "--no-progress", "--dagster-home", str(tmp_path / "home")],
+        cwd=tmp_path / "one", capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"workflows {first} and {second} both define job 'my_flow'" in proc.stderr
+    folders["b"] += "  name: my_flow_2\n"
+    defs = _load_defs_folder(tmp_path / "two", "gb_dup_named_defs", folders)
+    assert defs.resolve_job_def("my_flow") and defs.resolve_job_def("my_flow_2")

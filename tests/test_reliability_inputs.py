@@ -8,6 +8,8 @@ import importlib.util
 import io
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -129,6 +131,102 @@ def test_broken_node_file_in_a_code_location_other_workflows_still_load(tmp_path
     assert f"{folder / 'broken.py'}, line 5" in failure.step_failure_data.error.message + str(
         failure.step_failure_data.user_failure_data.description
     )
+
+
+EXITING_NODES = """
+    import sys
+
+    from graphbook.steps import SourceStep
+
+
+    class Quits(SourceStep):
+        def load(self):
+            return {"out": [{"i": 1}]}
+
+
+    {exit}   # line 12: ends the program at import
+    """
+CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
+
+
+@pytest.mark.parametrize("exit", ["sys.exit(0)", "raise BaseException('bye')"])
+def test_node_file_ending_the_program_at_import_is_a_load_error_everywhere(tmp_path, exit):
+    """A node file calling ``sys.exit(0)`` at import made ``validate`` exit 0 printing nothing
+    (nothing was validated) and ``run`` end silently. Any BaseException short of
+    KeyboardInterrupt is a load error naming the file and line: in ``validate``, ``run``, a
+    code location (``build_definitions``; the component: test_component.py); the other files
+    still load."""
+    folder = _nodes_folder(tmp_path)
+    write_nodes(folder, "quits.py", EXITING_NODES.replace("{exit}", exit))
+    quits = folder / "quits.py"
+    wf = write_workflow(tmp_path, "quitting", [step_node("1", "Quits", source=True)], [])
+    good = write_workflow(
+        tmp_path,
+        "good_flow",
+        [step_node("1", "Count", source=True), step_node("2", "Double")],
+        [edge("1", "out", "2")],
+    )
+    for command in (["validate"], ["run", "--no-progress", "--dagster-home", str(tmp_path / "h")]):
+        proc = subprocess.run(
+            [*CLI, command[0], str(wf), "--custom-nodes", str(folder), *command[1:]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, (command, out)
+        assert f"{quits}, line 12 failed to import" in out and "'Quits'" in out, out
+        assert "Traceback" not in out, out
+    if exit.startswith("sys.exit"):
+        assert "called sys.exit(0) while being imported" in out, out
+    proc = subprocess.run(
+        [*CLI, "validate", str(good), "--custom-nodes", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "OK (2 steps" in proc.stdout, proc.stdout + proc.stderr
+    assert f"{quits}, line 12 failed to import" in proc.stderr  # still said, as a warning
+
+    # the code location: the workflow is a job that says why; the other one loads
+    defs = build_definitions([wf, good], custom_nodes=[folder])
+    assert defs.resolve_job_def("good_flow") is not None
+    broken = defs.resolve_job_def("quitting").description
+    assert broken.startswith("FAILED TO LOAD") and f"{quits}, line 12" in broken, broken
+
+
+def test_a_python_workflow_ending_the_program_at_import_is_a_load_error(tmp_path):
+    """The same for a ``.py`` workflow file: ``validate`` names it instead of exiting 0."""
+    wf = tmp_path / "quits_flow.py"
+    wf.write_text("import sys\nsys.exit(0)\n")
+    proc = subprocess.run([*CLI, "validate", str(wf)], capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and str(wf) in out, out
+    assert "the Python workflow failed to import: it called sys.exit(0)" in out, out
+
+
+def test_two_workflows_of_one_name_are_refused_naming_both_files(tmp_path):
+    """``MyFlow.json`` and ``sub/my_flow.json`` are both ``my_flow``: Dagster refused the code
+    location with ``Duplicate asset key: AssetKey(['my_flow', 'Count'])``, naming neither file.
+    The refusal names both files and how to rename; with ``name=`` both load."""
+    folder = _nodes_folder(tmp_path)
+    nodes = [step_node("1", "Count", source=True)]
+    first = write_workflow(tmp_path, "MyFlow", nodes, [])
+    (tmp_path / "sub").mkdir()
+    second = write_workflow(tmp_path / "sub", "my_flow", nodes, [])
+    for strict in (False, True):
+        with pytest.raises(dg.DagsterInvalidDefinitionError) as info:
+            build_definitions([first, second], custom_nodes=[folder], strict=strict)
+        message = str(info.value)
+        assert f"workflows {first} and {second} both define job 'my_flow'" in message, message
+        assert "name=" in message and "`name:`" in message, message
+    renamed = [first, GraphbookWorkflow(second, custom_nodes=[folder], name="my_flow_2")]
+    defs = build_definitions(renamed, custom_nodes=[folder])
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {"my_flow", "my_flow_2"}
+    assert set(defs.resolve_all_asset_keys()) == {
+        dg.AssetKey(["my_flow", "Count"]),
+        dg.AssetKey(["my_flow_2", "Count"]),
+    }
 
 
 def _bad(tmp_path: Path, nodes: list, edges: list, name: str = "bad") -> str:

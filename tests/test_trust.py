@@ -154,8 +154,9 @@ def test_cli_reports_the_resource_refusal(tmp_path, nodes, dagster_home):
     "tag", ["!!python/object/apply:os.system", "!!python/name:os.system", "!!binary"]
 )
 def test_cli_refuses_yaml_object_tags_in_set_clearly(tmp_path, nodes, dagster_home, tag):
-    """``--set`` values are read with ``yaml.safe_load``: a ``!!python/...`` tag builds nothing,
-    and the CLI says which value it refused instead of ending in a YAML traceback."""
+    """``--set`` values of non-string fields are read with YAML's safe loader: a ``!!python/...``
+    tag builds nothing, and the CLI says which value it refused instead of ending in a YAML
+    traceback. A string parameter takes the same text as it is: text, never YAML."""
     import subprocess
 
     marker = tmp_path / "pwned"
@@ -163,15 +164,64 @@ def test_cli_refuses_yaml_object_tags_in_set_clearly(tmp_path, nodes, dagster_ho
     value = f'{tag} ["touch {marker}"]'
     cmd = [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
            str(nodes), "--dagster-home", dagster_home, "--no-progress", "--set",
-           f"Apply.label={value}"]  # fmt: skip
+           f"Apply.runtime.retries={value}"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert not marker.exists()
     assert "Traceback" not in out, out
-    assert out.startswith("--set Apply.label: the value is not a plain YAML value"), out
+    assert out.startswith(
+        f"dagster-graphbook run {wf}: --set Apply.runtime.retries: the value "
+        f"{value[:40]!r}... ({len(value)} characters) is not a plain YAML value"
+    ), out
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         assert instance.get_runs() == []  # refused before any run
+    cmd[-1] = f"Apply.label={value}"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and not marker.exists(), proc.stdout + proc.stderr
+
+
+def _alias_bomb(levels: int = 8) -> str:
+    """``[&a [x,x,...], &b [*a,*a,...], ...]``: 9 items a level, 9**8 (43 million) ``x``."""
+    names = [chr(ord("a") + i) for i in range(levels)]
+    rows = ["&a [" + ",".join(["x"] * 9) + "]"]
+    rows += [f"&{n} [" + ",".join([f"*{p}"] * 9) + "]" for p, n in zip(names, names[1:])]
+    return "[" + ", ".join(rows) + "]"
+
+
+# Runs the command after -c's arguments and reports its peak memory (KiB) on the last line.
+_PEAK_RSS = (
+    "import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+    "sys.exit(code)"
+)
+
+
+def test_cli_refuses_a_yaml_alias_bomb_before_expanding_it(tmp_path, nodes, dagster_home):
+    """An 8-level alias bomb in ``--set`` was refused only after expansion, and the error
+    printed the expanded value: 254 MB of output and 1.1 GB of memory. Anchors and aliases are
+    refused as the YAML is read, and an error quotes only the value's start."""
+    import subprocess
+    import time
+
+    wf = _text_into_apply(tmp_path, "bomb_cli")
+    bomb = _alias_bomb()
+    cmd = [sys.executable, "-c", _PEAK_RSS, sys.executable, "-m", "dagster_graphbook.cli", "run",
+           str(wf), "--custom-nodes", str(nodes), "--dagster-home", dagster_home,
+           "--no-progress", "--set", f"Apply.runtime.retries={bomb}"]  # fmt: skip
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - start
+    *said, peak_kib = proc.stderr.strip().splitlines()
+    out = proc.stdout + "\n".join(said)
+    assert proc.returncode == 1, out[:2000]
+    assert len(out) < 1000, f"{len(out)} characters of output: {out[:2000]}"
+    assert "Apply.runtime.retries" in out and "anchors or aliases" in out, out
+    assert bomb[:40] in out and bomb not in out, out
+    assert int(peak_kib) < 400 * 1024, f"peak memory {int(peak_kib) // 1024} MiB"
+    assert seconds < 60, f"{seconds:.1f} s"
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert instance.get_runs() == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +297,52 @@ def test_crafted_dynamic_partition_keys_are_refused(tmp_path, dagster_home, key)
     assert f"partition key {key!r} refused" in failure, failure
     outside = [p for p in tmp_path.rglob("*.pkl") if (tmp_path / "notes") not in p.parents]
     assert not outside and not list((tmp_path / "notes").rglob("*.pkl")), outside
+
+
+def test_dynamic_partition_keys_the_store_cannot_hold_are_refused(tmp_path, dagster_home):
+    """A 300-character dynamic partition key passed the key check; the step did all its work,
+    then failed storing it (``OSError: File name too long``). The key names a folder of the
+    notes store, so past 255 bytes of UTF-8 (NAME_MAX) it is refused before the step works,
+    saying the limit; a key of exactly 255 bytes runs and stores."""
+    marker = tmp_path / "worked"
+    nodes = write_nodes(
+        tmp_path / "long_nodes",
+        "long_nodes.py",
+        f"""
+        from graphbook import step, source
+
+
+        @step("Trust/Work")
+        @source()
+        def work(ctx):
+            open({str(marker)!r}, "a").write("x")
+            yield {{"out": {{"i": 1}}}}
+        """,
+    )
+    wf = write_workflow(tmp_path, "long_keys", [step_node("1", "Work", source=True)], [])
+    days = dg.DynamicPartitionsDefinition(name="long_keys")
+    defs = build_definitions(
+        [GraphbookWorkflow(wf, custom_nodes=[nodes], partitions_def=days)],
+        notes_dir=str(tmp_path / "notes"),
+    )
+    job = defs.resolve_job_def("long_keys")
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        for key, size in (("k" * 300, 300), ("é" * 128, 256)):
+            instance.add_dynamic_partitions("long_keys", [key])
+            result = job.execute_in_process(
+                instance=instance, partition_key=key, raise_on_error=False
+            )
+            failure = _failure(instance, result.run_id)
+            assert not result.success
+            assert f"({size} bytes) refused" in failure and "at most 255 bytes" in failure, failure
+            assert key not in failure and len(failure) < 1000, failure  # its start, not all of it
+            assert not marker.exists() and not list((tmp_path / "notes").rglob("*.pkl"))
+        longest = "k" * 255
+        instance.add_dynamic_partitions("long_keys", [longest])
+        result = job.execute_in_process(instance=instance, partition_key=longest)
+    assert result.success and marker.read_text() == "x"
+    [stored] = (tmp_path / "notes").rglob("*.pkl")
+    assert stored.parent.name == longest
 
 
 def _failure(instance: dg.DagsterInstance, run_id: str) -> str:

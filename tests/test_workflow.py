@@ -419,6 +419,35 @@ def test_unknown_node_type(tmp_path, sample_registry):
     assert "node g1 (My note): unknown node type 'comment'" in msg
 
 
+@pytest.mark.parametrize("ntype", ["widget", "stpe"])
+def test_unknown_node_type_beside_a_group_is_the_same_error(tmp_path, sample_registry, ntype):
+    """Flattening (any ``group`` node) dropped a node of an unknown type without a word, and the
+    rest loaded and ran without it; it is the error it is without a group, a malformed node too.
+    """
+    odd = step_node("3", "Transform", label="Odd")
+    odd["type"] = ntype
+    nodes = [step_node("1", "GenerateNumbers", source=True), step_node("2", "Transform"), odd]
+    edges = [edge("1", "out", "2"), edge("2", "out", "3")]
+    plain = _load_error(write_workflow(tmp_path, "plain", nodes, edges), sample_registry)
+    group = {"id": "g", "type": "group", "data": {"label": "G"}}
+    grouped = _load_error(
+        write_workflow(tmp_path, "grouped", [*nodes, group, 7], edges), sample_registry
+    )
+    said = f"node 3 (Odd): unknown node type {ntype!r} (expected 'step', 'resource', 'group'"
+    assert [p for p in plain.problems if p.startswith("node 3")][0].startswith(said)
+    assert [p for p in grouped.problems if p.startswith("node 3")] == [
+        p for p in plain.problems if p.startswith("node 3")
+    ]
+    assert "nodes[4]: not a node object with an 'id'" in grouped.problems, grouped.problems
+    # inside a subflow the node is named with the subflow's id
+    write_workflow(tmp_path, "Sub", [odd], [])
+    sub = {"id": "s", "type": "subflow", "data": {"filename": "Sub.json"}}
+    inner = _load_error(
+        write_workflow(tmp_path, "outer", [*nodes[:2], sub], edges[:1]), sample_registry
+    )
+    assert any(p.startswith(f"node s/3 (Odd): unknown node type {ntype!r}") for p in inner.problems)
+
+
 def test_group_and_subflow_flattened_like_the_editor(tmp_path, sample_registry):
     """Group handles (``x`` outside, ``x_inner`` inside) and a subflow's exports are followed."""
     group = {"id": "g", "type": "group", "data": {"label": "G"}}
