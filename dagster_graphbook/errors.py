@@ -69,6 +69,14 @@ def note_preview(note: Any, limit: int = NOTE_PREVIEW_CHARS) -> str:
     return _cut(text, limit)
 
 
+def quoted(value: Any, limit: int = 60, head: int = 40) -> str:
+    """``value`` as an error quotes user input: its repr when short, else the repr of its first
+    ``head`` characters and its length (a value may be megabytes)."""
+    if not isinstance(value, str) or len(value) <= limit:
+        return repr(value)
+    return f"{value[:head]!r}... ({len(value)} characters)"
+
+
 def traceback_tail(text: str, lines: int = TRACEBACK_TAIL_LINES) -> str:
     """The last ``lines`` lines of a traceback: where it was raised and the error."""
     kept = text.strip().splitlines()

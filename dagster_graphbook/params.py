@@ -11,7 +11,7 @@ import dagster as dg
 import yaml
 from dagster._config.config_type import ConfigScalar, ConfigScalarKind, ConfigTypeKind
 
-from .errors import RequestError
+from .errors import RequestError, quoted
 
 # Types that bind a resource (or anything else) through an edge: no launchpad widget.
 EDGE_TYPES = {"resource"}
@@ -151,8 +151,6 @@ def config_field(spec: Dict[str, Any], default: Any, *, has_default: bool) -> dg
 # ---------------------------------------------------------------------------------------------
 # Values given as text (``--set STEP.PARAM=TEXT``), read as the type of the field they set
 
-TEXT_PREVIEW_CHARS = 40  # an error quotes at most this much of a value
-
 
 @dataclass(frozen=True)
 class TextValue:
@@ -184,15 +182,10 @@ class _AliasRefused(yaml.YAMLError):
     pass
 
 
-def _preview(text: str) -> str:
-    cut = text[:TEXT_PREVIEW_CHARS]
-    return repr(cut) + (f"... ({len(text)} characters)" if len(text) > len(cut) else "")
-
-
 def _not_plain(value: TextValue, exc: Exception) -> RequestError:
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return RequestError(
-        f"--set {value.key}: the value {_preview(value.text)} is not a plain YAML value "
+        f"--set {value.key}: the value {quoted(value.text)} is not a plain YAML value "
         f"({detail}); values are numbers, strings, booleans, lists and mappings, never objects"
     )
 
@@ -202,7 +195,7 @@ def _compose(value: TextValue) -> Any:
         return _TextLoader(value.text).get_single_node()
     except _AliasRefused:
         raise RequestError(
-            f"--set {value.key}: the value {_preview(value.text)} uses YAML anchors or aliases "
+            f"--set {value.key}: the value {quoted(value.text)} uses YAML anchors or aliases "
             "(&name, *name), which are refused: each level can multiply the value's size (an "
             "alias bomb); write the value out in full"
         ) from None

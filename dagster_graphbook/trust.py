@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from .errors import quoted
 from .workflow import Workflow, WorkflowNode
 
 # Steps that compile a parameter typed ``resource`` (Graphbook's Split takes its function that way).
@@ -114,7 +115,7 @@ def check_partition_key(key: str, partitions_def: Any, instance: Any, label: str
     if not isinstance(key, str) or not key or _UNSAFE_KEY.search(key):
         raise StepFailure(
             label,
-            f"partition key {_shown(key)} refused: it is substituted into paths, so it may not "
+            f"partition key {quoted(key)} refused: it is substituted into paths, so it may not "
             "hold '/', '\\', '..', braces, control characters or unpaired surrogates, nor start "
             "with '.'",
         )
@@ -122,25 +123,18 @@ def check_partition_key(key: str, partitions_def: Any, instance: Any, label: str
     if size > MAX_KEY_BYTES:
         raise StepFailure(
             label,
-            f"partition key {_shown(key)} ({size} bytes) refused: it names a folder of the "
+            f"partition key {quoted(key)} ({size} bytes) refused: it names a folder of the "
             f"notes store, and a folder name is at most {MAX_KEY_BYTES} bytes of UTF-8 "
             "(NAME_MAX on Linux): use a shorter key",
         )
     if partitions_def is None:
-        raise StepFailure(label, f"partition key {_shown(key)} refused: the job is not partitioned")
+        raise StepFailure(label, f"partition key {quoted(key)} refused: the job is not partitioned")
     try:
         known = partitions_def.has_partition_key(key, dynamic_partitions_store=instance)
     except TypeError:
         known = key in partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     if not known:
         raise StepFailure(
-            label, f"partition key {_shown(key)} refused: it is not a partition of the job"
+            label, f"partition key {quoted(key)} refused: it is not a partition of the job"
         )
     return key
-
-
-def _shown(key: Any, limit: int = 60) -> str:
-    """``key`` as an error quotes it: whole when short, else its start and its length."""
-    if not isinstance(key, str) or len(key) <= limit:
-        return repr(key)
-    return f"{key[:40]!r}... ({len(key)} characters)"
