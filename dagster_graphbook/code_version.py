@@ -9,13 +9,14 @@ and line and at the node in the workflow file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 import re
 import warnings
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import dagster as dg
 
@@ -75,11 +76,33 @@ def _class_line(cls: type) -> int:
         return functions[0].__code__.co_firstlineno if functions else 1
 
 
+_ID = re.compile(r'"id"\s*:\s*"?([^"\n,}]*?)"?\s*[,}\n]')
+
+
+@functools.lru_cache(maxsize=16)
+def _id_lines(path: Path, stamp: Tuple[int, int]) -> Tuple[str, Dict[str, int]]:
+    """The text of a JSON workflow and the line of each ``"id"`` value's first occurrence, in one
+    pass (``stamp``: the file's mtime and size; a search per node made big workflows quadratic)."""
+    text = path.read_text(encoding="utf-8")
+    lines: Dict[str, int] = {}
+    line, pos = 1, 0
+    for match in _ID.finditer(text):
+        line += text.count("\n", pos, match.start())
+        pos = match.start()
+        lines.setdefault(match.group(1), line)
+    return text, lines
+
+
 def _node_line(workflow: Workflow, node: WorkflowNode) -> int:
     """The line of the node's ``"id"`` in a JSON workflow (1 when not found)."""
-    if workflow.path is None or workflow.path.suffix != ".json":
+    path = workflow.path
+    if path is None or path.suffix != ".json":
         return 1
-    text = workflow.path.read_text(encoding="utf-8")
+    stat = path.stat()
+    text, lines = _id_lines(path, (stat.st_mtime_ns, stat.st_size))
+    if node.id in lines:
+        return lines[node.id]
+    # an id the one-pass pattern cannot hold (a quote, comma, brace or newline in it)
     match = re.search(r'"id"\s*:\s*"?' + re.escape(node.id) + r'"?\s*[,}\n]', text)
     return text.count("\n", 0, match.start()) + 1 if match else 1
 

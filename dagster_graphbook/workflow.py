@@ -101,6 +101,11 @@ class Workflow:
     overridable_functions: Tuple[str, ...] = ()
     notices: List[str] = field(default_factory=list)  # what was left out at load, as Graphbook does
     gpus: Dict[str, int] = field(default_factory=dict)  # node id -> GPUs its op requests (gpus.py)
+    # (node id, pin) -> the nodes reading it, built on the first ``children`` call: asked per node
+    # and pin, a walk over all nodes each time made building a long chain quadratic
+    _readers: Optional[Dict[Tuple[str, str], List[WorkflowNode]]] = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def source(self) -> str:
@@ -113,7 +118,14 @@ class Workflow:
         return [n for n in self._order() if n.kind == "resource"]
 
     def children(self, node_id: str, pin: str) -> List[WorkflowNode]:
-        return [n for n in self.nodes.values() if (node_id, pin) in n.inputs]
+        """The nodes reading ``pin`` of ``node_id`` (nodes and edges are fixed once loaded)."""
+        if self._readers is None:
+            readers: Dict[Tuple[str, str], List[WorkflowNode]] = {}
+            for node in self.nodes.values():
+                for ref in dict.fromkeys(node.inputs):
+                    readers.setdefault(ref, []).append(node)
+            self._readers = readers
+        return list(self._readers.get((node_id, pin), ()))
 
     def _order(self) -> List[WorkflowNode]:
         sorter = graphlib.TopologicalSorter(
