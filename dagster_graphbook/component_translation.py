@@ -17,17 +17,23 @@ translation:
 
 Tags and metadata are merged with the translator's; kinds too (``python``/``parquet``/``pytorch``
 stay; override ``GraphbookTranslator.get_kinds`` in Python to drop one); the rest replace.
+
+Templates are rendered here, once per asset, and text stays text: Dagster's own resolution
+(``TranslationFnResolver``, which dbt and sling use) renders a template's resulting mapping a
+second time, which would evaluate templates inside a workflow's values (issue 20.10).
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 import dagster as dg
 from dagster.components.resolved.core_models import AssetAttributesModel
 from dagster.components.utils import TranslatorResolvingInfo
+from jinja2 import StrictUndefined, Undefined, pass_eval_context
+from jinja2.nativetypes import NativeEnvironment, NativeTemplate
 
 from .translator import GraphbookTranslator
 from .workflow import Workflow, WorkflowError, WorkflowNode
@@ -100,15 +106,92 @@ def asset_props(
     )
 
 
-def resolve_translation(context: dg.ResolutionContext, model: Any) -> TranslationFn:
-    """The YAML ``translation`` (a mapping, or a template string) as a translation function."""
+def _text_concat(values: Iterable[Any]) -> Any:
+    """A template's output: the value of a single node as it is, else the nodes' joined text."""
+    values = list(values)
+    if len(values) == 1:
+        return values[0]
+    return "".join(str(v) for v in values) if values else None
+
+
+@pass_eval_context
+def _finalize(eval_ctx: Any, value: Any) -> Any:
+    """Each output value as it is. Taking a context keeps Jinja from folding constants into text
+    at compile time (``{{ 5 }}`` stays 5); an undefined value raises, naming what is undefined."""
+    if isinstance(value, Undefined):
+        str(value)  # StrictUndefined raises UndefinedError
+    return value
+
+
+class _TextEnvironment(NativeEnvironment):
+    """Jinja's native environment (which Dagster renders YAML with), except that text stays
+    text: never parsed as a Python literal, so a workflow's ``"42"`` or ``"None"`` stays a
+    string. Expressions give their values (``{{ node.params.get('threshold') }}``: a float)."""
+
+    concat = staticmethod(_text_concat)
+
+
+class _TextTemplate(NativeTemplate):
+    environment_class = _TextEnvironment
+
+
+_TextEnvironment.template_class = _TextTemplate
+_TEMPLATES = _TextEnvironment(undefined=StrictUndefined, finalize=_finalize)
+
+
+def _render(value: Any, scope: Mapping[str, Any]) -> Any:
+    """``value`` with each template string in it rendered once against ``scope``."""
+    if isinstance(value, str) and value:
+        return _TEMPLATES.from_string(value).render(**scope)
+    if isinstance(value, dict):
+        return {k: _render(v, scope) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_render(v, scope) for v in value)
+    return value
+
+
+_RENDERED = "_graphbook_rendered"  # the scope entry holding the rendered attributes
+
+
+def _apply(
+    context: dg.ResolutionContext, spec: dg.AssetSpec, attributes: Mapping[str, Any]
+) -> dg.AssetSpec:
+    """``spec`` with the rendered ``attributes``, applied as Dagster's translation applies them.
+
+    Dagster renders the strings of a translation model as templates: the rendered values (from
+    the workflow too) would be rendered a second time, ``{{ 6*7 }}`` giving 42 and code in them
+    running. So each field is handed over as a template naming its value, rendered to exactly it
+    (a string as its repr: native templates parse a string result as a Python literal)."""
+    if "partitions_def" in attributes:
+        raise ValueError("sets partitions_def; use the component's `partitions`")
+    literals = {k: repr(v) if isinstance(v, str) else v for k, v in attributes.items()}
+    model = AssetAttributesModel(**{k: f"{{{{ {_RENDERED}[{k!r}] }}}}" for k in attributes})
     info = TranslatorResolvingInfo(
         asset_attributes=model, resolution_context=context, model_key="translation"
+    )
+    return info.get_asset_spec(spec, {_RENDERED: literals})
+
+
+def resolve_translation(context: dg.ResolutionContext, model: Any) -> TranslationFn:
+    """The YAML ``translation`` (a mapping, or a template string) as a translation function.
+
+    Its templates are rendered once per asset; what they give (workflow values included) is
+    applied as it is, never rendered again."""
+    fields = (
+        model if isinstance(model, str) else {k: getattr(model, k) for k in model.model_fields_set}
     )
 
     def translate(spec: dg.AssetSpec, props: GraphbookAssetProps) -> dg.AssetSpec:
         scope = {"node": props.node, "workflow": props.workflow, "pin": props.pin, "spec": spec}
-        return info.get_asset_spec(spec, scope)
+        attributes = _render(fields, {**context.scope, **scope})
+        if isinstance(attributes, dg.AssetSpec):
+            return attributes
+        if not isinstance(attributes, Mapping):
+            raise TypeError(
+                f"gave {type(attributes).__name__}; expected a mapping of asset attributes "
+                "or an AssetSpec"
+            )
+        return _apply(context, spec, attributes)
 
     return translate
 

@@ -188,6 +188,64 @@ def test_bad_translation_names_workflow_step_and_pin(tmp_path, translation, mess
     assert "pin 'out'" in job.description and message in job.description
 
 
+TEXT_NODES = """
+from graphbook import param, source, step
+
+
+@step("Text/Text")
+@source()
+@param("text", "string", default="")
+def text(ctx):
+    yield {"out": {"text": ctx.text}}
+"""
+
+
+def _payload(marker: Path) -> str:
+    return "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}"
+
+
+TRANSLATIONS = {
+    "template": "\"{{ {'description': node.params.get('text'), "
+    "'metadata': {'text': node.params.get('text')}} }}\"",
+    "mapping": "{description: \"{{ node.params.get('text') }}\", "
+    "metadata: {text: \"{{ node.params.get('text') }}\"}}",
+}
+
+
+@pytest.mark.parametrize("text", ["{{ 6*7 }}", "PAYLOAD", "42", "None"])
+@pytest.mark.parametrize("form", sorted(TRANSLATIONS))
+def test_workflow_text_stays_text_in_the_translation(tmp_path, form, text):
+    """Issue 20.10: the mapping a template gives was rendered again by Dagster, so a workflow's
+    ``{{ 6*7 }}`` became 42 and a payload in a parameter ran at load; and a rendered "42" was
+    parsed as a number. Values from the workflow reach the asset as the workflow's text."""
+    from jinja2.nativetypes import NativeTemplate
+
+    marker, probe = tmp_path / "MARKER", tmp_path / "PROBE"
+    NativeTemplate(_payload(probe)).render()  # the payload is live: rendered, it writes a file
+    assert probe.exists()
+    text = _payload(marker) if text == "PAYLOAD" else text
+    node = step_node("1", "Text", {"text": text}, label="Src", source=True)
+    path = write_workflow(tmp_path, "texts", [node], [])
+    defs = _load(
+        tmp_path,
+        "gb_translation_text",
+        f"""
+        type: dagster_graphbook.GraphbookWorkflowComponent
+        attributes:
+          workflow: {path}
+          custom_nodes: [{write_nodes(tmp_path / "nodes", "text.py", TEXT_NODES)}]
+          translation: {TRANSLATIONS[form]}
+        """,
+    )
+    assert not marker.exists()
+    description = defs.resolve_job_def("texts").description
+    assert not description.startswith("FAILED TO LOAD"), description
+    spec = _specs(defs)[K(["texts", "Src"])]
+    assert spec.description == text
+    assert spec.metadata["text"] == text
+    assert spec.metadata["graphbook"].value["node_id"] == "1"  # ours are merged
+
+
 FLAKY_NODES = """
 from pathlib import Path
 
