@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
@@ -327,7 +329,22 @@ def _with_own_resources(defs: WorkflowDefs, extra: Mapping[str, Any]) -> dg.JobD
         jobs=[defs.job],
         resources={NOTES_IO_MANAGER_KEY: _NOTES_IO, **io_manager, **defs.resources},
     )
-    return own.resolve_job_def(defs.job.name)
+    with _gc_paused():
+        return own.resolve_job_def(defs.job.name)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Dagster's job resolution topologically sorts the steps level by level, a new set per step
+    and level (steps x depth): short-lived objects that made the cyclic GC walk the whole heap
+    again and again, a quarter of a 1,000-step chain's build. Reference counting frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _unique_specs(specs: List[dg.AssetSpec]) -> List[dg.AssetSpec]:
