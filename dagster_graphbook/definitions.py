@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -165,19 +166,27 @@ def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
         defs.assets = with_automation(defs.assets, condition)
 
 
-# Dagster's asset job resolution recurses once per step of the longest dependency chain: a chain of
-# 2,000 steps failed with RecursionError (1,000 built). Refuse deeper workflows here, at validate
-# time.
+# Dagster's asset job resolution recurses once per step of the longest dependency chain
+# (``create_adjacency_lists``, which walks up from wherever its set order starts): a chain of 2,000
+# steps failed with RecursionError, and one of 1,000 did too, about 1 build in 16. Deeper
+# workflows are refused here, at validate time; for the others this process's recursion limit is
+# raised to the depth plus RECURSION_HEADROOM frames (never lowered), also for Dagster's later
+# builds of the same job in this process (the code server's). Python 3.11 calls between Python
+# functions do not grow the C stack, so a few thousand frames are safe.
 MAX_CHAIN_DEPTH = 1000
+RECURSION_HEADROOM = 1000
 
 
 def _check_depth(workflow: Workflow) -> None:
     """Refuse a workflow whose longest chain of steps Dagster cannot build, naming the chain's
-    end."""
+    end; make room for Dagster's recursion over the chains it can."""
     depth: Dict[str, int] = {}
     for node in workflow.steps():  # topological order: parents first
         depth[node.id] = 1 + max((depth.get(src, 0) for src, _ in node.inputs), default=0)
-    if depth and max(depth.values()) > MAX_CHAIN_DEPTH:
+    deepest = max(depth.values(), default=0)
+    if deepest + RECURSION_HEADROOM > sys.getrecursionlimit() and deepest <= MAX_CHAIN_DEPTH:
+        sys.setrecursionlimit(deepest + RECURSION_HEADROOM)
+    if deepest > MAX_CHAIN_DEPTH:
         end = max(depth, key=lambda k: depth[k])
         raise WorkflowError(
             workflow.source,

@@ -67,39 +67,66 @@ def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path,
     ]  # nothing half-written left
 
 
+CHAIN_NODES = """
+from graphbook.steps import SourceStep, Step
+
+class Start(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"v": 0}]}
+
+class Inc(Step):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {}
+"""
+
+
 def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
     """11.9: a 2,000-step chain validated, then failed to build with RecursionError."""
     from dagster_graphbook import GraphbookWorkflow, WorkflowError
     from dagster_graphbook.definitions import build_workflow
 
-    nodes = write_nodes(
-        tmp_path / "nodes",
-        "chain.py",
-        """
-        from graphbook.steps import SourceStep, Step
-
-        class Start(SourceStep):
-            RequiresInput = False
-            Outputs = ["out"]
-            Parameters = {}
-
-            def load(self):
-                return {"out": [{"v": 0}]}
-
-        class Inc(Step):
-            RequiresInput = True
-            Outputs = ["out"]
-            Parameters = {}
-    """,
-    )
-    n = 1002
-    steps = [step_node("0", "Start", {}, source=True)] + [
-        step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)
-    ]
-    wf = write_workflow(
-        tmp_path, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)]
-    )
+    nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
+    wf = _chain(tmp_path, 1002)
     with pytest.raises(
         WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"
     ):
         build_workflow(GraphbookWorkflow(wf, custom_nodes=[nodes]))
+
+
+def test_a_chain_as_deep_as_allowed_builds_whichever_step_dagster_visits_first(tmp_path):
+    """A 1,000-step chain (the deepest allowed) failed to build about 1 time in 16 with
+    RecursionError: Dagster's ``create_adjacency_lists`` recurses up the chain from whichever
+    step its set order gives first. Here it is made to start from the last step, every time."""
+    import subprocess
+    import sys
+
+    nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
+    wf = _chain(tmp_path, 1000)
+    script = f"""
+from dagster._core.definitions.graph_definition import create_adjacency_lists
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])],
+                         strict=True)
+graph = defs.resolve_job_def("chain").graph
+step = lambda n: int(n.name.rsplit("Inc", 1)[1]) if "Inc" in n.name else 0
+last_first = sorted(graph.nodes, key=step, reverse=True)
+forward, _ = create_adjacency_lists(last_first, graph.dependency_structure)
+print("built", len(forward))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0 and "built 1000" in out.stdout, out.stderr[-2000:]
+
+
+def _chain(folder, n: int):
+    steps = [step_node("0", "Start", {}, source=True)] + [
+        step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)
+    ]
+    return write_workflow(
+        folder, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)]
+    )
