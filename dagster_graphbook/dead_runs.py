@@ -184,11 +184,13 @@ def _owner_info(fd: int) -> str:
 
 
 def _fail(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
-    """Mark ``run`` failed and free the concurrency slots it claimed."""
-    instance.report_run_failed(run, why)
+    """Free the concurrency slots ``run`` claimed, then mark it failed: killed in between, the
+    run is still in progress and the next sweep finishes the job (the other way round, its slots
+    stayed claimed by a finished run for good)."""
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
         storage.free_concurrency_slots_for_run(run.run_id)
+    instance.report_run_failed(run, why)
 
 
 def _sweep_temporary(path: str) -> None:
