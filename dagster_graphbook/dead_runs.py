@@ -105,21 +105,35 @@ def join_run(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
         return
     try:
         fd = os.open(os.path.join(folder, run_id + _SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:  # a run nobody owns: nothing to join
+    except FileNotFoundError:  # a run nobody owns (another executor), or one judged dead
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.is_finished:
+            raise _judged_dead(run_id) from None
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:  # a sweeper found every process of the run gone a moment ago
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a sweeper judges the run
+        if os.fstat(fd).st_nlink == 0:  # the sweeper found every process of the run gone
+            raise _judged_dead(run_id)
+    except BaseException:
         os.close(fd)
-        yield
-        return
+        raise
     _held[run_id] = fd
     try:
         yield
     finally:
         _held.pop(run_id, None)
         os.close(fd)
+
+
+def _judged_dead(run_id: str) -> dg.Failure:
+    """A step process that starts after its run's orchestrator was killed and the run marked
+    failed (its slots freed for other runs) must not do its work beside theirs."""
+    return dg.Failure(
+        f"run {run_id} was marked failed before this step could start: the process orchestrating "
+        "it was killed and its concurrency slots were freed for other runs, so the step does not "
+        "run; re-execute the run from failure"
+    )
 
 
 def _owner_died(path: str) -> Optional[int]:
