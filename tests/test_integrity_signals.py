@@ -17,7 +17,7 @@ import time
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
+from conftest import edge, serve_webserver, step_node, write_nodes, write_workflow
 
 NODES = """
 import time
@@ -711,4 +711,47 @@ def test_a_sweeper_killed_between_failing_a_run_and_freeing_its_slot_leaves_no_s
         fail_dead_runs(instance)  # the next run's sweep
         [run] = instance.get_runs()
         assert run.status == dg.DagsterRunStatus.FAILURE
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+def test_a_run_worker_of_a_ui_launch_killed_frees_its_slot_for_the_next_cli_run(tmp_path):
+    """A run launched from the UI (a real webserver and code server) whose run worker is killed
+    with kill -9 inside its batch step: Dagster's code server marks the run failed but leaves its
+    ``gpu`` slot claimed, and the next CLI run's sweep, finding the run already finished, only
+    removed its lock file: that run (and every later one) waited for the slot forever."""
+    home = tmp_path / "home"
+    home.mkdir()
+    nodes, wf = _owned_run_setup(tmp_path, str(home))
+    (tmp_path / "defs.py").write_text(PLAIN_DAGSTER_DEFS.format(wf=str(wf), nodes=str(nodes)))
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_file:\n      relative_path: defs.py\n"
+        "      location_name: graphbook\n"
+    )
+    second = None
+    try:
+        with serve_webserver(workspace, home) as server:
+            run_id = server.launch("owned", {"ops": {"owned__Slow": {"config": {"sleep_s": 3600}}}})
+            lock = home / ".graphbook" / "run-owners" / f"{run_id}.lock"
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    claimed = instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+                    if claimed and lock.exists():
+                        break
+                    time.sleep(0.2)
+                assert claimed and lock.exists(), "the run never reached its batch step"
+                os.kill(json.loads(lock.read_text())["pid"], signal.SIGKILL)  # the run worker
+                while time.monotonic() < deadline:  # the code server notices its worker died
+                    if instance.get_run_by_id(run_id).is_finished:
+                        break
+                    time.sleep(0.2)
+                assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+            second = _cli_run(wf, nodes, str(home), 0)
+            (out,) = _finish(second)
+    finally:
+        if second is not None and second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    assert second.returncode == 0, out[-3000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
