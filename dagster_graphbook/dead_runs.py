@@ -182,6 +182,8 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
                     "marked failed by dagster-graphbook before the next run",
                 )
                 failed.append(run_id)
+            elif run is not None:  # marked failed by another (Dagster's code server), not freed
+                _free_slots(instance, run_id)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         finally:
@@ -201,10 +203,14 @@ def _fail(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
     """Free the concurrency slots ``run`` claimed, then mark it failed: killed in between, the
     run is still in progress and the next sweep finishes the job (the other way round, its slots
     stayed claimed by a finished run for good)."""
+    _free_slots(instance, run.run_id)
+    instance.report_run_failed(run, why)
+
+
+def _free_slots(instance: dg.DagsterInstance, run_id: str) -> None:
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
-        storage.free_concurrency_slots_for_run(run.run_id)
-    instance.report_run_failed(run, why)
+        storage.free_concurrency_slots_for_run(run_id)
 
 
 def _sweep_temporary(path: str) -> None:
