@@ -442,3 +442,43 @@ def test_damaged_stored_notes_fail_naming_asset_partition_run_and_file(
             assert data.metadata["file"].value == str(stored)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("later_runs", [1, 3])
+def test_reexecution_reads_what_its_parent_read_from_an_older_run(
+    tmp_path, dagster_home, later_runs
+):
+    """Run A materializes the partition; run P materializes only Check, reading A's Emit notes,
+    and fails; run B (and more) materialize the partition again; P is re-executed from failure.
+    P's lineage never materialized Emit, so the re-execution fell back to the newest version and
+    silently checked B's (or the newest run's) notes instead of the A notes P read. It must read
+    A's version, or (once retention pruned it) fail naming it."""
+    recon, marker, seen, notes = _relineage(tmp_path)
+    day = {"dagster/partition": "2026-02-10"}
+    try:
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            older = _run_day(recon, instance, "A")
+            assert older.success
+            marker.write_text("fail")
+            check_only = [dg.AssetKey(["relin", "Check"])]
+            with dg.execute_job(recon, instance, tags=day, asset_selection=check_only) as parent:
+                assert not parent.success
+            marker.unlink()
+            for k in range(later_runs):
+                assert _run_day(recon, instance, f"later{k}").success
+            seen.write_text("")
+            options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+            with dg.execute_job(recon, instance, tags=day, reexecution_options=options) as result:
+                success, run_id = result.success, result.run_id
+            read = seen.read_text().split()
+            assert read in ([], ["A"] * 3), f"the re-execution read another run's notes: {read}"
+            stored = notes / "relin" / "Emit" / "2026-02-10" / f"{older.run_id}.pkl"
+            if stored.exists():
+                assert success and read == ["A"] * 3
+            else:
+                assert not success
+                (failure,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+                message = failure.dagster_event.step_failure_data.user_failure_data.description
+                assert older.run_id in message and str(stored) in message, message
+    finally:
+        sys.path.remove(str(tmp_path))
