@@ -755,3 +755,32 @@ def test_a_run_worker_of_a_ui_launch_killed_frees_its_slot_for_the_next_cli_run(
     assert second.returncode == 0, out[-3000:]
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+@pytest.mark.skipif(
+    subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0,
+    reason="unshare --mount needs root (or user namespaces) on this machine",
+)
+def test_a_read_only_run_owners_folder_does_not_stop_runs(tmp_path, dagster_home):
+    """An instance folder whose ``.graphbook/run-owners`` cannot be written (a read-only mount, a
+    read-only root file system with the instance's storage elsewhere) ended every run before
+    its first step with ``OSError: Read-only file system`` and a traceback. The run goes on, and
+    a warning names the folder and what is lost (a killed run is not failed automatically)."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    owners = os.path.join(dagster_home, ".graphbook", "run-owners")
+    os.makedirs(owners)
+    cli = [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+           str(nodes), "--dagster-home", dagster_home, "--no-progress"]  # fmt: skip
+    script = (
+        f'mount --bind "{owners}" "{owners}" && mount -o remount,bind,ro "{owners}" && '
+        f'! touch "{owners}/probe" 2>/dev/null && exec "$@"'
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", *cli],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and owners in out, out[-3000:]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert [r.status for r in instance.get_runs()] == [dg.DagsterRunStatus.SUCCESS]
