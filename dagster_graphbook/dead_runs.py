@@ -71,10 +71,21 @@ def own_run(
             f"run {dead} was left in progress by a process that is gone (killed); marked it "
             "failed and freed its concurrency slots"
         )
-    os.makedirs(folder, exist_ok=True)
     final = os.path.join(folder, run_id + _SUFFIX)
     tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    fd: Optional[int] = None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # a read-only mount: the run is not owned, as under other executors
+        warn(
+            f"cannot record the owner of run {run_id} in {folder} ({exc.strerror}): if its "
+            "process is killed, the run will not be marked failed by the next one; make the "
+            "folder writable"
+        )
+    if fd is None:
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # locked before it has its name: never seen unlocked
         info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
