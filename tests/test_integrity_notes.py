@@ -482,3 +482,67 @@ def test_reexecution_reads_what_its_parent_read_from_an_older_run(
                 assert older.run_id in message and str(stored) in message, message
     finally:
         sys.path.remove(str(tmp_path))
+
+
+DAMAGING_NODES = """
+import glob
+from graphbook.steps import SourceStep, Step
+
+class Emit(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"i": i} for i in range(3)]}
+
+class Damage(Step):
+    \"\"\"Cuts its parent's stored notes in half once it has read them (a disk fault).\"\"\"
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"pattern": {"type": "string", "default": ""}}
+
+    def __init__(self, pattern=""):
+        super().__init__()
+        self.pattern = pattern
+
+    def on_end(self):
+        for path in glob.glob(self.pattern, recursive=True):
+            data = open(path, "rb").read()
+            open(path, "wb").write(data[: len(data) // 2])
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "materialize"])
+def test_damaged_notes_met_loading_a_runs_results_are_one_line_in_the_cli(
+    tmp_path, dagster_home, command
+):
+    """The run's own stored notes damaged before the CLI reads its results back: the message
+    names asset, run and file, but the CLI printed it under a Python traceback."""
+    nodes = write_nodes(tmp_path / "nodes", "damaging_nodes.py", DAMAGING_NODES)
+    notes = tmp_path / "notes" if command == "materialize" else Path(dagster_home) / "storage"
+    pattern = str(notes / "**" / "dmg" / "Emit" / "**" / "*.pkl")
+    wf = write_workflow(
+        tmp_path,
+        "dmg",
+        [step_node("0", "Emit", {}, source=True), step_node("1", "Damage", {"pattern": pattern})],
+        [edge("0", "out", "1")],
+    )
+    (tmp_path / "dmg_location.py").write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])],"
+        f" notes_dir={str(tmp_path / 'notes')!r})\n"
+    )
+    cli = [sys.executable, "-m", "dagster_graphbook.cli", command, "--dagster-home", dagster_home]
+    if command == "run":
+        cli += [str(wf), "--custom-nodes", str(nodes)]
+    else:
+        cli += ["dmg", "--module", "dmg_location"]
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [*cli, "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "cannot be read" in out and "dmg/Emit" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
