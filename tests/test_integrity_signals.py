@@ -784,3 +784,46 @@ def test_a_read_only_run_owners_folder_does_not_stop_runs(tmp_path, dagster_home
     assert "Traceback" not in out and owners in out, out[-3000:]
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         assert [r.status for r in instance.get_runs()] == [dg.DagsterRunStatus.SUCCESS]
+
+
+RUN_MULTIPROCESS_SLOW = """
+import sys
+from dagster_graphbook import run_workflow
+
+if __name__ == "__main__":
+    run_workflow(sys.argv[1], [sys.argv[2]], {"Slow.sleep_s": float(sys.argv[4])},
+                 dagster_home=sys.argv[3], executor="multiprocess")
+"""
+
+
+def test_a_run_waiting_for_the_slot_of_a_run_whose_orphaned_step_ends_goes_on(
+    tmp_path, dagster_home
+):
+    """A multiprocess run's coordinator killed while its batch step's process works on: the next
+    run rightly leaves it alone (its step is alive) and waits for the ``gpu`` slot. When the
+    orphaned step ends, every process of the dead run is gone, but the waiting run had judged
+    the dead runs only once, at its start: it waited for the slot forever."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    script = tmp_path / "run_mp.py"
+    script.write_text(RUN_MULTIPROCESS_SLOW)
+    first = subprocess.Popen(
+        [sys.executable, str(script), str(wf), str(nodes), dagster_home, "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    second = None
+    try:
+        _wait_for_loading(first)  # printed by the step process
+        first.kill()  # the coordinator only
+        first.wait(timeout=30)
+        second = _cli_run(wf, nodes, dagster_home, 0)
+        (out,) = _finish(second)  # the orphaned step ends some 8 s after the kill
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+    assert second.returncode == 0, out[-3000:]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        statuses = sorted(r.status.value for r in instance.get_runs())
+        assert statuses == ["FAILURE", "SUCCESS"]
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
