@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .errors import RequestError
+from .errors import RequestError, StoredNotesError
 from .execution.progress import PROGRESS_LINE
 from .io import instance_notes_dir
 from .params import TextValue
@@ -61,6 +61,7 @@ def _user_errors() -> Tuple[type, ...]:
 
     return (
         RequestError,
+        StoredNotesError,
         WorkflowError,
         NameClashError,
         dg.DagsterInvariantViolationError,

@@ -71,10 +71,21 @@ def own_run(
             f"run {dead} was left in progress by a process that is gone (killed); marked it "
             "failed and freed its concurrency slots"
         )
-    os.makedirs(folder, exist_ok=True)
     final = os.path.join(folder, run_id + _SUFFIX)
     tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    fd: Optional[int] = None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # a read-only mount: the run is not owned, as under other executors
+        warn(
+            f"cannot record the owner of run {run_id} in {folder} ({exc.strerror}): if its "
+            "process is killed, the run will not be marked failed by the next one; make the "
+            "folder writable"
+        )
+    if fd is None:
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # locked before it has its name: never seen unlocked
         info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
@@ -105,21 +116,35 @@ def join_run(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
         return
     try:
         fd = os.open(os.path.join(folder, run_id + _SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:  # a run nobody owns: nothing to join
+    except FileNotFoundError:  # a run nobody owns (another executor), or one judged dead
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.is_finished:
+            raise _judged_dead(run_id) from None
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:  # a sweeper found every process of the run gone a moment ago
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a sweeper judges the run
+        if os.fstat(fd).st_nlink == 0:  # the sweeper found every process of the run gone
+            raise _judged_dead(run_id)
+    except BaseException:
         os.close(fd)
-        yield
-        return
+        raise
     _held[run_id] = fd
     try:
         yield
     finally:
         _held.pop(run_id, None)
         os.close(fd)
+
+
+def _judged_dead(run_id: str) -> dg.Failure:
+    """A step process that starts after its run's orchestrator was killed and the run marked
+    failed (its slots freed for other runs) must not do its work beside theirs."""
+    return dg.Failure(
+        f"run {run_id} was marked failed before this step could start: the process orchestrating "
+        "it was killed and its concurrency slots were freed for other runs, so the step does not "
+        "run; re-execute the run from failure"
+    )
 
 
 def _owner_died(path: str) -> Optional[int]:
@@ -168,6 +193,8 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
                     "marked failed by dagster-graphbook before the next run",
                 )
                 failed.append(run_id)
+            elif run is not None:  # marked failed by another (Dagster's code server), not freed
+                _free_slots(instance, run_id)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         finally:
@@ -184,11 +211,17 @@ def _owner_info(fd: int) -> str:
 
 
 def _fail(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
-    """Mark ``run`` failed and free the concurrency slots it claimed."""
+    """Free the concurrency slots ``run`` claimed, then mark it failed: killed in between, the
+    run is still in progress and the next sweep finishes the job (the other way round, its slots
+    stayed claimed by a finished run for good)."""
+    _free_slots(instance, run.run_id)
     instance.report_run_failed(run, why)
+
+
+def _free_slots(instance: dg.DagsterInstance, run_id: str) -> None:
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
-        storage.free_concurrency_slots_for_run(run.run_id)
+        storage.free_concurrency_slots_for_run(run_id)
 
 
 def _sweep_temporary(path: str) -> None:

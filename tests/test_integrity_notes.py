@@ -442,3 +442,107 @@ def test_damaged_stored_notes_fail_naming_asset_partition_run_and_file(
             assert data.metadata["file"].value == str(stored)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("later_runs", [1, 3])
+def test_reexecution_reads_what_its_parent_read_from_an_older_run(
+    tmp_path, dagster_home, later_runs
+):
+    """Run A materializes the partition; run P materializes only Check, reading A's Emit notes,
+    and fails; run B (and more) materialize the partition again; P is re-executed from failure.
+    P's lineage never materialized Emit, so the re-execution fell back to the newest version and
+    silently checked B's (or the newest run's) notes instead of the A notes P read. It must read
+    A's version, or (once retention pruned it) fail naming it."""
+    recon, marker, seen, notes = _relineage(tmp_path)
+    day = {"dagster/partition": "2026-02-10"}
+    try:
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            older = _run_day(recon, instance, "A")
+            assert older.success
+            marker.write_text("fail")
+            check_only = [dg.AssetKey(["relin", "Check"])]
+            with dg.execute_job(recon, instance, tags=day, asset_selection=check_only) as parent:
+                assert not parent.success
+            marker.unlink()
+            for k in range(later_runs):
+                assert _run_day(recon, instance, f"later{k}").success
+            seen.write_text("")
+            options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+            with dg.execute_job(recon, instance, tags=day, reexecution_options=options) as result:
+                success, run_id = result.success, result.run_id
+            read = seen.read_text().split()
+            assert read in ([], ["A"] * 3), f"the re-execution read another run's notes: {read}"
+            stored = notes / "relin" / "Emit" / "2026-02-10" / f"{older.run_id}.pkl"
+            if stored.exists():
+                assert success and read == ["A"] * 3
+            else:
+                assert not success
+                (failure,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+                message = failure.dagster_event.step_failure_data.user_failure_data.description
+                assert older.run_id in message and str(stored) in message, message
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+DAMAGING_NODES = """
+import glob
+from graphbook.steps import SourceStep, Step
+
+class Emit(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"i": i} for i in range(3)]}
+
+class Damage(Step):
+    \"\"\"Cuts its parent's stored notes in half once it has read them (a disk fault).\"\"\"
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"pattern": {"type": "string", "default": ""}}
+
+    def __init__(self, pattern=""):
+        super().__init__()
+        self.pattern = pattern
+
+    def on_end(self):
+        for path in glob.glob(self.pattern, recursive=True):
+            data = open(path, "rb").read()
+            open(path, "wb").write(data[: len(data) // 2])
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "materialize"])
+def test_damaged_notes_met_loading_a_runs_results_are_one_line_in_the_cli(
+    tmp_path, dagster_home, command
+):
+    """The run's own stored notes damaged before the CLI reads its results back: the message
+    names asset, run and file, but the CLI printed it under a Python traceback."""
+    nodes = write_nodes(tmp_path / "nodes", "damaging_nodes.py", DAMAGING_NODES)
+    notes = tmp_path / "notes" if command == "materialize" else Path(dagster_home) / "storage"
+    pattern = str(notes / "**" / "dmg" / "Emit" / "**" / "*.pkl")
+    wf = write_workflow(
+        tmp_path,
+        "dmg",
+        [step_node("0", "Emit", {}, source=True), step_node("1", "Damage", {"pattern": pattern})],
+        [edge("0", "out", "1")],
+    )
+    (tmp_path / "dmg_location.py").write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])],"
+        f" notes_dir={str(tmp_path / 'notes')!r})\n"
+    )
+    cli = [sys.executable, "-m", "dagster_graphbook.cli", command, "--dagster-home", dagster_home]
+    if command == "run":
+        cli += [str(wf), "--custom-nodes", str(nodes)]
+    else:
+        cli += ["dmg", "--module", "dmg_location"]
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [*cli, "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "cannot be read" in out and "dmg/Emit" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]

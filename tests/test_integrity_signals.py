@@ -6,6 +6,7 @@ worker process; the run record must end FAILURE or CANCELED, never stay STARTED.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import time
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
+from conftest import edge, serve_webserver, step_node, write_nodes, write_workflow
 
 NODES = """
 import time
@@ -539,6 +540,289 @@ def test_a_killed_run_worker_of_the_graphbook_executor_is_failed_by_the_next_run
                 os.killpg(proc.pid, signal.SIGKILL)
     assert second.returncode == 0, out[-3000:]
     assert "marked it failed" in out
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        statuses = sorted(r.status.value for r in instance.get_runs())
+        assert statuses == ["FAILURE", "SUCCESS"]
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+LOADING_MODEL_NODES = """
+import os, time
+from graphbook.steps import SourceStep, BatchStep
+from graphbook.resources import Resource
+
+class Model(Resource):
+    Parameters = {"load_s": {"type": "number", "default": 0},
+                  "marker": {"type": "string", "default": ""}}
+
+    def __init__(self, load_s=0, marker=""):
+        super().__init__()
+        self.load_s, self.marker = load_s, marker
+
+    def value(self):  # built in the step process, before the step's body (a big model)
+        with open(self.marker + ".loading", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(self.load_s)
+        return "model"
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"items": ["i0", "i1"]}]}
+
+class Infer(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"model": {"type": "resource"}, "marker": {"type": "string", "default": ""},
+                  "batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"}}
+
+    def __init__(self, model, marker="", batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.marker = marker
+
+    def on_item_batch(self, outputs, items, notes):  # the GPU work
+        with open(self.marker + ".ran", "w") as f:
+            f.write(str(os.getpid()))
+"""
+
+RUN_MULTIPROCESS = """
+import sys
+from dagster_graphbook import run_workflow
+
+if __name__ == "__main__":
+    run_workflow(sys.argv[1], [sys.argv[2]], dagster_home=sys.argv[3], executor="multiprocess")
+"""
+
+
+def test_a_step_process_starting_when_its_coordinator_is_killed_does_not_run_once_judged_dead(
+    tmp_path, dagster_home
+):
+    """A multiprocess run's coordinator killed while a step process loads its model (before the
+    step joins the run's lock): the next run finds the lock free, marks the run failed and frees
+    its ``gpu`` slot. The step process must not go on to do its batch work beside the run that
+    takes the slot (it did, and materialized into the failed run)."""
+    from dagster_graphbook.dead_runs import fail_dead_runs
+
+    nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", LOADING_MODEL_NODES)
+    marker = tmp_path / "infer"
+    wf = write_workflow(
+        tmp_path,
+        "window",
+        [
+            step_node("0", "Items", {}, source=True),
+            step_node("1", "Infer", {"marker": str(marker)}),
+            {"id": "2", "type": "resource", "position": {"x": 0, "y": 0},
+             "data": {"name": "Model", "category": "", "parameters": {
+                 "load_s": {"type": "number", "value": 8},
+                 "marker": {"type": "string", "value": str(marker)}}}},
+        ],
+        [edge("0", "out", "1"), edge("2", "resource", "1", "model")],
+    )  # fmt: skip
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+    script = tmp_path / "run_mp.py"
+    script.write_text(RUN_MULTIPROCESS)
+    coordinator = subprocess.Popen(
+        [sys.executable, str(script), str(wf), str(nodes), dagster_home],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    loading = marker.with_name("infer.loading")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not loading.exists() and coordinator.poll() is None:
+            time.sleep(0.1)
+        assert loading.exists(), "the step process never started loading its model"
+        time.sleep(0.2)
+        step_pid = int(loading.read_text())
+        coordinator.kill()  # kill -9 of the coordinator only: its step process lives on
+        coordinator.wait(timeout=30)
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            judged = fail_dead_runs(instance)  # what the next run does before it starts
+            freed = instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and _running(step_pid):
+            time.sleep(0.2)
+        assert not _running(step_pid), "the step process is still running 90 s later"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the step process, if it is left
+            os.killpg(coordinator.pid, signal.SIGKILL)
+    ran = marker.with_name("infer.ran")
+    assert not (judged and freed and ran.exists()), (
+        "the run was marked failed and its gpu slot freed, then its step did its batch work"
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        fail_dead_runs(instance)  # the step process is gone now: the run is dead for sure
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+SWEEPER_KILLED_BETWEEN_WRITES = """
+import os, signal, sys
+import dagster as dg
+from dagster_graphbook.dead_runs import fail_dead_runs
+
+with dg.DagsterInstance.from_config(sys.argv[1]) as instance:
+    storage, done = instance.event_log_storage, []
+
+    def second_write_dies(real):
+        def call(*args, **kwargs):
+            if done:  # killed (kill -9, OOM) after its first write, before its second
+                os.kill(os.getpid(), signal.SIGKILL)
+            done.append(real)
+            return real(*args, **kwargs)
+        return call
+
+    instance.report_run_failed = second_write_dies(instance.report_run_failed)
+    storage.free_concurrency_slots_for_run = second_write_dies(
+        storage.free_concurrency_slots_for_run
+    )
+    fail_dead_runs(instance)
+"""
+
+
+def test_a_sweeper_killed_between_failing_a_run_and_freeing_its_slot_leaves_no_slot_claimed(
+    tmp_path, dagster_home
+):
+    """The process sweeping dead runs killed between its two writes (mark the run failed, free
+    its slots): the slot stayed claimed by a FAILURE run for good (its lock file removed by the
+    next sweep), so every later ``gpu`` run waited forever."""
+    from dagster_graphbook.dead_runs import fail_dead_runs
+
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    first = _cli_run(wf, nodes, dagster_home, 3600)
+    try:
+        _wait_for_loading(first)
+        first.kill()
+        first.communicate(timeout=30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    sweeper = subprocess.run(
+        [sys.executable, "-c", SWEEPER_KILLED_BETWEEN_WRITES, dagster_home],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert sweeper.returncode == -signal.SIGKILL, sweeper.stderr[-3000:]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        fail_dead_runs(instance)  # the next run's sweep
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+def test_a_run_worker_of_a_ui_launch_killed_frees_its_slot_for_the_next_cli_run(tmp_path):
+    """A run launched from the UI (a real webserver and code server) whose run worker is killed
+    with kill -9 inside its batch step: Dagster's code server marks the run failed but leaves its
+    ``gpu`` slot claimed, and the next CLI run's sweep, finding the run already finished, only
+    removed its lock file: that run (and every later one) waited for the slot forever."""
+    home = tmp_path / "home"
+    home.mkdir()
+    nodes, wf = _owned_run_setup(tmp_path, str(home))
+    (tmp_path / "defs.py").write_text(PLAIN_DAGSTER_DEFS.format(wf=str(wf), nodes=str(nodes)))
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_file:\n      relative_path: defs.py\n"
+        "      location_name: graphbook\n"
+    )
+    second = None
+    try:
+        with serve_webserver(workspace, home) as server:
+            run_id = server.launch("owned", {"ops": {"owned__Slow": {"config": {"sleep_s": 3600}}}})
+            lock = home / ".graphbook" / "run-owners" / f"{run_id}.lock"
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    claimed = instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+                    if claimed and lock.exists():
+                        break
+                    time.sleep(0.2)
+                assert claimed and lock.exists(), "the run never reached its batch step"
+                os.kill(json.loads(lock.read_text())["pid"], signal.SIGKILL)  # the run worker
+                while time.monotonic() < deadline:  # the code server notices its worker died
+                    if instance.get_run_by_id(run_id).is_finished:
+                        break
+                    time.sleep(0.2)
+                assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+            second = _cli_run(wf, nodes, str(home), 0)
+            (out,) = _finish(second)
+    finally:
+        if second is not None and second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    assert second.returncode == 0, out[-3000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+@pytest.mark.skipif(
+    subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0,
+    reason="unshare --mount needs root (or user namespaces) on this machine",
+)
+def test_a_read_only_run_owners_folder_does_not_stop_runs(tmp_path, dagster_home):
+    """An instance folder whose ``.graphbook/run-owners`` cannot be written (a read-only mount, a
+    read-only root file system with the instance's storage elsewhere) ended every run before
+    its first step with ``OSError: Read-only file system`` and a traceback. The run goes on, and
+    a warning names the folder and what is lost (a killed run is not failed automatically)."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    owners = os.path.join(dagster_home, ".graphbook", "run-owners")
+    os.makedirs(owners)
+    cli = [sys.executable, "-m", "dagster_graphbook.cli", "run", str(wf), "--custom-nodes",
+           str(nodes), "--dagster-home", dagster_home, "--no-progress"]  # fmt: skip
+    script = (
+        f'mount --bind "{owners}" "{owners}" && mount -o remount,bind,ro "{owners}" && '
+        f'! touch "{owners}/probe" 2>/dev/null && exec "$@"'
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", *cli],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and owners in out, out[-3000:]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert [r.status for r in instance.get_runs()] == [dg.DagsterRunStatus.SUCCESS]
+
+
+RUN_MULTIPROCESS_SLOW = """
+import sys
+from dagster_graphbook import run_workflow
+
+if __name__ == "__main__":
+    run_workflow(sys.argv[1], [sys.argv[2]], {"Slow.sleep_s": float(sys.argv[4])},
+                 dagster_home=sys.argv[3], executor="multiprocess")
+"""
+
+
+def test_a_run_waiting_for_the_slot_of_a_run_whose_orphaned_step_ends_goes_on(
+    tmp_path, dagster_home
+):
+    """A multiprocess run's coordinator killed while its batch step's process works on: the next
+    run rightly leaves it alone (its step is alive) and waits for the ``gpu`` slot. When the
+    orphaned step ends, every process of the dead run is gone, but the waiting run had judged
+    the dead runs only once, at its start: it waited for the slot forever."""
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    script = tmp_path / "run_mp.py"
+    script.write_text(RUN_MULTIPROCESS_SLOW)
+    first = subprocess.Popen(
+        [sys.executable, str(script), str(wf), str(nodes), dagster_home, "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    second = None
+    try:
+        _wait_for_loading(first)  # printed by the step process
+        first.kill()  # the coordinator only
+        first.wait(timeout=30)
+        second = _cli_run(wf, nodes, dagster_home, 0)
+        (out,) = _finish(second)  # the orphaned step ends some 8 s after the kill
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+    assert second.returncode == 0, out[-3000:]
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         statuses = sorted(r.status.value for r in instance.get_runs())
         assert statuses == ["FAILURE", "SUCCESS"]
