@@ -34,6 +34,9 @@ import dagster as dg
 _OWNERS = os.path.join(".graphbook", "run-owners")
 _SUFFIX = ".lock"
 _STALE_TMP_S = 60.0  # a temporary lock file older than this was left by a killed owner
+RESWEEP_S = 10.0  # how often a run of ours looks again for dead runs while it is in progress
+# Read-write: on NFS, flock is emulated with fcntl locks, and an exclusive one needs write access.
+_OPEN = os.O_RDWR | os.O_CLOEXEC
 _held: Dict[str, int] = {}  # run id -> descriptor of the lock this process holds
 
 
@@ -66,17 +69,13 @@ def own_run(
     if folder is None or run_id in _held:
         yield
         return
-    for dead in fail_dead_runs(instance):
-        warn(
-            f"run {dead} was left in progress by a process that is gone (killed); marked it "
-            "failed and freed its concurrency slots"
-        )
+    _sweep(instance, warn)
     final = os.path.join(folder, run_id + _SUFFIX)
     tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
     fd: Optional[int] = None
     try:
         os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
     except OSError as exc:  # a read-only mount: the run is not owned, as under other executors
         warn(
             f"cannot record the owner of run {run_id} in {folder} ({exc.strerror}): if its "
@@ -97,13 +96,40 @@ def own_run(
             os.unlink(tmp)
         raise
     _held[run_id] = fd
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=_resweep, args=(instance, stop, warn), name="graphbook-dead-runs", daemon=True
+    )
+    watcher.start()
     try:
         yield
     finally:
+        stop.set()
+        watcher.join(timeout=30)
         _held.pop(run_id, None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(final)  # removed before the lock goes: a free lock on a linked file = dead
         os.close(fd)
+
+
+def _sweep(instance: dg.DagsterInstance, warn: Callable[[str], None]) -> None:
+    for dead in fail_dead_runs(instance):
+        warn(
+            f"run {dead} was left in progress by a process that is gone (killed); marked it "
+            "failed and freed its concurrency slots"
+        )
+
+
+def _resweep(
+    instance: dg.DagsterInstance, stop: threading.Event, warn: Callable[[str], None]
+) -> None:
+    """Look again every ``RESWEEP_S`` while the run goes on: a run waiting for the pool slot of a
+    run whose last process (an orphaned step) ended later would otherwise wait forever."""
+    while not stop.wait(RESWEEP_S):
+        try:
+            _sweep(instance, warn)
+        except Exception as exc:  # the instance busy or gone: the next look, or the next run
+            warn(f"could not look for dead runs: {type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager
@@ -115,7 +141,7 @@ def join_run(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
         yield
         return
     try:
-        fd = os.open(os.path.join(folder, run_id + _SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(os.path.join(folder, run_id + _SUFFIX), _OPEN)
     except FileNotFoundError:  # a run nobody owns (another executor), or one judged dead
         run = instance.get_run_by_id(run_id)
         if run is not None and run.is_finished:
@@ -151,8 +177,8 @@ def _owner_died(path: str) -> Optional[int]:
     """The descriptor of ``path`` locked by us when its owner died without removing it (the
     caller closes it), else None: the owner is alive, or ended and removed the file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = os.open(path, _OPEN)
+    except OSError:  # removed meanwhile, or a folder we may not write: nothing to judge
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

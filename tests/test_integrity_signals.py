@@ -792,7 +792,7 @@ from dagster_graphbook import run_workflow
 
 if __name__ == "__main__":
     run_workflow(sys.argv[1], [sys.argv[2]], {"Slow.sleep_s": float(sys.argv[4])},
-                 dagster_home=sys.argv[3], executor="multiprocess")
+                 dagster_home=sys.argv[3], executor="multiprocess", quiet=False)
 """
 
 
