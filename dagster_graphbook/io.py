@@ -137,7 +137,10 @@ class NotesStore(dg.IOManager):
                 f"no stored notes for {versions.describe(key, partition)}: materialize it first "
                 "(its step has not run for this partition)"
             )
-        return versions.read_notes(path, key, partition)
+        notes = versions.read_notes(path, key, partition)
+        # which version this run read, so that a re-execution of it reads the same one
+        context.add_input_metadata({versions.READ_META: dg.MetadataValue.path(str(path))})
+        return notes
 
     @staticmethod
     def _lineage_path(
@@ -148,28 +151,37 @@ class NotesStore(dg.IOManager):
         partition: Optional[str],
         metadata: Optional[Mapping[str, Any]],
     ) -> Optional[UPath]:
-        """The parent's notes from this run, or from the run it re-executes (parent,
-        grandparent, ...); None when none of them materialized it. A re-execution never falls
-        back to another run's notes when its own parent's version was pruned."""
+        """The parent's notes from this run, else the version the run it re-executes (parent,
+        grandparent, ...) materialized or read; None when none of them did either. A
+        re-execution never falls back to another run's notes when that version was pruned."""
         for run_id in versions.run_lineage(instance, this_run) if this_run else []:
             candidate = versions.notes_path(folder, run_id)
             if candidate.exists():
                 return candidate
-            if run_id == this_run or not versions.materialized_in(instance, run_id, key, partition):
+            used = (
+                None
+                if run_id == this_run
+                else versions.version_used_by(instance, run_id, key, partition)
+            )
+            if used is None:
                 continue
+            path, materialized = UPath(used[0]), used[1]
+            if path.exists():
+                return path
+            how = "materialized" if materialized else f"read the version {path.stem} of"
             keep = int((metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
             raise StoredNotesError(
-                f"run {this_run} re-executes run {run_id}, which materialized "
-                f"{versions.describe(key, partition)}, but that version is gone ({candidate}): "
+                f"run {this_run} re-executes run {run_id}, which {how} "
+                f"{versions.describe(key, partition)}, but that version is gone ({path}): "
                 f"pruned by the notes_keep={keep} retention after newer runs of this partition "
-                "(or deleted by hand). A re-execution reads only its parent run's notes, so it "
-                f"stops instead of reading another run's. Re-execute run {run_id} with all its "
-                f"steps (or materialize {key.to_user_string()} and what follows it for this "
+                "(or deleted by hand). A re-execution reads only what its parent run read, so it "
+                f"stops instead of reading another run's notes. Re-execute run {run_id} with all "
+                f"its steps (or materialize {key.to_user_string()} and what follows it for this "
                 "partition), or keep more versions (notes_keep)",
                 asset=key.to_user_string(),
                 partition=partition,
-                run_id=run_id,
-                path=str(candidate),
+                run_id=path.stem,
+                path=str(path),
             )
         return None
 

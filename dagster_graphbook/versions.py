@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import IO, Any, Callable, Iterable, List, Mapping, Optional
+from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Tuple
 
 import dagster as dg
 from upath import UPath
@@ -154,16 +154,30 @@ def recorded_path(
     return None
 
 
-def materialized_in(
+READ_META = "dagster_graphbook/read_notes"  # input metadata: the notes version a step read
+
+
+def version_used_by(
     instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey, partition: Optional[str]
-) -> bool:
-    """Whether run ``run_id`` materialized ``key`` (in ``partition``)."""
-    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
-        materialization = record.asset_materialization
-        if materialization is not None and materialization.asset_key == key:
-            if partition is None or materialization.partition == partition:
-                return True
-    return False
+) -> Optional[Tuple[str, bool]]:
+    """The notes version of ``key`` (in ``partition``) that run ``run_id`` materialized (then
+    ``(path, True)``) or else read (``(path, False)``, from ``READ_META`` input metadata); None
+    when it did neither."""
+    kinds = {dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_OBSERVATION}
+    read = None
+    for record in instance.all_logs(run_id, of_type=kinds):
+        event = record.asset_materialization or record.asset_observation
+        if event is None or event.asset_key != key:
+            continue
+        if partition is not None and event.partition != partition:
+            continue
+        if record.asset_materialization is not None:
+            written = stored_notes_path(event.metadata)
+            if written is not None:
+                return written, True
+        elif READ_META in event.metadata:
+            read = str(event.metadata[READ_META].value)
+    return (read, False) if read is not None else None
 
 
 def run_lineage(instance: Optional[dg.DagsterInstance], run_id: str) -> List[str]:
