@@ -405,13 +405,16 @@ def _resource_def(
             known = level if level in ("info", "warning", "error") else "info"
             getattr(init_context.log, known)(msg)
 
-        with log_target(LogTarget(node.id, node.name, emit)):
-            try:
-                return node.cls(**kwargs).value()
-            except Exception as exc:
-                raise StepFailure(
-                    label, f"could not build the resource: {type(exc).__name__}: {exc}"
-                ) from exc
+        # a step process joins its run before building (a model load), not only in the op body
+        with join_run(init_context.instance, init_context.run_id):
+            with log_target(LogTarget(node.id, node.name, emit)):
+                try:
+                    value = node.cls(**kwargs).value()
+                except Exception as exc:
+                    raise StepFailure(
+                        label, f"could not build the resource: {type(exc).__name__}: {exc}"
+                    ) from exc
+            yield value
 
     return dg.ResourceDefinition(
         build,

@@ -133,10 +133,11 @@ def _resweep(
 
 
 @contextlib.contextmanager
-def join_run(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
-    """Hold the run's lock beside its owner while a step runs in a process of its own, so the run
-    is not judged dead while one of its steps still works (its orchestrator killed)."""
-    folder = _owners_dir(instance)
+def join_run(instance: Optional[dg.DagsterInstance], run_id: Optional[str]) -> Iterator[None]:
+    """Hold the run's lock beside its owner while a step runs in a process of its own (from its
+    resources' start to its end), so the run is not judged dead while one of its steps still
+    works (its orchestrator killed). Outside a run (no instance or run id) it does nothing."""
+    folder = _owners_dir(instance) if instance is not None and run_id else None
     if folder is None or run_id in _held:
         yield
         return
