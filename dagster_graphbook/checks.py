@@ -3,12 +3,14 @@
 A check reads one figure of the run that just materialized the step (so the partition it judges
 is the run's own): a value the step reports in ``self.dagster_metadata`` (``accuracy``), one of
 the op's figures (``items_per_s``, ``seconds``, ``notes_in``, ``errors_skipped``), or the pin's
-``row_count`` (its number of notes). A blocking check that fails stops the steps downstream
-(Dagster's ``AssetCheckSpec(blocking=True)``); a warning check only shows in the UI.
+``row_count`` (its number of notes). A check only warns unless it says ``severity="blocking"``,
+as Dagster's own asset checks are non-blocking unless asked; a blocking check that fails stops
+the steps downstream (Dagster's ``AssetCheckSpec(blocking=True)``).
 
 ```python
 GraphbookWorkflow("workflows/nightly_shapes.json",
-                  checks=[StepCheck(step="ClassifyShapes", metric="accuracy", min=0.9)])
+                  checks=[StepCheck(step="ClassifyShapes", metric="accuracy", min=0.9,
+                                    severity="blocking")])
 ```
 """
 
@@ -26,7 +28,12 @@ ROW_COUNT = "row_count"
 
 
 class StepCheck(dg.Model, dg.Resolvable):
-    """A bound on one figure of a step, checked after every run of the step."""
+    """A bound on one figure of a step, checked after every run of the step.
+
+    ``severity`` is ``"warn"`` unless given, like Dagster's asset checks (non-blocking unless
+    asked): a failure shows on the asset and the run goes on. ``severity="blocking"`` fails the
+    step (after its notes are stored) and skips the steps below it.
+    """
 
     step: str = Field(description="step label, class name or node id", examples=["ClassifyShapes"])
     metric: str = Field(
@@ -37,9 +44,10 @@ class StepCheck(dg.Model, dg.Resolvable):
     min: Optional[float] = Field(default=None, description="lowest passing value", examples=[0.9])
     max: Optional[float] = Field(default=None, description="highest passing value")
     severity: Literal["blocking", "warn"] = Field(
-        default="blocking",
-        description="blocking: a failure fails the step and its downstream steps do not run; "
-        "warn: the failure only shows on the asset",
+        default="warn",
+        description="warn (default, as Dagster's asset checks): the failure only shows on the "
+        "asset; blocking: a failure fails the step and its downstream steps do not run",
+        examples=["blocking"],
     )
     pin: Optional[str] = Field(
         default=None, description="output pin whose asset the check is on (default: the first)"

@@ -16,6 +16,7 @@ attributes:
   translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
   retry_policy: {max_retries: 2, delay: 10}          # every step op (dg.RetryPolicy)
   pool: vision                                       # every step op's concurrency pool
+  strict: true                                       # fail the load if the workflow does not
 ```
 
 Like dagster-dbt's ``DbtProjectComponent``: the component points at an external file and builds
@@ -226,6 +227,16 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         ),
     ] = "none"
 
+    strict: Annotated[
+        Optional[bool],
+        _doc(
+            "true: a workflow that fails to load fails the code location's load (dg check "
+            "defs, dagster definitions validate); false: it shows as a failing job and the "
+            "rest loads; default: $DAGSTER_GRAPHBOOK_STRICT (1 in CI), else false",
+            True,
+        ),
+    ] = None
+
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
         """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
 
@@ -271,7 +282,9 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         spec = self.workflow_spec(Path(context.path))
-        defs = build_definitions([spec], translator=translator_for(self.translation))
+        defs = build_definitions(
+            [spec], translator=translator_for(self.translation), strict=self.strict
+        )
         claims = _claims_of(context.component_tree)
         claims.claim(str(context.path), spec.source, list(defs.jobs or ()), list(defs.assets or ()))
         return defs

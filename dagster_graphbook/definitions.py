@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,10 @@ from .workflow import Workflow, WorkflowError, load_workflow
 logger = logging.getLogger("dagster_graphbook")
 
 WorkflowSource = Union[str, Path, Graph, Workflow]
+# Set to 1 (CI), a workflow that fails to load fails the code location's load (`dg check defs`,
+# `dagster definitions validate`) instead of showing as a failing job (issue 21.3).
+STRICT_ENV = "DAGSTER_GRAPHBOOK_STRICT"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 # One IO manager object for every workflow: Dagster merges Definitions (Python modules and YAML
 # components of one code location) only when a resource key maps to the very same object. Each
 # workflow's own notes_dir travels in its assets' definition metadata instead (see io.py).
@@ -240,6 +245,17 @@ class NameClaims:
         self._owners.update(((kind, name), (owner, str(source))) for kind, name in names)
 
 
+def strict_from_env() -> bool:
+    """``$DAGSTER_GRAPHBOOK_STRICT`` as a flag (unset: off); a value it cannot read is refused."""
+    value = os.environ.get(STRICT_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(
+            f"{STRICT_ENV}={os.environ[STRICT_ENV]!r}: set it to 1 (a workflow that fails to "
+            "load fails the code location) or 0 / unset (it shows as a failing job)"
+        )
+    return value in _TRUE
+
+
 def build_definitions(
     workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]],
     *,
@@ -248,16 +264,20 @@ def build_definitions(
     notes_dir: Optional[str] = None,
     extra_resources: Optional[Mapping[str, Any]] = None,
     notes_keep: Optional[int] = None,
-    strict: bool = False,
+    strict: Optional[bool] = None,
 ) -> dg.Definitions:
     """Dagster definitions for ``workflows``.
 
     A workflow that fails to load is logged and kept as a job of its name whose description and
-    run give the error (file, node, reason), so the other workflows stay loaded; with ``strict``
-    it raises instead. ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
+    run give the error (file, node, reason), so the other workflows stay loaded (what the UI
+    wants); with ``strict`` it raises instead, so ``dg check defs`` and ``dagster definitions
+    validate`` fail (what CI wants). ``strict=None`` reads ``$DAGSTER_GRAPHBOOK_STRICT``.
+    ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
     """
     from .schedules import schedules_and_sensors
 
+    if strict is None:
+        strict = strict_from_env()
     translator = translator or GraphbookTranslator()
     assets: List[Any] = []
     jobs: List[Any] = []

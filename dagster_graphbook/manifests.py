@@ -2,7 +2,8 @@
 
 ``dump_fn`` writes wherever the step says, so a re-run of a day leaves the earlier run's files
 beside the new ones. Each materialization of a batch step that wrote files gets a manifest: a
-JSON list of every file it wrote (the paths ``dump_fn`` returned), stored atomically under
+JSON list of every file it wrote (the paths ``dump_fn`` returned or wrote through
+``atomic_path``), stored atomically under
 ``<instance storage>/graphbook-manifests/<op>/<run id>.json`` (never among the user's outputs)
 and named by the ``files_manifest`` metadata of its assets. The latest materialization's
 manifest is the set of files of the latest run.

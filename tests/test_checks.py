@@ -77,7 +77,7 @@ def _evaluations(result: dg.ExecuteInProcessResult) -> dict:
 
 def test_blocking_check_passes_and_downstream_runs(checked, dagster_home):
     make, marker = checked
-    check = StepCheck(step="Score", metric="accuracy", min=0.9)
+    check = StepCheck(step="Score", metric="accuracy", min=0.9, severity="blocking")
     result = _run(make([check]), dagster_home, 0.95)
     assert result.success
     evaluation = _evaluations(result)["accuracy_min_0_9"]
@@ -89,7 +89,11 @@ def test_blocking_check_passes_and_downstream_runs(checked, dagster_home):
 
 def test_blocking_check_failure_stops_downstream(checked, dagster_home):
     make, marker = checked
-    result = _run(make([StepCheck(step="Score", metric="accuracy", min=0.9)]), dagster_home, 0.5)
+    result = _run(
+        make([StepCheck(step="Score", metric="accuracy", min=0.9, severity="blocking")]),
+        dagster_home,
+        0.5,
+    )
     assert not result.success
     evaluation = _evaluations(result)["accuracy_min_0_9"]
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
@@ -114,7 +118,11 @@ def test_blocking_check_failure_headline_is_ours(checked, dagster_home):
     """The failed step's headline names the workflow, step, check and value (not Dagster's
     generic "blocking asset check failed")."""
     make, _ = checked
-    result = _run(make([StepCheck(step="Score", metric="accuracy", min=0.9)]), dagster_home, 0.5)
+    result = _run(
+        make([StepCheck(step="Score", metric="accuracy", min=0.9, severity="blocking")]),
+        dagster_home,
+        0.5,
+    )
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     data = failure.step_failure_data
     assert data.user_failure_data is not None, data.error.to_string()
@@ -142,9 +150,29 @@ def test_warning_check_failure_lets_the_run_go_on(checked, dagster_home):
     assert len(marker.read_text().split()) == 5
 
 
+def test_check_without_severity_warns_as_dagster_checks_do(checked, dagster_home):
+    """No severity: non-blocking, as Dagster's ``AssetCheckSpec`` (blocking=False unless asked).
+    The failed check shows as a warning and the steps below still run."""
+    make, marker = checked
+    defs = make([StepCheck(step="Score", metric="accuracy", min=0.9)])
+    (spec,) = (
+        defs.resolve_asset_graph().get(dg.AssetKey(["checked", "Score"])).assets_def.check_specs
+    )
+    assert spec.blocking is False and spec.description == "accuracy >= 0.9 (warn)"
+    result = _run(defs, dagster_home, 0.5)
+    assert result.success
+    evaluation = _evaluations(result)["accuracy_min_0_9"]
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert marker.read_text().split() == ["0", "1", "2", "3", "4"]  # After ran
+
+
 def test_missing_figure_fails_the_check_naming_the_figures(checked, dagster_home):
     make, _ = checked
-    result = _run(make([StepCheck(step="Score", metric="precision", min=0.5)]), dagster_home, 1.0)
+    result = _run(
+        make([StepCheck(step="Score", metric="precision", min=0.5, severity="blocking")]),
+        dagster_home,
+        1.0,
+    )
     evaluation = _evaluations(result)["precision_min_0_5"]
     assert not evaluation.passed and not result.success
     assert "reported no numeric 'precision'" in evaluation.description

@@ -139,3 +139,80 @@ def test_component_fields_carry_descriptions_and_examples():
     assert not missing, f"component fields without a description: {missing}"
     assert props["workflow"]["examples"] == ["../../workflows/nightly_shapes.json", "workflow.json"]
     assert props["checks"]["examples"][0][0]["metric"] == "accuracy"
+
+
+def _run_cli(args: List[str], cwd: Path, home: Path, **env: str) -> subprocess.CompletedProcess:
+    """``dg`` / ``dagster`` as a user runs them; the exit code is the caller's to judge."""
+    full_env = {
+        **{k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"},
+        "VIRTUAL_ENV": sys.prefix,
+        "DAGSTER_HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **env,
+    }
+    exe = Path(sys.executable).parent / args[0]
+    return subprocess.run(
+        [str(exe), *args[1:]], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300
+    )
+
+
+COMPONENT = """\
+type: dagster_graphbook.GraphbookWorkflowComponent
+attributes:
+  workflow: {workflow}
+  custom_nodes: [{nodes}]
+"""
+
+
+def test_strict_setting_fails_dg_check_and_definitions_validate_on_a_broken_workflow(project, home):
+    """Issue 21.3: by default a workflow that fails to load is only logged (the rest of the code
+    location stays loaded, the broken one is a failing job), so the checks pass; with
+    DAGSTER_GRAPHBOOK_STRICT=1, or ``strict: true`` on the component, they fail naming the file."""
+    defs = project / "proj_pkg" / "defs"
+    sample = (REPO / "workflows" / "sample.json").read_text()
+    nodes = REPO / "custom_nodes" / "sample"
+    for name, text in (("good", sample), ("broken", sample.replace("GenerateNumbers", "GenNums"))):
+        (defs / name).mkdir()
+        (defs / name / f"{name}.json").write_text(text)
+        (defs / name / "defs.yaml").write_text(
+            COMPONENT.format(workflow=f"{name}.json", nodes=nodes)
+        )
+    broken = str(defs / "broken" / "broken.json")
+    checks = (["dg", "check", "defs"], ["dagster", "definitions", "validate"])
+
+    for args in checks:
+        default = _run_cli(args, project, home)
+        said = default.stdout + default.stderr
+        assert default.returncode == 0, said  # the good workflow keeps the location loaded
+        assert f"workflow {broken} is invalid" in said  # ... and the error is logged
+        strict = _run_cli(args, project, home, DAGSTER_GRAPHBOOK_STRICT="1")
+        said = strict.stdout + strict.stderr
+        assert strict.returncode != 0, said
+        assert f"workflow {broken} is invalid" in said and "unknown step 'GenNums'" in said
+
+    listed = json.loads(_dg(["list", "defs", "--json"], project, home).stdout)
+    assert {j["name"] for j in listed["jobs"]} == {"good", "broken"}  # broken: a failing job
+
+    with open(defs / "broken" / "defs.yaml", "a") as f:
+        f.write("  strict: true\n")
+    attribute = _run_cli(checks[0], project, home)
+    assert attribute.returncode != 0 and broken in attribute.stdout + attribute.stderr
+
+
+def test_strict_defaults_to_the_environment(tmp_path, monkeypatch):
+    from dagster_graphbook import build_definitions
+    from dagster_graphbook.workflow import WorkflowError
+
+    wf = tmp_path / "broken.json"
+    wf.write_text((REPO / "workflows" / "sample.json").read_text().replace("Transform", "Tx"))
+    nodes = [REPO / "custom_nodes" / "sample"]
+    monkeypatch.delenv("DAGSTER_GRAPHBOOK_STRICT", raising=False)
+    defs = build_definitions([wf], custom_nodes=nodes)
+    assert defs.resolve_job_def("broken").description.startswith("FAILED TO LOAD:")
+    monkeypatch.setenv("DAGSTER_GRAPHBOOK_STRICT", "1")
+    with pytest.raises(WorkflowError, match="unknown step 'Tx'"):
+        build_definitions([wf], custom_nodes=nodes)
+    assert build_definitions([wf], custom_nodes=nodes, strict=False).resolve_job_def("broken")
+    monkeypatch.setenv("DAGSTER_GRAPHBOOK_STRICT", "maybe")
+    with pytest.raises(ValueError, match="DAGSTER_GRAPHBOOK_STRICT='maybe': set it to 1"):
+        build_definitions([wf], custom_nodes=nodes)

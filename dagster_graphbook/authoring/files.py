@@ -1,13 +1,34 @@
-"""Atomic output files for ``dump_fn``: write under a temporary name, rename on success."""
+"""Atomic output files for ``dump_fn``: write under a temporary name, rename on success.
+
+Files written through ``atomic_path`` during a ``dump_fn`` call are recorded as the call's files
+(``files_written``, ``files_manifest``), as the paths it returns are: Graphbook's ``dump_fn``s
+return nothing.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import tempfile
-from typing import Iterator, Set, Union
+from typing import Iterator, List, Optional, Set, Union
 
 _SWEPT: Set[str] = set()
+# paths completed by atomic_path in this thread's current dump call (None outside one)
+_RECORDED: contextvars.ContextVar[Optional[List[str]]] = contextvars.ContextVar(
+    "dagster_graphbook_files_written", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_files() -> Iterator[List[str]]:
+    """Collect the paths ``atomic_path`` completes inside the block (one ``dump_fn`` call)."""
+    written: List[str] = []
+    token = _RECORDED.set(written)
+    try:
+        yield written
+    finally:
+        _RECORDED.reset(token)
 
 
 @contextlib.contextmanager
@@ -31,6 +52,9 @@ def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     try:
         yield tmp
         os.replace(tmp, path)
+        recorded = _RECORDED.get()
+        if recorded is not None:
+            recorded.append(path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -19,6 +19,7 @@ from concurrent.futures import (
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from ..authoring.files import recording_files
 from .errors import exit_hint
 from .workers import init_worker, lower_priority
 
@@ -47,19 +48,23 @@ def _init(
     _CALL_TIMEOUT_S = call_timeout_s
 
 
-def _written(result: Any) -> List[Tuple[str, int]]:
-    """Graphbook ignores dump_fn's return value; a path (or list of paths) returned is recorded."""
+def _written(result: Any, through_helper: Sequence[str] = ()) -> List[Tuple[str, int]]:
+    """Graphbook ignores dump_fn's return value; a path (or list of paths) returned is recorded,
+    and so is every file the call wrote through ``atomic_path`` (each file once)."""
     paths = (
         [result]
         if isinstance(result, (str, os.PathLike))
-        else result
+        else list(result)
         if isinstance(result, (list, tuple))
         else []
     )
-    out = []
-    for p in paths:
+    out, seen = [], set()
+    for p in [*paths, *through_helper]:
         if isinstance(p, (str, os.PathLike)) and os.path.isfile(p):
-            out.append((os.fspath(p), os.path.getsize(p)))
+            key = os.path.abspath(p)
+            if key not in seen:
+                seen.add(key)
+                out.append((os.fspath(p), os.path.getsize(p)))
     return out
 
 
@@ -69,8 +74,10 @@ def _call(
     from .call_timeout import time_limit
 
     try:
-        with time_limit(_CALL_TIMEOUT_S if fn is None else None, "dump_fn"):
-            return None, _written((fn or _DUMP_FN)(*args))
+        with recording_files() as through_helper:
+            with time_limit(_CALL_TIMEOUT_S if fn is None else None, "dump_fn"):
+                result = (fn or _DUMP_FN)(*args)
+            return None, _written(result, through_helper)
     except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
         return traceback.format_exc() + exit_hint(exc, "dump_fn"), []
 

@@ -32,6 +32,7 @@ PLOTTED = frozenset(
 )
 # whole-step counts a pin's row count replaces, and duplicates of ``errors_skipped``
 LEFT_OUT = frozenset({"notes_out", "notes", "notes_failed", "items_skipped"})
+FILES_NOTE = "files_note"  # why a step whose dump_fn ran has no files_written
 _MAX_ERROR_ROWS = 50
 
 
@@ -97,6 +98,12 @@ def step_metadata(
         meta["files_written"] = dg.MetadataValue.int(len(files))
         meta["files_bytes"] = dg.MetadataValue.int(sum(size for _, size in files))
         meta["files_sample"] = dg.MetadataValue.json([p for p, _ in files[:10]])
+    elif stats.get("dumps"):  # say why there is no files_written rather than leave it out
+        meta[FILES_NOTE] = dg.MetadataValue.text(
+            f"dump_fn ran {stats['dumps']} times and no file was recorded: only the paths it "
+            "returns and the files it writes through dagster_graphbook.atomic_path() are "
+            "(files_written, files_bytes, files_manifest)"
+        )
     meta.update(error_metadata(errors))
     meta.update({key: figure(value) for key, value in figures.items()})
     if details:  # JSON-safe: a step's stats may hold any value
