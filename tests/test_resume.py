@@ -317,7 +317,9 @@ def test_materialize_resumes_a_killed_partition_of_a_code_location_job(tmp_path,
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
     assert refused.returncode == 1, refused.stderr[-3000:]
-    assert "give no partition key (--partition) with --from-failure" in refused.stderr, refused.stderr
+    assert "give no partition key (--partition) with --from-failure" in refused.stderr, (
+        refused.stderr
+    )
     assert second.returncode == 0, out[-3000:]
     assert f"run {killed} was left in progress by a process that is gone" in out
     [resumed] = RUN_LINE.findall(out)
