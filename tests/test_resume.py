@@ -248,9 +248,10 @@ def _api(api: str, tmp_path: Path, instance: dg.DagsterInstance):
     nodes, wf, counter = _workflow(tmp_path)
     if api == "run_workflow":
         return (lambda **kw: run_workflow(wf, [nodes], instance=instance, **kw)), counter, None
-    (tmp_path / "resume_defs.py").write_text(DEFS.format(wf=str(wf), nodes=str(nodes)))
+    module = f"resume_defs_{tmp_path.name}"  # imported in this process: a name of its own
+    (tmp_path / f"{module}.py").write_text(DEFS.format(wf=str(wf), nodes=str(nodes)))
     return (
-        (lambda **kw: run_job("resume", module="resume_defs", instance=instance, **kw)),
+        (lambda **kw: run_job("resume", module=module, instance=instance, **kw)),
         counter,
         DAY,
     )
@@ -262,6 +263,7 @@ def test_python_api_resumes_a_failed_run(tmp_path, dagster_home, api, monkeypatc
     takes: a run whose batch step failed is resumed once the cause is gone; the WorkflowRun holds
     the notes of both steps, Items' those of the failed run."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # run_job puts the cwd on it
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         go, counter, day = _api(api, tmp_path, instance)
         partition = {"partition_key": day} if day else {}
