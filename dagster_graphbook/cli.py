@@ -51,6 +51,11 @@ SET_HELP = (
     "other reads it as YAML (numbers, booleans, lists, mappings; no anchors or aliases)"
 )
 
+FROM_FAILURE_HELP = (
+    "resume this failed or killed run: run again only its steps that did not finish, reading "
+    "the stored notes of the others, with its parameters and partition"
+)
+
 
 def _user_errors() -> Tuple[type, ...]:
     """What a user's input (workflow, --set, partition, job name) fails with: one line, exit 1."""
@@ -123,7 +128,10 @@ class LiveDisplay:
         while True:
             stopping = self.stop.is_set()
             try:
-                run_id = run_id or self._run_id()
+                if run_id is None:
+                    run_id = self._run_id()
+                    if run_id:  # a killed run is resumed by its id (--from-failure)
+                        self._line(f"run {run_id}")
                 if run_id:
                     conn = self.instance.get_records_for_run(run_id, cursor=cursor)
                     cursor = conn.cursor
@@ -215,6 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 tags={RUN_TOKEN_TAG: token},
                 streaming=_streaming(args),
                 translator=translator,
+                from_failure=args.from_failure,
             )
     except Exception as exc:  # bad workflow, --set value or partition: no traceback
         found = _user_error(exc)
@@ -260,6 +269,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
                 partition_key=args.partition,
                 instance=instance,
                 tags={RUN_TOKEN_TAG: token},
+                from_failure=args.from_failure,
             )
     except Exception as exc:  # bad code location, job, step, parameter or partition
         found = _user_error(exc)
@@ -361,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         "as `materialize` does, instead of a try-out instance",
     )
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
+    run.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
     run.set_defaults(func=cmd_run)
     mat = sub.add_parser(
         "materialize",
@@ -389,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
     )
     mat.add_argument("--no-progress", action="store_true", help="do not print events while running")
+    mat.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
     mat.set_defaults(func=cmd_materialize)
     validate.set_defaults(func=cmd_validate)
     return parser

@@ -69,7 +69,7 @@ def own_run(
     if folder is None or run_id in _held:
         yield
         return
-    _sweep(instance, warn)
+    sweep_dead_runs(instance, warn)
     final = os.path.join(folder, run_id + _SUFFIX)
     tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
     fd: Optional[int] = None
@@ -112,7 +112,8 @@ def own_run(
         os.close(fd)
 
 
-def _sweep(instance: dg.DagsterInstance, warn: Callable[[str], None]) -> None:
+def sweep_dead_runs(instance: dg.DagsterInstance, warn: Callable[[str], None]) -> None:
+    """``fail_dead_runs``, telling ``warn`` of each run it failed."""
     for dead in fail_dead_runs(instance):
         warn(
             f"run {dead} was left in progress by a process that is gone (killed); marked it "
@@ -127,7 +128,7 @@ def _resweep(
     run whose last process (an orphaned step) ended later would otherwise wait forever."""
     while not stop.wait(RESWEEP_S):
         try:
-            _sweep(instance, warn)
+            sweep_dead_runs(instance, warn)
         except Exception as exc:  # the instance busy or gone: the next look, or the next run
             warn(f"could not look for dead runs: {type(exc).__name__}: {exc}")
 

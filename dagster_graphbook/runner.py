@@ -11,11 +11,17 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
+from dagster._core.storage.tags import (
+    PARENT_RUN_ID_TAG,
+    RESUME_RETRY_TAG,
+    ROOT_RUN_ID_TAG,
+    TAGS_TO_MAYBE_OMIT_ON_RETRY,
+)
 from upath import UPath
 
 from . import params as ptypes
 from .authoring.graph import Graph
-from .dead_runs import InterruptBackstop, own_run
+from .dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
@@ -27,7 +33,7 @@ from .translator import (
     read_steps_tag,
     resolve_refs,
 )
-from .versions import read_notes, stored_notes_path
+from .versions import read_notes, run_lineage, stored_notes_path
 from .workflow import Workflow, WorkflowError
 
 _log = logging.getLogger("dagster_graphbook")
@@ -195,6 +201,7 @@ def run_workflow(
     streaming: Union[bool, Sequence[str]] = False,
     translator: Optional[GraphbookTranslator] = None,
     record: bool = False,
+    from_failure: Optional[str] = None,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
@@ -208,6 +215,11 @@ def run_workflow(
     steps as one op, or a list of step names those steps (README "Streaming"); only the pins no
     step of the segment reads keep notes. ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
+
+    ``from_failure``: the id of a failed (or killed) run of this workflow to resume, as the UI's
+    "Re-execute from failure": the steps that did not finish run again, the others' stored notes
+    are read; the run config, partition and executor are that run's (give no ``params``,
+    ``partition_key`` or ``run_config``); the workflow and its flags must build the same job.
     """
     if instance is None:
         home = dagster_home if dagster_home is not None or record else tryout_home()
@@ -220,6 +232,56 @@ def run_workflow(
     )
     translator = translator or GraphbookTranslator()
     defs, wdefs = _definitions(spec, notes_dir, translator)
+    job = defs.resolve_job_def(wdefs.job.name)
+    what = f"workflow {wdefs.workflow.source}"
+    start = time.perf_counter()
+    if from_failure is not None:
+        _no_new_inputs(what, params, partition_key, run_config)
+        parent = _parent_run(instance, from_failure, job, what)
+        recon = _workflow_recon(workflow, spec, name, notes_dir, streaming, translator)
+        run_id, success = _resume(recon, instance, parent, tags)
+    else:
+        config = _workflow_config(
+            wdefs, job, params, run_config, partition_key, streaming, translator
+        )
+        if quiet:
+            config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+        run_tags = _run_tags(tags)
+        if executor == "in_process":
+            result: Any = _execute_in_process(job, instance, config, partition_key, run_tags)
+        elif executor == "multiprocess":
+            recon = _workflow_recon(workflow, spec, name, notes_dir, streaming, translator)
+            if partition_key is not None:
+                run_tags["dagster/partition"] = partition_key
+            config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
+            with _backstop(instance, run_tags):
+                result = dg.execute_job(
+                    recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
+                )
+        else:
+            raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
+        run_id, success = result.run_id, result.success
+    run = WorkflowRun(
+        run_id,
+        success,
+        time.perf_counter() - start,
+        failure=None if success else _failure_message(instance, run_id),
+    )
+    if success:
+        run.notes = _load_notes(run_id, wdefs, translator, instance)
+    return run
+
+
+def _workflow_config(
+    wdefs: Any,
+    job: dg.JobDefinition,
+    params: Optional[Mapping[str, Any]],
+    run_config: Optional[Mapping[str, Any]],
+    partition_key: Optional[str],
+    streaming: Union[bool, Sequence[str]],
+    translator: GraphbookTranslator,
+) -> Dict[str, Any]:
+    """The run config of a workflow's run: ``run_config`` with ``params`` (``--set``) in it."""
     config: Dict[str, Any] = dict(run_config or {})
     for section, entries in run_config_for(wdefs.workflow, params or {}, translator).items():
         config[section] = {**(config.get(section) or {}), **entries}  # ops / resources from params
@@ -229,41 +291,30 @@ def run_workflow(
         config = nest_step_config(
             config, wdefs.workflow, translator, base=run_config, streaming=streaming
         )
-    job = defs.resolve_job_def(wdefs.job.name)
-    config = _read_sets(config, job, partition_key, f"workflow {wdefs.workflow.source}")
-    if quiet:
-        config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-    run_tags = _run_tags(tags)
-    start = time.perf_counter()
-    if executor == "in_process":
-        result: Any = _execute_in_process(job, instance, config, partition_key, run_tags)
-    elif executor == "multiprocess":
-        source = _source_path(workflow)
-        translator_path = path_of_translator(translator)
-        stream = streaming if isinstance(streaming, bool) else tuple(streaming)
-        args = (source, tuple(spec.custom_nodes), name, notes_dir, stream, translator_path)
-        recon = dg.build_reconstructable_job(
-            "dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args
-        )
-        if partition_key is not None:
-            run_tags["dagster/partition"] = partition_key
-        config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
-        with _backstop(instance, run_tags):
-            result = dg.execute_job(
-                recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
-            )
-    else:
-        raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
-    seconds = time.perf_counter() - start
-    run = WorkflowRun(
-        result.run_id,
-        result.success,
-        seconds,
-        failure=None if result.success else _failure_message(instance, result.run_id),
+    return _read_sets(config, job, partition_key, f"workflow {wdefs.workflow.source}")
+
+
+def _workflow_recon(
+    workflow: Any,
+    spec: GraphbookWorkflow,
+    name: Optional[str],
+    notes_dir: Optional[str],
+    streaming: Union[bool, Sequence[str]],
+    translator: GraphbookTranslator,
+) -> Any:
+    """The workflow's job, rebuilt from its file in whichever process runs a step."""
+    stream = streaming if isinstance(streaming, bool) else tuple(streaming)
+    args = (
+        _source_path(workflow),
+        tuple(spec.custom_nodes),
+        name,
+        notes_dir,
+        stream,
+        path_of_translator(translator),
     )
-    if result.success:
-        run.notes = _load_notes(result.run_id, wdefs, translator, instance)
-    return run
+    return dg.build_reconstructable_job(
+        "dagster_graphbook.runner", "_reconstruct_job", reconstructable_args=args
+    )
 
 
 def _read_sets(
@@ -351,13 +402,61 @@ def run_job(
     dagster_home: Optional[str] = None,
     tags: Optional[Mapping[str, str]] = None,
     quiet: bool = True,
+    from_failure: Optional[str] = None,
 ) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
     partitioned job), as a run of the instance the UI shows; params are ``{"Step.param":
-    value}``."""
+    value}``.
+
+    ``from_failure``: the id of a failed (or killed) run of this job to resume, as the UI's
+    "Re-execute from failure" (see ``run_workflow``); its run config and partition are kept.
+    """
     instance = instance or get_instance(dagster_home)
     defs = load_code_location(module)
     job = defs.resolve_job_def(job_name)
+    tagged = _tagged_steps(job)
+    start = time.perf_counter()
+    if from_failure is not None:
+        _no_new_inputs(f"job {job_name}", params, partition_key, None)
+        parent = _parent_run(instance, from_failure, job, f"job {job_name}")
+        recon = dg.build_reconstructable_job(
+            "dagster_graphbook.runner",
+            "_reconstruct_location_job",
+            reconstructable_args=(module, job_name),
+            reconstructor_working_directory=os.getcwd(),
+        )
+        run_id, success = _resume(recon, instance, parent, tags)
+    else:
+        config = _job_config(job_name, job, tagged, params, partition_key)
+        if quiet:
+            config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+        result = _execute_in_process(job, instance, config, partition_key, _run_tags(tags))
+        run_id, success = result.run_id, result.success
+    run = WorkflowRun(
+        run_id,
+        success,
+        time.perf_counter() - start,
+        failure=None if success else _failure_message(instance, run_id),
+    )
+    pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
+    for m in _materializations(instance, run_id).values():
+        run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
+        stored = stored_notes_path(m.metadata)
+        if stored is not None and m.asset_key in pins:
+            step, pin = pins[m.asset_key]
+            notes = read_notes(UPath(stored), m.asset_key, m.partition)
+            run.notes.setdefault(step, {})[pin] = notes
+    return run
+
+
+def _job_config(
+    job_name: str,
+    job: dg.JobDefinition,
+    tagged: List[Tuple[str, TaggedStep]],
+    params: Optional[Mapping[str, Any]],
+    partition_key: Optional[str],
+) -> Dict[str, Any]:
+    """The run config of a code location job's run from ``{"Step.param": value}``."""
     if job.partitions_def is not None and partition_key is None:
         raise WorkflowError(
             job_name,
@@ -366,7 +465,6 @@ def run_job(
                 f"{job.partitions_def.get_last_partition_key()})"
             ],
         )
-    tagged = _tagged_steps(job)
     refs = resolve_refs((t.refs, (op, t)) for op, t in tagged)
     config: Dict[str, Any] = {}
     for key, value in (params or {}).items():
@@ -384,31 +482,128 @@ def run_job(
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
-    config = _read_sets(config, job, partition_key, f"job {job_name}")
-    if quiet:
-        config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-    start = time.perf_counter()
-    result = _execute_in_process(job, instance, config, partition_key, _run_tags(tags))
-    run = WorkflowRun(
-        result.run_id,
-        result.success,
-        time.perf_counter() - start,
-        failure=None if result.success else _failure_message(instance, result.run_id),
-    )
-    pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
-    for record in instance.all_logs(
-        result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
-    ):
-        m = record.asset_materialization
-        if m is None:
-            continue
-        run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
-        stored = stored_notes_path(m.metadata)
-        if stored is not None and m.asset_key in pins:
-            step, pin = pins[m.asset_key]
-            notes = read_notes(UPath(stored), m.asset_key, m.partition)
-            run.notes.setdefault(step, {})[pin] = notes
+    return _read_sets(config, job, partition_key, f"job {job_name}")
+
+
+def _reconstruct_location_job(module: str, job_name: str) -> dg.JobDefinition:
+    """Rebuild job ``job_name`` of code location ``module`` (a resumed run's steps)."""
+    return load_code_location(module).resolve_job_def(job_name)
+
+
+_RESUMABLE = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+def _no_new_inputs(
+    what: str,
+    params: Optional[Mapping[str, Any]],
+    partition_key: Optional[str],
+    run_config: Optional[Mapping[str, Any]],
+) -> None:
+    given = [
+        label
+        for label, value in (
+            ("parameters (--set)", params),
+            ("partition key (--partition)", partition_key),
+            ("run config", run_config),
+        )
+        if value
+    ]
+    if given:
+        raise RequestError(
+            f"{what}: a run resumed from failure keeps the run config and partition of the run "
+            f"it resumes; give no {', '.join(given)} with --from-failure (from_failure=)"
+        )
+
+
+def _parent_run(
+    instance: dg.DagsterInstance, run_id: str, job: dg.JobDefinition, what: str
+) -> dg.DagsterRun:
+    """Run ``run_id`` if it is a failed run of ``job`` (``what``: the code the user named), else
+    a RequestError saying why not. A run whose process was killed and that no later run has
+    marked failed yet is marked now, so it can be resumed."""
+    sweep_dead_runs(instance, _log.warning)
+    run = instance.get_run_by_id(run_id)
+    head = f"cannot resume run {run_id} of {what}"
+    if run is None:
+        failed = instance.get_runs(
+            filters=dg.RunsFilter(job_name=job.name, statuses=list(_RESUMABLE)), limit=3
+        )
+        latest = f"\nthe latest failed runs of job {job.name} there: " if failed else ""
+        raise RequestError(
+            f"{head}: no such run in the instance at {instance.root_directory} (resume in the "
+            f"instance it recorded into: the same --dagster-home, or --record)"
+            f"{latest}{', '.join(r.run_id for r in failed)}"
+        )
+    if run.job_name != job.name:
+        raise RequestError(
+            f"{head}: it is a run of job {run.job_name!r}, not of {job.name!r}; name the "
+            "workflow or job that run ran"
+        )
+    if run.status == dg.DagsterRunStatus.SUCCESS:
+        raise RequestError(
+            f"{head}: it succeeded, so there is nothing to resume; run it again without "
+            "--from-failure to compute it anew"
+        )
+    if run.status not in _RESUMABLE:
+        raise RequestError(
+            f"{head}: it is still in progress ({run.status.value}); wait for it to end or stop "
+            "it (a run killed outright is marked failed, then it can be resumed)"
+        )
+    missing = _steps_not_in(instance, run, job)
+    if missing:
+        raise RequestError(
+            f"{head}: its steps {', '.join(missing)} are not in the job now (the workflow "
+            "changed, or other --streaming/--stream-steps); resume with the code and flags it "
+            "ran with, or run it again without --from-failure"
+        )
     return run
+
+
+def _steps_not_in(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, job: dg.JobDefinition
+) -> List[str]:
+    """The step keys of ``run``'s plan that ``job`` has no op for."""
+    if run.execution_plan_snapshot_id is None:
+        return []
+    snapshot = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+    ours = {str(handle) for handle in job.graph.iterate_node_handles()}
+    return sorted({s.key.split("[")[0] for s in snapshot.steps} - ours)
+
+
+def _resume(
+    recon: Any,
+    instance: dg.DagsterInstance,
+    parent: dg.DagsterRun,
+    tags: Optional[Mapping[str, str]],
+) -> Tuple[str, bool]:
+    """Re-execute ``parent`` from failure, as the UI does: its steps that did not succeed run
+    again (the IO manager reads the stored notes of the others from the parent's lineage), with
+    its run config and tags (the partition). The job's executor (``graphbook_executor``) holds
+    the new run's owner lock. Returns the new run's id and success."""
+    run_tags = {k: v for k, v in parent.tags.items() if k not in TAGS_TO_MAYBE_OMIT_ON_RETRY}
+    run_tags.update(_run_tags(tags))  # a token of its own
+    run_tags[PARENT_RUN_ID_TAG] = parent.run_id
+    run_tags[ROOT_RUN_ID_TAG] = parent.root_run_id or parent.run_id
+    run_tags[RESUME_RETRY_TAG] = "true"
+    options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
+    with _backstop(instance, run_tags):
+        with dg.execute_job(
+            recon, instance, tags=run_tags, reexecution_options=options, raise_on_error=False
+        ) as result:
+            return result.run_id, result.success
+
+
+def _materializations(
+    instance: dg.DagsterInstance, run_id: str
+) -> Dict[dg.AssetKey, dg.AssetMaterialization]:
+    """The materializations of run ``run_id`` and, for the assets it did not materialize, of the
+    runs it re-executes (nearest first): a resumed run's outputs include the reused steps'."""
+    found: Dict[dg.AssetKey, dg.AssetMaterialization] = {}
+    for lineage_id in run_lineage(instance, run_id):
+        records = instance.all_logs(lineage_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        ran = {r.asset_materialization.asset_key: r.asset_materialization for r in records}
+        found = {**ran, **found}  # a run's last, the nearest run's first
+    return found
 
 
 def _tagged_steps(job: dg.JobDefinition) -> List[Tuple[str, TaggedStep]]:
@@ -434,13 +629,13 @@ def _source_path(workflow: Any) -> str:
 def _load_notes(
     run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance
 ) -> Dict[str, Dict[str, List[Any]]]:
-    """The notes this run stored, found through its materializations (``dagster/uri`` metadata)."""
+    """The notes this run stored (or reused, resumed), found through its materializations
+    (``dagster/uri`` metadata)."""
     paths: Dict[dg.AssetKey, Tuple[str, Optional[str]]] = {}
-    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
-        materialization = record.asset_materialization
-        stored = stored_notes_path(materialization.metadata) if materialization else None
+    for key, materialization in _materializations(instance, run_id).items():
+        stored = stored_notes_path(materialization.metadata)
         if stored is not None:
-            paths[materialization.asset_key] = (stored, materialization.partition)
+            paths[key] = (stored, materialization.partition)
     out: Dict[str, Dict[str, List[Any]]] = {}
     for step in translator.names(wdefs.workflow).steps.values():
         pins = out.setdefault(step.step, {})
