@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import re
+import sysconfig
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
+from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
 from upath import UPath
 
 from . import params as ptypes
@@ -18,7 +22,9 @@ from .authoring.graph import Graph
 from .dead_runs import InterruptBackstop, own_run
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError
+from .execution.step_op import placeholder_message, unfilled_placeholders
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
+from .node_info import read_node_info
 from .translator import (
     GraphbookTranslator,
     TaggedStep,
@@ -105,6 +111,14 @@ class WorkflowRun:
     metadata: Dict[str, Dict[str, Any]] = field(
         default_factory=dict
     )  # asset key -> its materialization's metadata values
+    dagster_home: Optional[str] = None  # the instance that recorded the run
+
+    def log_hint(self) -> str:
+        """Where the run's full event log (tracebacks included) is."""
+        home = self.dagster_home or "$DAGSTER_HOME"
+        return (
+            f"full log (traceback included): run {self.run_id} in `DAGSTER_HOME={home} dagster dev`"
+        )
 
     def __getitem__(self, step: str) -> Dict[str, List[Any]]:
         return self.notes[step]
@@ -174,8 +188,40 @@ def _definitions(
         assets=wdefs.assets,
         jobs=[wdefs.job],
         resources={NOTES_IO_MANAGER_KEY: notes_io_manager, **wdefs.resources},
+        loggers={"console": failures_unsaid_console_logger},
     )
     return defs, wdefs
+
+
+_RETURNED = (  # the events whose errors WorkflowRun.failure holds (`_failure_message`)
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.RESOURCE_INIT_FAILURE,
+    dg.DagsterEventType.RUN_FAILURE,
+)
+
+
+def _not_returned(record: logging.LogRecord) -> bool:
+    event = getattr(record, LOG_RECORD_EVENT_ATTR, None)
+    return getattr(event, "event_type", None) not in _RETURNED
+
+
+@dg.logger(
+    dg.colored_console_logger.config_schema,
+    description="Dagster's colored console logger, less the failures a WorkflowRun returns",
+)
+def failures_unsaid_console_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    """The console logger of runs started here: the caller says the run's failure once, from
+    ``WorkflowRun.failure`` (Dagster's logger printed each with its stack trace, twice)."""
+    logger = dg.colored_console_logger.logger_fn(init_context)
+    logger.addFilter(_not_returned)
+    return logger
+
+
+def _failures_unsaid(job: dg.JobDefinition) -> dg.JobDefinition:
+    """``job`` with `failures_unsaid_console_logger` where it has Dagster's default loggers."""
+    if dict(job.loggers) == {"console": dg.colored_console_logger}:
+        return job.with_logger_defs({"console": failures_unsaid_console_logger})
+    return job
 
 
 def run_workflow(
@@ -208,6 +254,8 @@ def run_workflow(
     steps as one op, or a list of step names those steps (README "Streaming"); only the pins no
     step of the segment reads keep notes. ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
+    ``quiet``: the console shows warnings, not the run's failure, which the caller reads from
+    ``WorkflowRun.failure`` and says once (Dagster's console logger printed it twice).
     """
     if instance is None:
         home = dagster_home if dagster_home is not None or record else tryout_home()
@@ -230,7 +278,7 @@ def run_workflow(
             config, wdefs.workflow, translator, base=run_config, streaming=streaming
         )
     job = defs.resolve_job_def(wdefs.job.name)
-    config = _read_sets(config, job, partition_key, f"workflow {wdefs.workflow.source}")
+    config = _request_config(config, job, partition_key, f"workflow {wdefs.workflow.source}")
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     run_tags = _run_tags(tags)
@@ -260,22 +308,78 @@ def run_workflow(
         result.success,
         seconds,
         failure=None if result.success else _failure_message(instance, result.run_id),
+        dagster_home=instance.root_directory,
     )
     if result.success:
         run.notes = _load_notes(result.run_id, wdefs, translator, instance)
     return run
 
 
-def _read_sets(
+def _request_config(
     config: Dict[str, Any], job: dg.JobDefinition, partition_key: Optional[str], source: str
 ) -> Dict[str, Any]:
-    """``config`` with its ``--set`` texts read as their fields' types; a partition key for a
-    job without partitions refused (Dagster's own error is a CheckError traceback)."""
+    """``config`` with its ``--set`` texts read as their fields' types, refused before any run
+    starts where the run could not go right: a partition key for a job without partitions
+    (Dagster's own error is a CheckError traceback), config the job cannot take (said as
+    ``STEP.PARAM``, not as Dagster's op path), a ``{partition_key}`` nothing fills in."""
     if partition_key is not None and job.partitions_def is None:
         raise RequestError(
             f"{source} has no partitions: run it without a partition key (--partition)"
         )
-    return ptypes.read_text_values(config, job.run_config_schema.config_type)
+    schema = job.run_config_schema.config_type
+    config = ptypes.read_text_values(config, schema)
+    try:
+        resolved = dg.validate_run_config(job, config)
+    except dg.DagsterInvalidConfigError as exc:
+        lines = ptypes.config_error_lines(exc, schema, _config_owner(job))
+        head = f"{source}: " if len(lines) == 1 else f"{source}: {len(lines)} config errors:\n  - "
+        raise RequestError(head + "\n  - ".join(lines)) from None
+    if partition_key is None:
+        found = {}
+        ops = resolved.get("ops") or {}
+        for op, step in _tagged_steps(job):
+            body = (ops.get(op) or {}).get("config") or {}
+            if step.op_name != op:  # a streaming op: each step's config under its op name
+                body = body.get(step.op_name) or {}
+            for param, value in unfilled_placeholders(body, step.code).items():
+                found[f"{step.step}.{param}"] = value
+        if found:
+            partitioned = job.partitions_def is not None
+            raise RequestError(f"{source}: {placeholder_message(found, partitioned)}")
+    return config
+
+
+def _config_owner(job: dg.JobDefinition) -> Any:
+    """``path -> (step, path within the step's config)`` for a path of the job's run config
+    (``ops.job__Step.config.param`` -> ``("Step", ["param"])``); resources by their key."""
+    steps = {(op, None if t.op_name == op else t.op_name): t.step for op, t in _tagged_steps(job)}
+
+    def owner(parts: Sequence[str]) -> Optional[Tuple[str, Sequence[str]]]:
+        if len(parts) < 3 or parts[2] != "config":
+            return None
+        section, name, rest = parts[0], parts[1], list(parts[3:])
+        if section == "resources":
+            return f"resource {name}", rest
+        if section != "ops":
+            return None
+        if (name, None) in steps:
+            return steps[(name, None)], rest
+        if rest and (name, rest[0]) in steps:
+            return steps[(name, rest[0])], rest[1:]
+        return None
+
+    return owner
+
+
+def _job_source(job: dg.JobDefinition, name: str) -> str:
+    """``job NAME (workflow FILE)``: the file its steps' assets name (``graphbook`` metadata)."""
+    for _, step in _tagged_steps(job):
+        for key in step.pins:
+            node = job.asset_layer.asset_graph.get(key) if job.asset_layer else None
+            found = read_node_info(node.metadata if node else None).get("workflow")
+            if found:
+                return f"job {name} (workflow {found})"
+    return f"job {name}"
 
 
 INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is stopped
@@ -321,7 +425,15 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
         sys.path.insert(
             0, os.getcwd()
         )  # as `dagster dev -w workspace.yaml` from the repository root
-    mod = importlib.import_module(module)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(f"{exc.name}.")):
+            raise  # a module the code location imports is missing: its traceback helps
+        raise RequestError(
+            f"no code location module {module!r} here ({os.getcwd()}): run from the folder "
+            "that holds it, or name it with --module"
+        ) from exc
     defs = getattr(mod, "defs", None)
     if isinstance(defs, dg.Definitions):
         return defs
@@ -351,13 +463,14 @@ def run_job(
     dagster_home: Optional[str] = None,
     tags: Optional[Mapping[str, str]] = None,
     quiet: bool = True,
+    run_config: Optional[Mapping[str, Any]] = None,
 ) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
     partitioned job), as a run of the instance the UI shows; params are ``{"Step.param":
-    value}``."""
+    value}``, set over ``run_config``. ``quiet``: as in `run_workflow`."""
     instance = instance or get_instance(dagster_home)
     defs = load_code_location(module)
-    job = defs.resolve_job_def(job_name)
+    job = _failures_unsaid(defs.resolve_job_def(job_name))
     if job.partitions_def is not None and partition_key is None:
         raise WorkflowError(
             job_name,
@@ -368,7 +481,7 @@ def run_job(
         )
     tagged = _tagged_steps(job)
     refs = resolve_refs((t.refs, (op, t)) for op, t in tagged)
-    config: Dict[str, Any] = {}
+    config: Dict[str, Any] = copy.deepcopy(dict(run_config or {}))
     for key, value in (params or {}).items():
         step, _, path = key.partition(".")
         if step not in refs or not path:
@@ -384,7 +497,7 @@ def run_job(
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
-    config = _read_sets(config, job, partition_key, f"job {job_name}")
+    config = _request_config(config, job, partition_key, _job_source(job, job_name))
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     start = time.perf_counter()
@@ -394,6 +507,7 @@ def run_job(
         result.success,
         time.perf_counter() - start,
         failure=None if result.success else _failure_message(instance, result.run_id),
+        dagster_home=instance.root_directory,
     )
     pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
     for record in instance.all_logs(
@@ -456,12 +570,7 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     """The errors of a failed run: its steps' failures, else what failed before any step ran
     (a refusal while a resource was built, an error of the run itself)."""
     messages: List[str] = []
-    kinds = (
-        dg.DagsterEventType.STEP_FAILURE,
-        dg.DagsterEventType.RESOURCE_INIT_FAILURE,
-        dg.DagsterEventType.RUN_FAILURE,
-    )
-    for record in instance.get_records_for_run(run_id, of_type=set(kinds)).records:
+    for record in instance.get_records_for_run(run_id, of_type=set(_RETURNED)).records:
         event = record.event_log_entry.dagster_event
         data = event.event_specific_data if event else None
         error = getattr(data, "error", None)
@@ -475,17 +584,35 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
             continue
         where = f"{record.event_log_entry.step_key}: " if record.event_log_entry.step_key else ""
         message = f"{where}{_headline(data) or error.message.strip()}"
-        repeated = any(error.message.strip() in m for m in messages)
+        said = (error.message.strip().splitlines() or [""])[0].split(": ", 1)[-1]  # no class
+        repeated = any(said in m for m in messages)
         if event.event_type != dg.DagsterEventType.RUN_FAILURE or not repeated:
             messages.append(message)
     return "\n".join(messages) or "the run failed (see the Dagster event log)"
 
 
 def _headline(data: Any) -> Optional[str]:
-    """A ``GraphbookError``'s headline (as the UI shows it), then its traceback's tail."""
+    """A ``GraphbookError``'s headline (as the UI shows it), then where it was raised (the full
+    traceback stays in the event log)."""
     failure = getattr(data, "user_failure_data", None)
     if failure is None or not failure.description:
         return None
     tail = failure.metadata.get("traceback") if failure.metadata else None
-    indented = "".join(f"\n    {line}" for line in str(tail.value).splitlines()) if tail else ""
-    return failure.description.strip() + indented
+    where = _raised_at(str(tail.value)) if tail else None
+    return failure.description.strip() + (f"\n    at {where}" if where else "")
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_LIBRARIES = tuple(
+    {sysconfig.get_path(p) for p in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {str(Path(__file__).resolve().parent)}
+)
+
+
+def _raised_at(traceback_text: str) -> Optional[str]:
+    """``FILE, line N, in FUNC``: the innermost frame of the traceback in the user's code (not
+    in this package, the standard library or installed packages), else the innermost."""
+    frames = [m for m in map(_FRAME.match, traceback_text.splitlines()) if m]
+    own = [m for m in frames if not m["file"].startswith(_LIBRARIES + ("<",))]
+    found = (own or frames or [None])[-1]
+    return f"{found['file']}, line {found['line']}, in {found['func']}" if found else None

@@ -69,13 +69,17 @@ class WorkflowNames:
         """Every name a user may call a step by -> the step (a step name wins over a label)."""
         return resolve_refs((s.refs, s) for s in self.steps.values())
 
-    def steps_tag(self, node_ids: Iterable[str]) -> Dict[str, str]:
-        """The `STEPS_TAG` op tag of an op running the steps ``node_ids``."""
+    def steps_tag(
+        self, node_ids: Iterable[str], code: Optional[Mapping[str, Iterable[str]]] = None
+    ) -> Dict[str, str]:
+        """The `STEPS_TAG` op tag of an op running the steps ``node_ids``; ``code``: node id ->
+        its parameters that hold code (no ``{partition_key}`` is filled into them)."""
         value = [
             {
                 "op": s.op_name,
                 "refs": list(s.refs),
                 "assets": [[list(spec.key.path), pin] for pin, spec in s.specs.items()],
+                **({"code": sorted(code[s.node_id])} if code and code.get(s.node_id) else {}),
             }
             for s in (self.steps[n] for n in node_ids)
         ]
@@ -89,6 +93,7 @@ class TaggedStep:
     op_name: str  # the step's op name (inside a streaming op: its config key)
     refs: Tuple[str, ...]
     pins: Mapping[dg.AssetKey, str]  # asset key -> pin
+    code: Tuple[str, ...] = ()  # parameters holding code (function source)
 
     @property
     def step(self) -> str:
@@ -100,7 +105,12 @@ def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
     raw = op_tags.get(STEPS_TAG)
     entries = json.loads(raw) if isinstance(raw, str) else raw or []
     return [
-        TaggedStep(e["op"], tuple(e["refs"]), {dg.AssetKey(path): pin for path, pin in e["assets"]})
+        TaggedStep(
+            e["op"],
+            tuple(e["refs"]),
+            {dg.AssetKey(path): pin for path, pin in e["assets"]},
+            tuple(e.get("code", ())),
+        )
         for e in entries
     ]
 

@@ -8,15 +8,17 @@ import itertools
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
+from ..errors import quoted
 from .driver import run_step, step_label
 from .errors import ItemError, StepFailure
 from .step_metadata import step_metadata
 
 RUNTIME_KEY = "runtime"
+PARTITION_PLACEHOLDER = "{partition_key}"
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,34 @@ def config_kwargs(
     kwargs: Dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, str) and partition_key is not None and key not in function_params:
-            value = value.replace("{partition_key}", partition_key)
+            value = value.replace(PARTITION_PLACEHOLDER, partition_key)
         if value is not None:
             kwargs[key] = value
     return kwargs
+
+
+def unfilled_placeholders(config: Mapping[str, Any], code_params: Iterable[str]) -> Dict[str, str]:
+    """The parameters (name -> value) holding ``{partition_key}``, which only a run of one
+    partition fills in; parameters holding code are left out (never filled in)."""
+    code = set(code_params)
+    return {
+        k: v
+        for k, v in config.items()
+        if isinstance(v, str) and PARTITION_PLACEHOLDER in v and k not in code
+    }
+
+
+def placeholder_message(found: Mapping[str, str], partitioned: bool) -> str:
+    """Why a run without a partition key cannot fill the parameters ``found`` (``STEP.PARAM`` ->
+    value), and what to do."""
+    params = ", ".join(f"{k} {quoted(v)}" for k, v in found.items())
+    fix = (
+        "run one partition (--partition KEY)"
+        if partitioned
+        else f"set it (--set {next(iter(found))}=VALUE) or give the workflow partitions "
+        "(partitions_def=, YAML partitions:) and run one"
+    )
+    return f"{params}: this run has no partition key to fill in {PARTITION_PLACEHOLDER}; {fix}"
 
 
 def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
@@ -84,6 +110,11 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
 def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Any:
     """The step instance from its op config (parameters, checked partition key) and resources."""
     partition_key = _partition_key(context, plan)
+    unfilled = unfilled_placeholders(config, plan.function_params) if partition_key is None else {}
+    if unfilled:  # a literal '{partition_key}' path: FileNotFoundError later, or a wrong folder
+        partitioned = context.assets_def.partitions_def is not None
+        found = {f"{plan.step_name}.{k}": v for k, v in unfilled.items()}
+        raise StepFailure(plan.label, placeholder_message(found, partitioned), allow_retries=False)
     kwargs = config_kwargs(
         config, plan.function_params, plan.overridable, plan.label, partition_key
     )
