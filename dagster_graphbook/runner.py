@@ -22,15 +22,18 @@ from .authoring.graph import Graph
 from .dead_runs import InterruptBackstop, own_run
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError
-from .execution.step_op import placeholder_message, unfilled_placeholders
+from .execution.job_steps import (
+    TaggedStep,
+    job_source,
+    placeholder_message,
+    read_steps_tag,
+    unfilled_in_job,
+)
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
-from .node_info import read_node_info
 from .translator import (
     GraphbookTranslator,
-    TaggedStep,
     import_translator,
     path_of_translator,
-    read_steps_tag,
     resolve_refs,
 )
 from .versions import read_notes, stored_notes_path
@@ -334,18 +337,11 @@ def _request_config(
         lines = ptypes.config_error_lines(exc, schema, _config_owner(job))
         head = f"{source}: " if len(lines) == 1 else f"{source}: {len(lines)} config errors:\n  - "
         raise RequestError(head + "\n  - ".join(lines)) from None
-    if partition_key is None:
-        found = {}
-        ops = resolved.get("ops") or {}
-        for op, step in _tagged_steps(job):
-            body = (ops.get(op) or {}).get("config") or {}
-            if step.op_name != op:  # a streaming op: each step's config under its op name
-                body = body.get(step.op_name) or {}
-            for param, value in unfilled_placeholders(body, step.code).items():
-                found[f"{step.step}.{param}"] = value
-        if found:
-            partitioned = job.partitions_def is not None
-            raise RequestError(f"{source}: {placeholder_message(found, partitioned)}")
+    found = unfilled_in_job(job, resolved) if partition_key is None else {}
+    if found:
+        raise RequestError(
+            f"{source}: {placeholder_message(found, job.partitions_def is not None)}"
+        )
     return config
 
 
@@ -369,17 +365,6 @@ def _config_owner(job: dg.JobDefinition) -> Any:
         return None
 
     return owner
-
-
-def _job_source(job: dg.JobDefinition, name: str) -> str:
-    """``job NAME (workflow FILE)``: the file its steps' assets name (``graphbook`` metadata)."""
-    for _, step in _tagged_steps(job):
-        for key in step.pins:
-            node = job.asset_layer.asset_graph.get(key) if job.asset_layer else None
-            found = read_node_info(node.metadata if node else None).get("workflow")
-            if found:
-                return f"job {name} (workflow {found})"
-    return f"job {name}"
 
 
 INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is stopped
@@ -497,7 +482,7 @@ def run_job(
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
-    config = _request_config(config, job, partition_key, _job_source(job, job_name))
+    config = _request_config(config, job, partition_key, job_source(job))
     if quiet:
         config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
     start = time.perf_counter()

@@ -22,15 +22,12 @@ import dagster as dg
 
 from .code_version import node_code_references, node_code_version
 from .docstrings import pin_docs, to_markdown
-from .node_info import GRAPHBOOK_META, node_info
+from .execution.job_steps import GRAPHBOOK_META, STEPS_TAG
+from .node_info import node_info
 from .step_kinds import step_kinds
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
-
-# Op tag naming the steps an op runs and the asset of each pin: how a job of a code location,
-# whose translator is not at hand, maps ``STEP.PARAM`` and stored notes back to steps.
-STEPS_TAG = "dagster_graphbook/steps"
 
 
 def safe_name(text: str) -> str:
@@ -84,35 +81,6 @@ class WorkflowNames:
             for s in (self.steps[n] for n in node_ids)
         ]
         return {STEPS_TAG: json.dumps(value, separators=(",", ":"))}
-
-
-@dataclass(frozen=True)
-class TaggedStep:
-    """A step as an op's `STEPS_TAG` describes it (see `read_steps_tag`)."""
-
-    op_name: str  # the step's op name (inside a streaming op: its config key)
-    refs: Tuple[str, ...]
-    pins: Mapping[dg.AssetKey, str]  # asset key -> pin
-    code: Tuple[str, ...] = ()  # parameters holding code (function source)
-
-    @property
-    def step(self) -> str:
-        return self.refs[0]
-
-
-def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
-    """The steps an op runs, from its `STEPS_TAG` (none for an op that is not a step's)."""
-    raw = op_tags.get(STEPS_TAG)
-    entries = json.loads(raw) if isinstance(raw, str) else raw or []
-    return [
-        TaggedStep(
-            e["op"],
-            tuple(e["refs"]),
-            {dg.AssetKey(path): pin for path, pin in e["assets"]},
-            tuple(e.get("code", ())),
-        )
-        for e in entries
-    ]
 
 
 def resolve_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, Any]:

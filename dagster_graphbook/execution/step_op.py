@@ -8,17 +8,16 @@ import itertools
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
-from ..errors import quoted
 from .driver import run_step, step_label
 from .errors import ItemError, StepFailure
+from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from .step_metadata import step_metadata
 
 RUNTIME_KEY = "runtime"
-PARTITION_PLACEHOLDER = "{partition_key}"
 
 
 @dataclass(frozen=True)
@@ -67,30 +66,6 @@ def config_kwargs(
         if value is not None:
             kwargs[key] = value
     return kwargs
-
-
-def unfilled_placeholders(config: Mapping[str, Any], code_params: Iterable[str]) -> Dict[str, str]:
-    """The parameters (name -> value) holding ``{partition_key}``, which only a run of one
-    partition fills in; parameters holding code are left out (never filled in)."""
-    code = set(code_params)
-    return {
-        k: v
-        for k, v in config.items()
-        if isinstance(v, str) and PARTITION_PLACEHOLDER in v and k not in code
-    }
-
-
-def placeholder_message(found: Mapping[str, str], partitioned: bool) -> str:
-    """Why a run without a partition key cannot fill the parameters ``found`` (``STEP.PARAM`` ->
-    value), and what to do."""
-    params = ", ".join(f"{k} {quoted(v)}" for k, v in found.items())
-    fix = (
-        "run one partition (--partition KEY)"
-        if partitioned
-        else f"set it (--set {next(iter(found))}=VALUE) or give the workflow partitions "
-        "(partitions_def=, YAML partitions:) and run one"
-    )
-    return f"{params}: this run has no partition key to fill in {PARTITION_PLACEHOLDER}; {fix}"
 
 
 def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
