@@ -84,7 +84,7 @@ def _user_error(exc: BaseException) -> Optional[BaseException]:
     return None
 
 
-def _say_error(command: str, exc: BaseException, limit: int = 300) -> None:
+def _say_error(command: str, exc: BaseException, limit: int = 500) -> None:
     """The error on stderr, each line cut to ``limit`` characters (Dagster's config errors
     quote the whole value)."""
     lines = [

@@ -89,7 +89,7 @@ def placeholder_message(found: Mapping[str, str], partitioned: bool) -> str:
         else f"set it (--set {next(iter(found))}=VALUE) or give the workflow partitions "
         "(partitions_def=, YAML partitions:) and run one"
     )
-    return f"{params}: this run has no partition key to fill in {PARTITION_PLACEHOLDER}; {fix}"
+    return f"{params}: this run has no partition key to fill in; {fix}"
 
 
 def read_node_info(metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
