@@ -203,7 +203,7 @@ def test_partition_on_a_workflow_without_partitions_is_one_line(tmp_path):
     wf = _typed_location(tmp_path)
     for command, what in (
         (["run", str(wf), "--custom-nodes", str(tmp_path / "nodes")], f"workflow {wf}"),
-        (["materialize", "typed", "--module", "typed_location"], "job typed"),
+        (["materialize", "typed", "--module", "typed_location"], f"job typed (workflow {wf})"),
     ):
         proc = _cli(tmp_path, *command, "--partition", "2025-06-01")
         assert proc.returncode == 1, proc.stdout + proc.stderr
