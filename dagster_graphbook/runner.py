@@ -110,7 +110,7 @@ class WorkflowRun:
     notes: Dict[str, Dict[str, List[Any]]] = field(
         default_factory=dict
     )  # step name -> pin -> notes
-    failure: Optional[str] = None
+    failure: Optional[str] = None  # each failure: its headline, then where it was raised
     metadata: Dict[str, Dict[str, Any]] = field(
         default_factory=dict
     )  # asset key -> its materialization's metadata values
@@ -589,8 +589,9 @@ def _headline(data: Any) -> Optional[str]:
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 _LIBRARIES = tuple(
-    {sysconfig.get_path(p) for p in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {str(Path(__file__).resolve().parent)}
+    os.path.join(os.path.realpath(path), "")
+    for path in {sysconfig.get_path(p) for p in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {os.path.dirname(__file__)}
 )
 
 
@@ -598,6 +599,10 @@ def _raised_at(traceback_text: str) -> Optional[str]:
     """``FILE, line N, in FUNC``: the innermost frame of the traceback in the user's code (not
     in this package, the standard library or installed packages), else the innermost."""
     frames = [m for m in map(_FRAME.match, traceback_text.splitlines()) if m]
-    own = [m for m in frames if not m["file"].startswith(_LIBRARIES + ("<",))]
+    own = [
+        m
+        for m in frames
+        if not m["file"].startswith("<") and not os.path.realpath(m["file"]).startswith(_LIBRARIES)
+    ]
     found = (own or frames or [None])[-1]
     return f"{found['file']}, line {found['line']}, in {found['func']}" if found else None

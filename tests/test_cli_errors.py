@@ -23,6 +23,7 @@ CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 
 NODES = """
+import json
 import os
 
 from graphbook import param, source, step
@@ -40,6 +41,8 @@ def images(ctx):
 @param("threshold", "number", default=0.3)
 @param("runs", "int", default=1)
 def split_by_score(ctx, data):
+    if data["path"] == "img3.png" and ctx.threshold < -1:
+        json.loads(data["path"])  # raises in the standard library
     if data["path"] == "img3.png" and ctx.threshold < 0:
         raise ValueError(f"cannot score {data['path']}")
 
@@ -245,6 +248,19 @@ def test_a_failing_item_is_said_once_with_where_the_full_log_is(project, command
     (run,) = _runs(project)
     assert f"full log (traceback included): run {run.run_id} in `DAGSTER_HOME=" in out
     assert len(_lines(proc)) <= 12, out
+
+
+def test_where_a_failure_was_raised_is_the_users_line_not_a_librarys(project, run_wf):
+    """The error raised inside the standard library (``json.loads``) is placed at the user's
+    call, the innermost frame outside this package and installed or standard libraries."""
+    run = run_wf(project / "scores.json", [project / "nodes"], {"SplitByScore.threshold": -2})
+    assert not run.success
+    line = NODES.splitlines().index(
+        '        json.loads(data["path"])  # raises in the standard library'
+    )
+    headline, where = run.failure.splitlines()
+    assert "failed on note 3" in headline and "JSONDecodeError" in headline
+    assert where == f"    at {project / 'nodes' / 'photo.py'}, line {line + 1}, in split_by_score"
 
 
 def test_graph_run_says_a_failure_once(project):
