@@ -293,6 +293,7 @@ def test_unfilled_partition_key_is_refused_before_the_run(project):
     wf = project / "day.json"
     for command, what in (
         (["run", "day.json", "--custom-nodes", "nodes"], f"workflow {wf}"),
+        (["run", "day.json", "--custom-nodes", "nodes", "--streaming"], f"workflow {wf}"),
         (["materialize", "day", "--module", "location"], f"job day (workflow {wf})"),
     ):
         proc = _cli(project, *command)
