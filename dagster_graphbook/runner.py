@@ -457,12 +457,9 @@ def run_job(
     defs = load_code_location(module)
     job = _failures_unsaid(defs.resolve_job_def(job_name))
     if job.partitions_def is not None and partition_key is None:
-        raise WorkflowError(
-            job_name,
-            [
-                "the job is partitioned: give a partition key (the latest is "
-                f"{job.partitions_def.get_last_partition_key()})"
-            ],
+        raise RequestError(
+            f"{job_source(job)} is partitioned: give a partition key (--partition "
+            f"{job.partitions_def.get_last_partition_key()}, the latest)"
         )
     tagged = _tagged_steps(job)
     refs = resolve_refs((t.refs, (op, t)) for op, t in tagged)

@@ -306,7 +306,13 @@ def test_unfilled_partition_key_is_refused_before_the_run(project):
         ]
         assert "FileNotFoundError" not in proc.stderr
     assert _runs(project) == []
-    # the partitioned job's day fills it in; a value set for the run is taken as it is
+    # the partitioned job asks for a day, whose key fills it in; a value set is taken as it is
+    proc = _cli(project, "materialize", "daily", "--module", "location")
+    (line,) = _lines(proc)
+    assert proc.returncode == 1 and line.startswith(
+        f"dagster-graphbook materialize daily: job daily (workflow {wf}) is partitioned: give a "
+        "partition key (--partition 20"
+    ), line
     proc = _cli(
         project, "materialize", "daily", "--module", "location", "--partition", "2025-06-01"
     )
