@@ -293,7 +293,7 @@ def _step_asset(
         op_tags={
             **translator.get_op_tags(workflow, node),
             **op_tags,
-            **names.steps_tag([node.id]),
+            **names.steps_tag([node.id], {node.id: plan.function_params}),
         },
         pool=pool if pool is not None else translator.get_pool(workflow, node),
         partitions_def=partitions_def,

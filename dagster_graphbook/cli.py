@@ -4,6 +4,7 @@ location) through Dagster from the terminal."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -22,6 +23,8 @@ from .runner import (
     tryout_home,
 )
 from .translator import import_translator
+
+DEBUG_ENV = "DAGSTER_GRAPHBOOK_DEBUG"  # =1: user errors end in their traceback, as with --debug
 
 
 def _streaming(args: argparse.Namespace) -> Any:
@@ -86,7 +89,7 @@ def _user_error(exc: BaseException) -> Optional[BaseException]:
     return None
 
 
-def _say_error(command: str, exc: BaseException, limit: int = 300) -> None:
+def _say_error(command: str, exc: BaseException, limit: int = 500) -> None:
     """The error on stderr, each line cut to ``limit`` characters (Dagster's config errors
     quote the whole value)."""
     lines = [
@@ -193,6 +196,13 @@ def _summary(run: Any) -> str:
     return "\n".join(lines)
 
 
+def _instance_line(run: Any, home: str) -> str:
+    """Where the run is recorded; for a failed run, where its full log is."""
+    if run.success:
+        return f"Dagster instance: {home} (see the run with `DAGSTER_HOME={home} dagster dev`)"
+    return f"Dagster instance: {home}; {run.log_hint()}"
+
+
 def _run_home(args: argparse.Namespace) -> str:
     """``--dagster-home`` if given; else the code location's instance with ``--record``, else a
     try-out instance of its own beside it (``runner.tryout_home``)."""
@@ -211,29 +221,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     instance = get_instance(_run_home(args))
     token = uuid.uuid4().hex
-    try:
-        with _progress(args, instance, token):
-            run = run_workflow(
-                args.workflow,
-                args.custom_nodes,
-                _parse_sets(args.set),
-                instance=instance,
-                executor=args.executor,
-                partition_key=args.partition,
-                tags={RUN_TOKEN_TAG: token},
-                streaming=_streaming(args),
-                translator=translator,
-                from_failure=args.from_failure,
-            )
-    except Exception as exc:  # bad workflow, --set value or partition: no traceback
-        found = _user_error(exc)
-        if found is None:
-            raise
-        _say_error(f"run {args.workflow}", found)
-        return 1
+    with _progress(args, instance, token):
+        run = run_workflow(
+            args.workflow,
+            args.custom_nodes,
+            _parse_sets(args.set),
+            instance=instance,
+            executor=args.executor,
+            partition_key=args.partition,
+            tags={RUN_TOKEN_TAG: token},
+            streaming=_streaming(args),
+            translator=translator,
+            run_config=_console_config(args),
+            from_failure=args.from_failure,
+        )
     print(_summary(run))
-    home = instance.root_directory
-    print(f"Dagster instance: {home} (see the run with `DAGSTER_HOME={home} dagster dev`)")
+    print(_instance_line(run, instance.root_directory))
     if args.dagster_home is None and not args.record:
         print(
             f"Try-out: recorded apart from the code location's instance "
@@ -250,6 +253,14 @@ def _progress(args: argparse.Namespace, instance: Any, token: str) -> Any:
     return contextlib.nullcontext() if args.no_progress else LiveDisplay(instance, token)
 
 
+def _console_config(args: argparse.Namespace) -> Dict[str, Any]:
+    """Dagster's console logger off while the live display shows the run's messages (each was
+    printed twice); with ``--no-progress`` it prints the warnings (the runner's default)."""
+    if args.no_progress:
+        return {}
+    return {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
 _FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "table_path")
 
 
@@ -260,32 +271,23 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
-    try:
-        with _progress(args, instance, token):
-            run = run_job(
-                args.job,
-                _parse_sets(args.set),
-                module=args.module,
-                partition_key=args.partition,
-                instance=instance,
-                tags={RUN_TOKEN_TAG: token},
-                from_failure=args.from_failure,
-            )
-    except Exception as exc:  # bad code location, job, step, parameter or partition
-        found = _user_error(exc)
-        if found is None:
-            raise
-        _say_error(f"materialize {args.job}", found)
-        return 1
+    with _progress(args, instance, token):
+        run = run_job(
+            args.job,
+            _parse_sets(args.set),
+            module=args.module,
+            partition_key=args.partition,
+            instance=instance,
+            tags={RUN_TOKEN_TAG: token},
+            run_config=_console_config(args),
+            from_failure=args.from_failure,
+        )
     print(_summary(run))
     for key, meta in run.metadata.items():
         figures = ", ".join(f"{k.split('/')[-1]} {meta[k]}" for k in _FIGURES if k in meta)
         if figures:
             print(f"  {key}: {figures}")
-    print(
-        f"Dagster instance: {instance.root_directory} (see the run with "
-        f"`DAGSTER_HOME={instance.root_directory} dagster dev`)"
-    )
+    print(_instance_line(run, instance.root_directory))
     return 0 if run.success else 1
 
 
@@ -316,6 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dagster-graphbook", description="Run Graphbook workflows through Dagster."
     )
+    debug: Dict[str, Any] = {
+        "action": "store_true",
+        "help": f"show the traceback of a user error (or {DEBUG_ENV}=1)",
+    }
+    parser.add_argument("--debug", **debug)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="run a workflow (JSON or .py Graph) and print notes per step and pin"
@@ -403,12 +410,22 @@ def build_parser() -> argparse.ArgumentParser:
     mat.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
     mat.set_defaults(func=cmd_materialize)
     validate.set_defaults(func=cmd_validate)
+    for p in (run, validate, mat):  # after the command too; unset there, it keeps the top one
+        p.add_argument("--debug", **{**debug, "default": argparse.SUPPRESS})
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    code = args.func(args)
+    try:
+        code = args.func(args)
+    except Exception as exc:  # bad workflow, --set value, partition or job: no traceback
+        found = _user_error(exc)
+        if found is None or args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        what = getattr(args, "workflow", None) or getattr(args, "job", None)
+        _say_error(" ".join(str(w) for w in (args.command, what) if w), found)
+        code = 1
     _exit_past_stuck_threads(code)
     return code
 

@@ -84,7 +84,10 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
         workflow = spec.source
     else:
         is_json = not isinstance(spec.source, Graph) and Path(spec.source).suffix != ".py"
-        registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
+        try:
+            registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
+        except FileNotFoundError as exc:  # a mistyped --custom-nodes / custom_nodes folder
+            raise WorkflowError(str(Path(spec.source).resolve()), [str(exc)]) from exc
         for error in registry.import_errors if registry else ():
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(

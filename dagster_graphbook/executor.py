@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 import dagster as dg
 
 from .dead_runs import own_run
+from .execution.job_steps import job_source, placeholder_message, unfilled_in_job
 
 
 def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
@@ -56,6 +57,7 @@ class _OwnedExecutor(dg.Executor):
         self.inner = inner
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
+        _refuse_unfilled_placeholders(plan_context, execution_plan)
         with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
             yield from self.inner.execute(plan_context, execution_plan)
 
@@ -66,6 +68,20 @@ class _OwnedExecutor(dg.Executor):
     @property
     def step_dependency_config(self) -> Any:
         return self.inner.step_dependency_config
+
+
+def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> None:
+    """Fail a run with no partition key at its start, before any step, when a step parameter it
+    runs holds ``{partition_key}`` (a step would read or write a literal '{partition_key}'
+    path); the step itself refuses too, under any other executor."""
+    if "dagster/partition" in plan_context.dagster_run.tags:  # a run of one partition
+        return
+    job = plan_context.job.get_definition()
+    ops = {key.split("[")[0] for key in execution_plan.step_keys_to_execute}
+    found = unfilled_in_job(job, dg.validate_run_config(job, plan_context.run_config), ops)
+    if found:
+        message = placeholder_message(found, job.partitions_def is not None)
+        raise dg.Failure(description=f"{job_source(job)}: {message}", allow_retries=False)
 
 
 def resolve_executor(

@@ -19,7 +19,7 @@ from upath import UPath
 
 from . import notes_codec, versions
 from .errors import StoredNotesError
-from .node_info import read_node_info
+from .execution.job_steps import read_node_info
 
 NOTES_IO_MANAGER_KEY = "graphbook_notes"
 NOTES_DIR_META = "dagster_graphbook/notes_dir"

@@ -1,15 +1,14 @@
 """The constants of a step's asset (workflow, node, class, pin, sink, parameters) as ONE
 definition metadata entry, ``graphbook``: they never change between runs, so they stay off the
-materializations (whose numbers the UI plots) and out of the way on the asset's page."""
+materializations (whose numbers the UI plots) and out of the way on the asset's page. Read back
+by ``execution.job_steps.read_node_info``, which needs no workflow loader."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict
 
 from .workflow import Workflow, WorkflowNode
-
-GRAPHBOOK_META = "graphbook"
 
 
 def _json_safe(value: Any) -> Any:
@@ -29,10 +28,3 @@ def node_info(workflow: Workflow, node: WorkflowNode, pin: str) -> Dict[str, Any
         "params": _json_safe(dict(node.values)),
         "resources": dict(node.resource_params),
     }
-
-
-def read_node_info(metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-    """The ``graphbook`` entry of definition metadata, raw or wrapped in a MetadataValue."""
-    value = (metadata or {}).get(GRAPHBOOK_META)
-    value = getattr(value, "value", value)
-    return dict(value) if isinstance(value, Mapping) else {}

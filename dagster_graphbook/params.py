@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import dagster as dg
 import yaml
 from dagster._config.config_type import ConfigScalar, ConfigScalarKind, ConfigTypeKind
+from dagster._config.errors import (
+    FieldNotDefinedErrorData,
+    FieldsNotDefinedErrorData,
+    MissingFieldErrorData,
+    MissingFieldsErrorData,
+    RuntimeMismatchErrorData,
+)
+from dagster._config.stack import EvaluationStackListItemEntry, EvaluationStackPathEntry
 
 from .errors import RequestError, quoted
 
@@ -264,3 +272,101 @@ def read_text_values(config: Any, config_type: Any) -> Any:
             for k, v in config.items()
         }
     return config
+
+
+# ---------------------------------------------------------------------------------------------
+# Dagster's run config errors, said as STEP.PARAM (``root:ops:job__Step:config:param`` names an op)
+
+_SCALAR_WORDS = {
+    ConfigScalarKind.INT: "an integer",
+    ConfigScalarKind.FLOAT: "a number",
+    ConfigScalarKind.STRING: "a string",
+    ConfigScalarKind.BOOL: "true or false",
+}
+
+
+def _type_words(snap: Any) -> str:
+    """A config type as a person names it: 'a number', 'one of raise, skip', 'a list'."""
+    if snap.kind == ConfigTypeKind.SCALAR and snap.scalar_kind in _SCALAR_WORDS:
+        return _SCALAR_WORDS[snap.scalar_kind]
+    if snap.kind == ConfigTypeKind.ENUM:
+        return "one of " + ", ".join(v.value for v in snap.enum_values or ())
+    if snap.kind == ConfigTypeKind.ARRAY:
+        return "a list"
+    if snap.kind in (
+        ConfigTypeKind.STRICT_SHAPE,
+        ConfigTypeKind.SHAPE,
+        ConfigTypeKind.PERMISSIVE_SHAPE,
+    ):
+        return "a mapping"
+    return f"a {snap.given_name or snap.key}"
+
+
+def _path_parts(stack: Any) -> List[str]:
+    """A config error's place: field names, a list index glued to its list (``tags[1]``)."""
+    parts: List[str] = []
+    for entry in stack.entries:
+        if isinstance(entry, EvaluationStackPathEntry):
+            parts.append(entry.field_name)
+        elif parts and isinstance(entry, EvaluationStackListItemEntry):
+            parts[-1] += f"[{entry.list_index}]"
+    return parts
+
+
+def _fields_at(config_type: Any, parts: Sequence[str]) -> List[str]:
+    """The field names of ``config_type`` at ``parts`` (empty where there are none)."""
+    for part in parts:
+        while getattr(config_type, "kind", None) == ConfigTypeKind.NONEABLE:
+            config_type = config_type.inner_type
+        fields = getattr(config_type, "fields", None) or {}
+        name = part.split("[")[0]
+        if name not in fields:
+            return []
+        config_type = fields[name].config_type
+        if "[" in part and getattr(config_type, "kind", None) == ConfigTypeKind.ARRAY:
+            config_type = config_type.inner_type
+    while getattr(config_type, "kind", None) == ConfigTypeKind.NONEABLE:
+        config_type = config_type.inner_type
+    return sorted(getattr(config_type, "fields", None) or {})
+
+
+def config_error_lines(
+    exc: dg.DagsterInvalidConfigError,
+    config_type: Any,
+    owner_of: Callable[[Sequence[str]], Optional[Tuple[str, Sequence[str]]]],
+) -> List[str]:
+    """Each error of ``exc`` (run config against ``config_type``, a job's) said of the step and
+    parameter it concerns; ``owner_of(path)`` is ``(step, path within its config)`` for a path
+    of run config, None where no step owns it (Dagster's own message is kept then)."""
+    lines = []
+    for error in exc.errors:
+        parts = _path_parts(error.stack)
+        owner = owner_of(parts)
+        if owner is None:
+            lines.append(error.message)
+            continue
+        step, rest = owner
+        name = ".".join([step, *rest])
+        what = f"step {step!r}" if not rest else name
+        data = error.error_data
+        if isinstance(data, RuntimeMismatchErrorData):
+            value = data.value_rep  # the value's repr, cut as quoted() cuts user input
+            if len(value) > 60:
+                value = f"{value[:40]}... ({len(value)} characters)"
+            lines.append(f"{name} takes {_type_words(data.config_type_snap)}, not {value}")
+        elif isinstance(data, (FieldNotDefinedErrorData, FieldsNotDefinedErrorData)):
+            unknown = getattr(data, "field_names", None) or [data.field_name]
+            known = ", ".join(_fields_at(config_type, parts)) or "none"
+            kind = "parameter" if not rest else "setting"
+            lines.append(
+                f"{what} has no {kind}{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))} (it has: {known})"
+            )
+        elif isinstance(data, (MissingFieldErrorData, MissingFieldsErrorData)):
+            missing = getattr(data, "field_names", None) or [data.field_name]
+            lines.append(
+                "; ".join(f"{name}.{m} needs a value (--set {name}.{m}=VALUE)" for m in missing)
+            )
+        else:
+            lines.append(f"{name}: {error.message}")
+    return lines

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import re
+import sysconfig
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
+from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
 from dagster._core.storage.tags import (
     PARENT_RUN_ID_TAG,
     RESUME_RETRY_TAG,
@@ -24,13 +28,18 @@ from .authoring.graph import Graph
 from .dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError
+from .execution.job_steps import (
+    TaggedStep,
+    job_source,
+    placeholder_message,
+    read_steps_tag,
+    unfilled_in_job,
+)
 from .io import NOTES_IO_MANAGER_KEY, notes_io_manager
 from .translator import (
     GraphbookTranslator,
-    TaggedStep,
     import_translator,
     path_of_translator,
-    read_steps_tag,
     resolve_refs,
 )
 from .versions import read_notes, run_lineage, stored_notes_path
@@ -107,10 +116,18 @@ class WorkflowRun:
     notes: Dict[str, Dict[str, List[Any]]] = field(
         default_factory=dict
     )  # step name -> pin -> notes
-    failure: Optional[str] = None
+    failure: Optional[str] = None  # each failure: its headline, then where it was raised
     metadata: Dict[str, Dict[str, Any]] = field(
         default_factory=dict
     )  # asset key -> its materialization's metadata values
+    dagster_home: Optional[str] = None  # the instance that recorded the run
+
+    def log_hint(self) -> str:
+        """Where the run's full event log (tracebacks included) is."""
+        home = self.dagster_home or "$DAGSTER_HOME"
+        return (
+            f"full log (traceback included): run {self.run_id} in `DAGSTER_HOME={home} dagster dev`"
+        )
 
     def __getitem__(self, step: str) -> Dict[str, List[Any]]:
         return self.notes[step]
@@ -180,8 +197,40 @@ def _definitions(
         assets=wdefs.assets,
         jobs=[wdefs.job],
         resources={NOTES_IO_MANAGER_KEY: notes_io_manager, **wdefs.resources},
+        loggers={"console": failures_unsaid_console_logger},
     )
     return defs, wdefs
+
+
+_RETURNED = (  # the events whose errors WorkflowRun.failure holds (`_failure_message`)
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.RESOURCE_INIT_FAILURE,
+    dg.DagsterEventType.RUN_FAILURE,
+)
+
+
+def _not_returned(record: logging.LogRecord) -> bool:
+    event = getattr(record, LOG_RECORD_EVENT_ATTR, None)
+    return getattr(event, "event_type", None) not in _RETURNED
+
+
+@dg.logger(
+    dg.colored_console_logger.config_schema,
+    description="Dagster's colored console logger, less the failures a WorkflowRun returns",
+)
+def failures_unsaid_console_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    """The console logger of runs started here: the caller says the run's failure once, from
+    ``WorkflowRun.failure`` (Dagster's logger printed each with its stack trace, twice)."""
+    logger = dg.colored_console_logger.logger_fn(init_context)
+    logger.addFilter(_not_returned)
+    return logger
+
+
+def _failures_unsaid(job: dg.JobDefinition) -> dg.JobDefinition:
+    """``job`` with `failures_unsaid_console_logger` where it has Dagster's default loggers."""
+    if dict(job.loggers) == {"console": dg.colored_console_logger}:
+        return job.with_logger_defs({"console": failures_unsaid_console_logger})
+    return job
 
 
 def run_workflow(
@@ -220,6 +269,9 @@ def run_workflow(
     "Re-execute from failure": the steps that did not finish run again, the others' stored notes
     are read; the run config, partition and executor are that run's (give no ``params``,
     ``partition_key`` or ``run_config``); the workflow and its flags must build the same job.
+
+    ``quiet``: the console shows warnings, not the run's failure, which the caller reads from
+    ``WorkflowRun.failure`` and says once (Dagster's console logger printed it twice).
     """
     if instance is None:
         home = dagster_home if dagster_home is not None or record else tryout_home()
@@ -266,6 +318,7 @@ def run_workflow(
         success,
         time.perf_counter() - start,
         failure=None if success else _failure_message(instance, run_id),
+        dagster_home=instance.root_directory,
     )
     if success:
         run.notes = _load_notes(run_id, wdefs, translator, instance)
@@ -291,7 +344,7 @@ def _workflow_config(
         config = nest_step_config(
             config, wdefs.workflow, translator, base=run_config, streaming=streaming
         )
-    return _read_sets(config, job, partition_key, f"workflow {wdefs.workflow.source}")
+    return _request_config(config, job, partition_key, f"workflow {wdefs.workflow.source}")
 
 
 def _workflow_recon(
@@ -317,16 +370,53 @@ def _workflow_recon(
     )
 
 
-def _read_sets(
+def _request_config(
     config: Dict[str, Any], job: dg.JobDefinition, partition_key: Optional[str], source: str
 ) -> Dict[str, Any]:
-    """``config`` with its ``--set`` texts read as their fields' types; a partition key for a
-    job without partitions refused (Dagster's own error is a CheckError traceback)."""
+    """``config`` with its ``--set`` texts read as their fields' types, refused before any run
+    starts where the run could not go right: a partition key for a job without partitions
+    (Dagster's own error is a CheckError traceback), config the job cannot take (said as
+    ``STEP.PARAM``, not as Dagster's op path), a ``{partition_key}`` nothing fills in."""
     if partition_key is not None and job.partitions_def is None:
         raise RequestError(
             f"{source} has no partitions: run it without a partition key (--partition)"
         )
-    return ptypes.read_text_values(config, job.run_config_schema.config_type)
+    schema = job.run_config_schema.config_type
+    config = ptypes.read_text_values(config, schema)
+    try:
+        resolved = dg.validate_run_config(job, config)
+    except dg.DagsterInvalidConfigError as exc:
+        lines = ptypes.config_error_lines(exc, schema, _config_owner(job))
+        head = f"{source}: " if len(lines) == 1 else f"{source}: {len(lines)} config errors:\n  - "
+        raise RequestError(head + "\n  - ".join(lines)) from None
+    found = unfilled_in_job(job, resolved) if partition_key is None else {}
+    if found:
+        raise RequestError(
+            f"{source}: {placeholder_message(found, job.partitions_def is not None)}"
+        )
+    return config
+
+
+def _config_owner(job: dg.JobDefinition) -> Any:
+    """``path -> (step, path within the step's config)`` for a path of the job's run config
+    (``ops.job__Step.config.param`` -> ``("Step", ["param"])``); resources by their key."""
+    steps = {(op, None if t.op_name == op else t.op_name): t.step for op, t in _tagged_steps(job)}
+
+    def owner(parts: Sequence[str]) -> Optional[Tuple[str, Sequence[str]]]:
+        if len(parts) < 3 or parts[2] != "config":
+            return None
+        section, name, rest = parts[0], parts[1], list(parts[3:])
+        if section == "resources":
+            return f"resource {name}", rest
+        if section != "ops":
+            return None
+        if (name, None) in steps:
+            return steps[(name, None)], rest
+        if rest and (name, rest[0]) in steps:
+            return steps[(name, rest[0])], rest[1:]
+        return None
+
+    return owner
 
 
 INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is stopped
@@ -372,7 +462,15 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
         sys.path.insert(
             0, os.getcwd()
         )  # as `dagster dev -w workspace.yaml` from the repository root
-    mod = importlib.import_module(module)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(f"{exc.name}.")):
+            raise  # a module the code location imports is missing: its traceback helps
+        raise RequestError(
+            f"no code location module {module!r} here ({os.getcwd()}): run from the folder "
+            "that holds it, or name it with --module"
+        ) from exc
     defs = getattr(mod, "defs", None)
     if isinstance(defs, dg.Definitions):
         return defs
@@ -402,22 +500,23 @@ def run_job(
     dagster_home: Optional[str] = None,
     tags: Optional[Mapping[str, str]] = None,
     quiet: bool = True,
+    run_config: Optional[Mapping[str, Any]] = None,
     from_failure: Optional[str] = None,
 ) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
     partitioned job), as a run of the instance the UI shows; params are ``{"Step.param":
-    value}``.
+    value}``, set over ``run_config``. ``quiet``: as in `run_workflow`.
 
     ``from_failure``: the id of a failed (or killed) run of this job to resume, as the UI's
     "Re-execute from failure" (see ``run_workflow``); its run config and partition are kept.
     """
     instance = instance or get_instance(dagster_home)
     defs = load_code_location(module)
-    job = defs.resolve_job_def(job_name)
+    job = _failures_unsaid(defs.resolve_job_def(job_name))
     tagged = _tagged_steps(job)
     start = time.perf_counter()
     if from_failure is not None:
-        _no_new_inputs(f"job {job_name}", params, partition_key, None)
+        _no_new_inputs(f"job {job_name}", params, partition_key, run_config)
         parent = _parent_run(instance, from_failure, job, f"job {job_name}")
         recon = dg.build_reconstructable_job(
             "dagster_graphbook.runner",
@@ -427,7 +526,7 @@ def run_job(
         )
         run_id, success = _resume(recon, instance, parent, tags)
     else:
-        config = _job_config(job_name, job, tagged, params, partition_key)
+        config = _job_config(job, tagged, params, partition_key, run_config)
         if quiet:
             config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
         result = _execute_in_process(job, instance, config, partition_key, _run_tags(tags))
@@ -437,6 +536,7 @@ def run_job(
         success,
         time.perf_counter() - start,
         failure=None if success else _failure_message(instance, run_id),
+        dagster_home=instance.root_directory,
     )
     pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
     for m in _materializations(instance, run_id).values():
@@ -450,29 +550,27 @@ def run_job(
 
 
 def _job_config(
-    job_name: str,
     job: dg.JobDefinition,
     tagged: List[Tuple[str, TaggedStep]],
     params: Optional[Mapping[str, Any]],
     partition_key: Optional[str],
+    run_config: Optional[Mapping[str, Any]],
 ) -> Dict[str, Any]:
-    """The run config of a code location job's run from ``{"Step.param": value}``."""
+    """The run config of a code location job's run: ``run_config`` with ``{"Step.param":
+    value}`` set over it."""
     if job.partitions_def is not None and partition_key is None:
-        raise WorkflowError(
-            job_name,
-            [
-                "the job is partitioned: give a partition key (the latest is "
-                f"{job.partitions_def.get_last_partition_key()})"
-            ],
+        raise RequestError(
+            f"{job_source(job)} is partitioned: give a partition key (--partition "
+            f"{job.partitions_def.get_last_partition_key()}, the latest)"
         )
     refs = resolve_refs((t.refs, (op, t)) for op, t in tagged)
-    config: Dict[str, Any] = {}
+    config: Dict[str, Any] = copy.deepcopy(dict(run_config or {}))
     for key, value in (params or {}).items():
         step, _, path = key.partition(".")
         if step not in refs or not path:
             steps = ", ".join(sorted(t.step for _, t in tagged))
             raise WorkflowError(
-                job_name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
+                job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
             )
         op, entry = refs[step]
         if op != entry.op_name:  # streaming job: step config sits under the one op's
@@ -482,12 +580,12 @@ def _job_config(
         for p in parents:
             target = target.setdefault(p, {})
         target[leaf] = value
-    return _read_sets(config, job, partition_key, f"job {job_name}")
+    return _request_config(config, job, partition_key, job_source(job))
 
 
 def _reconstruct_location_job(module: str, job_name: str) -> dg.JobDefinition:
     """Rebuild job ``job_name`` of code location ``module`` (a resumed run's steps)."""
-    return load_code_location(module).resolve_job_def(job_name)
+    return _failures_unsaid(load_code_location(module).resolve_job_def(job_name))
 
 
 _RESUMABLE = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
@@ -504,7 +602,7 @@ def _no_new_inputs(
         for label, value in (
             ("parameters (--set)", params),
             ("partition key (--partition)", partition_key),
-            ("run config", run_config),
+            ("run config", {k: v for k, v in (run_config or {}).items() if k != "loggers"}),
         )
         if value
     ]
@@ -651,12 +749,7 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     """The errors of a failed run: its steps' failures, else what failed before any step ran
     (a refusal while a resource was built, an error of the run itself)."""
     messages: List[str] = []
-    kinds = (
-        dg.DagsterEventType.STEP_FAILURE,
-        dg.DagsterEventType.RESOURCE_INIT_FAILURE,
-        dg.DagsterEventType.RUN_FAILURE,
-    )
-    for record in instance.get_records_for_run(run_id, of_type=set(kinds)).records:
+    for record in instance.get_records_for_run(run_id, of_type=set(_RETURNED)).records:
         event = record.event_log_entry.dagster_event
         data = event.event_specific_data if event else None
         error = getattr(data, "error", None)
@@ -670,17 +763,40 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
             continue
         where = f"{record.event_log_entry.step_key}: " if record.event_log_entry.step_key else ""
         message = f"{where}{_headline(data) or error.message.strip()}"
-        repeated = any(error.message.strip() in m for m in messages)
+        said = (error.message.strip().splitlines() or [""])[0].split(": ", 1)[-1]  # no class
+        repeated = any(said in m for m in messages)
         if event.event_type != dg.DagsterEventType.RUN_FAILURE or not repeated:
             messages.append(message)
     return "\n".join(messages) or "the run failed (see the Dagster event log)"
 
 
 def _headline(data: Any) -> Optional[str]:
-    """A ``GraphbookError``'s headline (as the UI shows it), then its traceback's tail."""
+    """A ``GraphbookError``'s headline (as the UI shows it), then where it was raised (the full
+    traceback stays in the event log)."""
     failure = getattr(data, "user_failure_data", None)
     if failure is None or not failure.description:
         return None
     tail = failure.metadata.get("traceback") if failure.metadata else None
-    indented = "".join(f"\n    {line}" for line in str(tail.value).splitlines()) if tail else ""
-    return failure.description.strip() + indented
+    where = _raised_at(str(tail.value)) if tail else None
+    return failure.description.strip() + (f"\n    at {where}" if where else "")
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_LIBRARIES = tuple(
+    os.path.join(os.path.realpath(path), "")
+    for path in {sysconfig.get_path(p) for p in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {os.path.dirname(__file__)}
+)
+
+
+def _raised_at(traceback_text: str) -> Optional[str]:
+    """``FILE, line N, in FUNC``: the innermost frame of the traceback in the user's code (not
+    in this package, the standard library or installed packages), else the innermost."""
+    frames = [m for m in map(_FRAME.match, traceback_text.splitlines()) if m]
+    own = [
+        m
+        for m in frames
+        if not m["file"].startswith("<") and not os.path.realpath(m["file"]).startswith(_LIBRARIES)
+    ]
+    found = (own or frames or [None])[-1]
+    return f"{found['file']}, line {found['line']}, in {found['func']}" if found else None

@@ -22,15 +22,12 @@ import dagster as dg
 
 from .code_version import node_code_references, node_code_version
 from .docstrings import pin_docs, to_markdown
-from .node_info import GRAPHBOOK_META, node_info
+from .execution.job_steps import GRAPHBOOK_META, STEPS_TAG
+from .node_info import node_info
 from .step_kinds import step_kinds
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
-
-# Op tag naming the steps an op runs and the asset of each pin: how a job of a code location,
-# whose translator is not at hand, maps ``STEP.PARAM`` and stored notes back to steps.
-STEPS_TAG = "dagster_graphbook/steps"
 
 
 def safe_name(text: str) -> str:
@@ -69,40 +66,21 @@ class WorkflowNames:
         """Every name a user may call a step by -> the step (a step name wins over a label)."""
         return resolve_refs((s.refs, s) for s in self.steps.values())
 
-    def steps_tag(self, node_ids: Iterable[str]) -> Dict[str, str]:
-        """The `STEPS_TAG` op tag of an op running the steps ``node_ids``."""
+    def steps_tag(
+        self, node_ids: Iterable[str], code: Optional[Mapping[str, Iterable[str]]] = None
+    ) -> Dict[str, str]:
+        """The `STEPS_TAG` op tag of an op running the steps ``node_ids``; ``code``: node id ->
+        its parameters that hold code (no ``{partition_key}`` is filled into them)."""
         value = [
             {
                 "op": s.op_name,
                 "refs": list(s.refs),
                 "assets": [[list(spec.key.path), pin] for pin, spec in s.specs.items()],
+                **({"code": sorted(code[s.node_id])} if code and code.get(s.node_id) else {}),
             }
             for s in (self.steps[n] for n in node_ids)
         ]
         return {STEPS_TAG: json.dumps(value, separators=(",", ":"))}
-
-
-@dataclass(frozen=True)
-class TaggedStep:
-    """A step as an op's `STEPS_TAG` describes it (see `read_steps_tag`)."""
-
-    op_name: str  # the step's op name (inside a streaming op: its config key)
-    refs: Tuple[str, ...]
-    pins: Mapping[dg.AssetKey, str]  # asset key -> pin
-
-    @property
-    def step(self) -> str:
-        return self.refs[0]
-
-
-def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
-    """The steps an op runs, from its `STEPS_TAG` (none for an op that is not a step's)."""
-    raw = op_tags.get(STEPS_TAG)
-    entries = json.loads(raw) if isinstance(raw, str) else raw or []
-    return [
-        TaggedStep(e["op"], tuple(e["refs"]), {dg.AssetKey(path): pin for path, pin in e["assets"]})
-        for e in entries
-    ]
 
 
 def resolve_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, Any]:

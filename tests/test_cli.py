@@ -189,10 +189,12 @@ def test_set_values_are_read_as_the_parameters_types(tmp_path):
         proc = _cli(tmp_path, *command, *args)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert json.loads(dump.read_text()) == expected, command
-    # a value its type cannot take: one line naming the step and parameter, no traceback
+    # a value its type cannot take: one line naming the file, STEP.PARAM and the type wanted
     proc = _cli(tmp_path, *run, "--set", "Typed.count=2025-06-01")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "typed__Typed:config:count" in proc.stderr and "2025-06-01" in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"dagster-graphbook run {wf}: workflow {wf}: Typed.count takes an integer, not '2025-06-01'"
+    ], proc.stderr
 
 
 def test_partition_on_a_workflow_without_partitions_is_one_line(tmp_path):
@@ -201,7 +203,7 @@ def test_partition_on_a_workflow_without_partitions_is_one_line(tmp_path):
     wf = _typed_location(tmp_path)
     for command, what in (
         (["run", str(wf), "--custom-nodes", str(tmp_path / "nodes")], f"workflow {wf}"),
-        (["materialize", "typed", "--module", "typed_location"], "job typed"),
+        (["materialize", "typed", "--module", "typed_location"], f"job typed (workflow {wf})"),
     ):
         proc = _cli(tmp_path, *command, "--partition", "2025-06-01")
         assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -168,8 +168,8 @@ class Graph:
         kwargs.setdefault("record", True)
         run = run_workflow(graph, **kwargs)
         name = self.name or "graph"
-        if not run.success:
-            raise RuntimeError(f"workflow {name} failed (Dagster run {run.run_id}): {run.failure}")
+        if not run.success:  # the failure once (Dagster's console logger leaves it to us)
+            raise RuntimeError(f"workflow {name} failed: {run.failure}\n{run.log_hint()}")
         counts = "; ".join(f"{s} {pins}" for s, pins in run.counts().items())
         print(
             f"workflow {name}: Dagster run {run.run_id} succeeded in {run.seconds:.1f} s "

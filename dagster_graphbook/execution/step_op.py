@@ -14,6 +14,7 @@ import dagster as dg
 
 from .driver import run_step, step_label
 from .errors import ItemError, StepFailure
+from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from .step_metadata import step_metadata
 
 RUNTIME_KEY = "runtime"
@@ -61,7 +62,7 @@ def config_kwargs(
     kwargs: Dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, str) and partition_key is not None and key not in function_params:
-            value = value.replace("{partition_key}", partition_key)
+            value = value.replace(PARTITION_PLACEHOLDER, partition_key)
         if value is not None:
             kwargs[key] = value
     return kwargs
@@ -84,6 +85,11 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
 def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Any:
     """The step instance from its op config (parameters, checked partition key) and resources."""
     partition_key = _partition_key(context, plan)
+    unfilled = unfilled_placeholders(config, plan.function_params) if partition_key is None else {}
+    if unfilled:  # a literal '{partition_key}' path: FileNotFoundError later, or a wrong folder
+        partitioned = context.assets_def.partitions_def is not None
+        found = {f"{plan.step_name}.{k}": v for k, v in unfilled.items()}
+        raise StepFailure(plan.label, placeholder_message(found, partitioned), allow_retries=False)
     kwargs = config_kwargs(
         config, plan.function_params, plan.overridable, plan.label, partition_key
     )

@@ -219,7 +219,7 @@ def segment_asset(
         op_tags={
             "graphbook/streaming": "true",
             **(op_tags or {}),
-            **all_names.steps_tag(segment),
+            **all_names.steps_tag(segment, {i: plans[i].function_params for i in segment}),
         },
         pool=pool if pool is not None else next((p for p in pools if p), None),
         partitions_def=partitions_def,

@@ -1,0 +1,111 @@
+"""What a job says of the workflow steps its ops run, read from the job alone (a code location's
+job, whose workflow and translator are not at hand): the ``dagster_graphbook/steps`` op tag the
+translator writes, and which step parameters hold a ``{partition_key}`` a run must fill in."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import dagster as dg
+
+from ..errors import quoted
+
+# Op tag naming the steps an op runs and the asset of each pin: how a job of a code location,
+# whose translator is not at hand, maps ``STEP.PARAM`` and stored notes back to steps.
+STEPS_TAG = "dagster_graphbook/steps"
+PARTITION_PLACEHOLDER = "{partition_key}"
+GRAPHBOOK_META = "graphbook"  # a step asset's definition metadata entry (``node_info``)
+
+
+@dataclass(frozen=True)
+class TaggedStep:
+    """A step as an op's `STEPS_TAG` describes it (see `read_steps_tag`)."""
+
+    op_name: str  # the step's op name (inside a streaming op: its config key)
+    refs: Tuple[str, ...]
+    pins: Mapping[dg.AssetKey, str]  # asset key -> pin
+    code: Tuple[str, ...] = ()  # parameters holding code (function source)
+
+    @property
+    def step(self) -> str:
+        return self.refs[0]
+
+
+def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
+    """The steps an op runs, from its `STEPS_TAG` (none for an op that is not a step's)."""
+    raw = op_tags.get(STEPS_TAG)
+    entries = json.loads(raw) if isinstance(raw, str) else raw or []
+    return [
+        TaggedStep(
+            e["op"],
+            tuple(e["refs"]),
+            {dg.AssetKey(path): pin for path, pin in e["assets"]},
+            tuple(e.get("code", ())),
+        )
+        for e in entries
+    ]
+
+
+def unfilled_placeholders(config: Mapping[str, Any], code_params: Iterable[str]) -> Dict[str, str]:
+    """The parameters (name -> value) holding ``{partition_key}``, which only a run of one
+    partition fills in; parameters holding code are left out (never filled in)."""
+    code = set(code_params)
+    return {
+        k: v
+        for k, v in config.items()
+        if isinstance(v, str) and PARTITION_PLACEHOLDER in v and k not in code
+    }
+
+
+def unfilled_in_job(
+    job: dg.JobDefinition, run_config: Mapping[str, Any], op_names: Optional[Iterable[str]] = None
+) -> Dict[str, str]:
+    """``STEP.PARAM -> value`` of every step parameter holding ``{partition_key}`` in ``run_config``
+    (resolved: defaults filled in), for the ops ``op_names`` (default: all)."""
+    wanted = None if op_names is None else set(op_names)
+    ops = run_config.get("ops") or {}
+    found: Dict[str, str] = {}
+    for node in job.graph.nodes:
+        if wanted is not None and node.name not in wanted:
+            continue
+        for step in read_steps_tag(node.definition.tags):
+            body = (ops.get(node.name) or {}).get("config") or {}
+            if step.op_name != node.name:  # a streaming op: each step's config under its op name
+                body = body.get(step.op_name) or {}
+            for param, value in unfilled_placeholders(body, step.code).items():
+                found[f"{step.step}.{param}"] = value
+    return found
+
+
+def placeholder_message(found: Mapping[str, str], partitioned: bool) -> str:
+    """Why a run without a partition key cannot fill the parameters ``found`` (``STEP.PARAM`` ->
+    value), and what to do."""
+    params = ", ".join(f"{k} {quoted(v)}" for k, v in found.items())
+    fix = (
+        "run one partition (--partition KEY)"
+        if partitioned
+        else f"set it (--set {next(iter(found))}=VALUE) or give the workflow partitions "
+        "(partitions_def=, YAML partitions:) and run one"
+    )
+    return f"{params}: this run has no partition key to fill in; {fix}"
+
+
+def read_node_info(metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The ``graphbook`` entry of definition metadata, raw or wrapped in a MetadataValue."""
+    value = (metadata or {}).get(GRAPHBOOK_META)
+    value = getattr(value, "value", value)
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def job_source(job: dg.JobDefinition) -> str:
+    """``job NAME (workflow FILE)``: the file its steps' assets name (``graphbook`` metadata)."""
+    graph = job.asset_layer.asset_graph if job.asset_layer else None
+    for node in job.graph.nodes if graph else ():
+        for step in read_steps_tag(node.definition.tags):
+            for key in step.pins:
+                found = read_node_info(graph.get(key).metadata if graph.has(key) else None)
+                if found.get("workflow"):
+                    return f"job {job.name} (workflow {found['workflow']})"
+    return f"job {job.name}"
