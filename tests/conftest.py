@@ -374,6 +374,36 @@ def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
     }
 
 
+# A chain of steps: a source and N-1 steps each reading the one before (building and depth tests)
+CHAIN_NODES = """
+from graphbook.steps import SourceStep, Step
+
+
+class Start(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"v": 0}]}
+
+
+class Inc(Step):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {}
+"""
+
+
+def chain_workflow(folder: Path, steps: int, name: str, labelled: bool = False) -> Path:
+    """``steps`` steps in a row (``Start``, then ``Inc`` nodes, labelled ``Inc<i>`` if asked)."""
+    nodes = [step_node("0", "Start", {}, source=True)] + [
+        step_node(str(i), "Inc", {}, label=f"Inc{i}" if labelled else None) for i in range(1, steps)
+    ]
+    edges = [edge(str(i - 1), "out", str(i)) for i in range(1, steps)]
+    return write_workflow(folder, name, nodes, edges)
+
+
 # ---------------------------------------------------------------------------------------------
 # The nightly shapes project (tests/test_nightly.py, tests/test_deploy_distributed.py)
 

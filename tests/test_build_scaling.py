@@ -13,30 +13,11 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from conftest import edge, step_node, write_nodes, write_workflow
+from conftest import CHAIN_NODES, chain_workflow, write_nodes
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.registry import NodeRegistry
 from dagster_graphbook.workflow import load_workflow
-
-NODES = """
-from graphbook.steps import SourceStep, Step
-
-
-class Start(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"v": 0}]}
-
-
-class Inc(Step):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {}
-"""
 
 
 class _CountedInputs(list):
@@ -56,15 +37,12 @@ class _CountedInputs(list):
 
 
 def _chain(folder: Path, steps: int) -> Path:
-    nodes = [step_node("0", "Start", {}, source=True)]
-    nodes += [step_node(str(i), "Inc", {}) for i in range(1, steps)]
-    edges = [edge(str(i - 1), "out", str(i)) for i in range(1, steps)]
-    return write_workflow(folder, f"chain{steps}", nodes, edges)
+    return chain_workflow(folder, steps, f"chain{steps}")
 
 
 def _build_work(tmp_path: Path, steps: int, monkeypatch) -> Dict[str, int]:
     """Input list scans and workflow file bytes read while building an N-step chain."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", NODES)
+    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
     path = _chain(tmp_path, steps)
     workflow = load_workflow(path, NodeRegistry.load([nodes]))
     counter = {"scans": 0, "bytes": 0}
@@ -96,7 +74,7 @@ def test_building_a_chain_scans_inputs_and_reads_its_file_linearly(tmp_path, mon
 
 def test_every_node_reference_points_at_its_id_line(tmp_path):
     """The workflow file's lines of all node ids, found in one pass, are each node's own."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", NODES)
+    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
     path = _chain(tmp_path, 40)
     data = json.loads(path.read_text())
     data["edges"] = [{**e, "id": e["target"]} for e in data["edges"]]  # edge ids that are node ids
@@ -127,7 +105,7 @@ def test_dagster_sorts_the_steps_with_the_cyclic_gc_paused(tmp_path, monkeypatch
         yield from original(data)
 
     monkeypatch.setattr(toposort, "toposort", watched)
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", NODES)
+    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
     build_definitions([GraphbookWorkflow(_chain(tmp_path, 20), custom_nodes=[nodes])], strict=True)
     assert gc_on_while_sorting and not any(gc_on_while_sorting)
     assert gc.isenabled()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
+from conftest import CHAIN_NODES, chain_workflow, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import BatchStep
 from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
@@ -67,24 +67,6 @@ def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path,
     ]  # nothing half-written left
 
 
-CHAIN_NODES = """
-from graphbook.steps import SourceStep, Step
-
-class Start(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"v": 0}]}
-
-class Inc(Step):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {}
-"""
-
-
 def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
     """11.9: a 2,000-step chain validated, then failed to build with RecursionError."""
     from dagster_graphbook import GraphbookWorkflow, WorkflowError
@@ -124,9 +106,4 @@ print("built", len(forward))
 
 
 def _chain(folder, n: int):
-    steps = [step_node("0", "Start", {}, source=True)] + [
-        step_node(str(i), "Inc", {}, label=f"Inc{i}") for i in range(1, n)
-    ]
-    return write_workflow(
-        folder, "chain", steps, [edge(str(i - 1), "out", str(i)) for i in range(1, n)]
-    )
+    return chain_workflow(folder, n, "chain", labelled=True)
