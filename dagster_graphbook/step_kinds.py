@@ -17,7 +17,7 @@ import functools
 import re
 from typing import Set
 
-from .code_version import _class_source
+from .code_version import class_source
 from .workflow import Workflow, WorkflowNode
 
 _TORCH_MODEL = re.compile(
@@ -29,7 +29,7 @@ _TORCH_MODEL = re.compile(
 @functools.cache
 def uses_torch_model(cls: type) -> bool:
     """Whether the class's source builds or loads a torch model (see the module docstring)."""
-    return bool(_TORCH_MODEL.search(_class_source(cls)))
+    return bool(_TORCH_MODEL.search(class_source(cls)))
 
 
 def _runs_torch_model(workflow: Workflow, node: WorkflowNode, seen: Set[str]) -> bool:
