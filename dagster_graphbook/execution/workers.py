@@ -7,9 +7,22 @@ import multiprocessing
 import os
 import signal
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 _PR_SET_PDEATHSIG = 1
+
+
+def _find_prctl() -> Optional[Callable[..., int]]:
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up here, in the step process, at import: a forked worker that called dlopen/dlsym
+# itself would wait forever on glibc's loader lock if another thread of the step process held it
+# at the fork (a thread importing an extension module).
+_PRCTL = _find_prctl() if sys.platform.startswith("linux") else None
 
 
 def die_with_parent(step_pid: Optional[int] = None) -> None:
@@ -18,11 +31,8 @@ def die_with_parent(step_pid: Optional[int] = None) -> None:
     A worker forked just before its step process was killed asks too late (the request only
     covers a parent still alive), so it also exits when the step process ``step_pid`` is gone.
     """
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if step_pid is not None and not _alive(step_pid):
         os._exit(1)
 
