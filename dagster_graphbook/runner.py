@@ -313,13 +313,7 @@ def run_workflow(
         else:
             raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
         run_id, success = result.run_id, result.success
-    run = WorkflowRun(
-        run_id,
-        success,
-        time.perf_counter() - start,
-        failure=None if success else _failure_message(instance, run_id),
-        dagster_home=instance.root_directory,
-    )
+    run = _finished_run(instance, run_id, success, start)
     if success:
         run.notes = _load_notes(run_id, wdefs, translator, instance)
     return run
@@ -531,13 +525,7 @@ def run_job(
             config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
         result = _execute_in_process(job, instance, config, partition_key, _run_tags(tags))
         run_id, success = result.run_id, result.success
-    run = WorkflowRun(
-        run_id,
-        success,
-        time.perf_counter() - start,
-        failure=None if success else _failure_message(instance, run_id),
-        dagster_home=instance.root_directory,
-    )
+    run = _finished_run(instance, run_id, success, start)
     pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
     for m in _materializations(instance, run_id).values():
         run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
@@ -743,6 +731,19 @@ def _load_notes(
             stored, partition = paths[spec.key]
             pins[pin] = read_notes(UPath(stored), spec.key, partition)
     return out
+
+
+def _finished_run(
+    instance: dg.DagsterInstance, run_id: str, success: bool, start: float
+) -> WorkflowRun:
+    """The ``WorkflowRun`` of a run that ended (its notes are read by the caller)."""
+    return WorkflowRun(
+        run_id,
+        success,
+        time.perf_counter() - start,
+        failure=None if success else _failure_message(instance, run_id),
+        dagster_home=instance.root_directory,
+    )
 
 
 def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
