@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from dagster_graphbook import BatchStep  # noqa: E402
-from dagster_graphbook.execution.batch import BatchSettings, run_batch_step  # noqa: E402
+from dagster_graphbook.execution.batch import run_batch_step  # noqa: E402
+from dagster_graphbook.plan.settings import BatchRuntime  # noqa: E402
 
 HANG = "stalled/item"
 
@@ -66,7 +67,7 @@ def hung_calls() -> None:
     run_batch_step(
         HangLoad(),
         [{"items": ["warm", "up"]}],
-        BatchSettings(num_workers=2, device="cpu", stall_warning_s=0),
+        BatchRuntime(num_workers=2, device="cpu", stall_warning_s=0),
     )  # torch import
     for cls, what in ((HangLoad, "load_fn"), (HangDump, "dump_fn")):
         for limit in (1.0, 5.0):
@@ -75,7 +76,7 @@ def hung_calls() -> None:
             result = run_batch_step(
                 cls(),
                 notes,
-                BatchSettings(
+                BatchRuntime(
                     num_workers=2,
                     device="cpu",
                     on_item_error="skip",

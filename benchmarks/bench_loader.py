@@ -99,11 +99,12 @@ def run_project(
     """One run of the project's batch op over one note per path; returns its result (raises
     ProjectUnavailable)."""
     try:
-        from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+        from dagster_graphbook.execution.batch import run_batch_step
+        from dagster_graphbook.plan.settings import BatchRuntime
     except ImportError as e:
         raise ProjectUnavailable(f"dagster_graphbook.execution.batch: {e}") from None
     notes = notes if notes is not None else [{"path": p} for p in paths]
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=NUM_WORKERS,
         worker_type=worker_type,
         prefetch=2,

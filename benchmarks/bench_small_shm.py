@@ -15,7 +15,8 @@ import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution import loader_pool
-from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.plan.settings import BatchRuntime
 
 
 class Images(BatchStep):
@@ -36,7 +37,7 @@ def _run(items: int, piped: bool) -> float:
         loader_pool.shm_budget = lambda num_workers, path=loader_pool.SHM_DIR: 1  # nothing fits
     try:
         notes = [{"items": list(range(n, min(n + 64, items)))} for n in range(0, items, 64)]
-        settings = BatchSettings(num_workers=2, worker_type="process", device="cpu")
+        settings = BatchRuntime(num_workers=2, worker_type="process", device="cpu")
         start = time.perf_counter()
         run_batch_step(Images(), notes, settings, pins=["out"])
         return items / (time.perf_counter() - start)

@@ -10,12 +10,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Union
 
 import dagster as dg
 
 NOTE_PREVIEW_CHARS = 500
 TRACEBACK_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """Which step (or resource) of which workflow: what errors, warnings and progress lines name.
+
+    ``str()`` is the label users read; errors keep the three fields apart for the run's metadata.
+    """
+
+    workflow: str
+    step: str
+    node: str
+    kind: str = "step"  # step | resource
+
+    def __str__(self) -> str:
+        return f"workflow '{self.workflow}', {self.kind} '{self.step}' (node {self.node})"
+
+
+Label = Union[StepRef, str]  # a free-form label names no workflow: tests, benchmarks
 
 
 class GraphbookError(dg.Failure):

@@ -14,15 +14,16 @@ import torch
 from conftest import edge, step_node, write_workflow
 
 from dagster_graphbook import BatchStep, batch, param, step
-from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.driver import run_step
 from dagster_graphbook.execution.errors import StepFailure
+from dagster_graphbook.plan.settings import BatchRuntime
 
 CPU0 = dict(num_workers=0, device="cpu")
 
 
 def settings(**kw):
-    return BatchSettings(**{**CPU0, **kw})
+    return BatchRuntime(**{**CPU0, **kw})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,7 +557,7 @@ def test_on_end_runs_when_batch_step_fails():
             label="L",
             node=("9", "S"),
             emit=lambda *a: None,
-            batch_settings=settings(),
+            runtime=settings(),
         )
     assert EndTracker.ended == [s]
 
@@ -764,7 +765,8 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
 _SIGCHLD_PROBE = r"""
 import json, logging, signal, sys, threading, time
 from dagster_graphbook import BatchStep
-from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.plan.settings import BatchRuntime
 from dagster_graphbook.execution.errors import StepFailure
 
 
@@ -781,7 +783,7 @@ class Explodes(BatchStep):
         raise RuntimeError("model exploded")
 
 
-settings = BatchSettings(num_workers=2, worker_type="process", device="cpu")
+settings = BatchRuntime(num_workers=2, worker_type="process", device="cpu")
 failure = None
 try:
     run_batch_step(Explodes(), [{"items": list(range(40))}], settings, label="step 'Explodes'")

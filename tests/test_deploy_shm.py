@@ -14,7 +14,8 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from dagster_graphbook.authoring.steps import BatchStep
-    from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+    from dagster_graphbook.execution.batch import run_batch_step
+    from dagster_graphbook.plan.settings import BatchRuntime
 
     st = os.statvfs("/dev/shm")
     assert st.f_blocks * st.f_frsize <= 64 * 2**20, "not the small /dev/shm"
@@ -33,7 +34,7 @@ SCRIPT = textwrap.dedent("""
 
     notes = [{"items": [{"i": i} for i in range(n, n + 16)]} for n in range(0, 160, 16)]
     warnings = []
-    settings = BatchSettings(num_workers=2, worker_type="process", prefetch=2, device="cpu")
+    settings = BatchRuntime(num_workers=2, worker_type="process", prefetch=2, device="cpu")
     result = run_batch_step(Images(), notes, settings, pins=["out"], label="step 'Images'",
                             emit=lambda level, msg: level == "warning" and warnings.append(msg))
     means = [item["mean"] for note in result.outputs["out"] for item in note["items"]]
@@ -91,7 +92,8 @@ def test_process_batch_step_works_with_a_64_mib_dev_shm(tmp_path):
 FULL_SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from dagster_graphbook.authoring.steps import BatchStep
-    from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+    from dagster_graphbook.execution.batch import run_batch_step
+    from dagster_graphbook.plan.settings import BatchRuntime
 
     fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)  # what leaked fills /dev/shm
     try:
@@ -119,7 +121,7 @@ FULL_SCRIPT = textwrap.dedent("""
 
     notes = [{"items": [{"i": i} for i in range(n, n + 4)]} for n in range(0, 16, 4)]
     warnings = []
-    settings = BatchSettings(num_workers=2, worker_type="process", device="cpu")
+    settings = BatchRuntime(num_workers=2, worker_type="process", device="cpu")
     result = run_batch_step(Images(), notes, settings, pins=["out"], label="step 'Images'",
                             emit=lambda level, msg: level == "warning" and warnings.append(msg))
     means = [item["mean"] for note in result.outputs["out"] for item in note["items"]]

@@ -8,7 +8,8 @@ import pytest
 from conftest import CHAIN_NODES, chain_workflow, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import BatchStep
-from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.plan.settings import BatchRuntime
 
 
 class Exits(BatchStep):
@@ -28,7 +29,7 @@ class Exits(BatchStep):
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
     notes = [{"items": ["a.png", "bad.png", "c.png"]}]
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=2,
         worker_type=worker_type,
         device="cpu",

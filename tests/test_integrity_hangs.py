@@ -11,8 +11,10 @@ import time
 import pytest
 
 from dagster_graphbook import BatchStep
-from dagster_graphbook.execution.batch import LOST_ITEMS_KEY, BatchSettings, run_batch_step
+from dagster_graphbook.execution.batch import LOST_ITEMS_KEY, run_batch_step
+from dagster_graphbook.execution.driver import run_step
 from dagster_graphbook.execution.errors import StepFailure
+from dagster_graphbook.plan.settings import BatchRuntime
 
 HANG = "stalled-mount/img_0007.png"
 
@@ -58,7 +60,7 @@ def _notes():
 
 @pytest.mark.parametrize("cls", [HangingLoad, HangingDump], ids=["load_fn", "dump_fn"])
 def test_a_hung_call_becomes_an_item_error_naming_the_item(cls):
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=1.0, stall_warning_s=0
     )
     start = time.perf_counter()
@@ -79,14 +81,14 @@ def test_a_hung_call_becomes_an_item_error_naming_the_item(cls):
 
 
 def test_a_hung_call_under_raise_fails_the_step_naming_the_item():
-    settings = BatchSettings(num_workers=2, device="cpu", call_timeout_s=1.0, stall_warning_s=0)
+    settings = BatchRuntime(num_workers=2, device="cpu", call_timeout_s=1.0, stall_warning_s=0)
     with pytest.raises(StepFailure, match="stalled-mount/img_0007.png"):
         run_batch_step(HangingLoad(), _notes(), settings, label="step 'Hang'")
 
 
 def test_the_stall_watchdog_names_the_stuck_items():
     lines = []
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=2, device="cpu", on_item_error="skip", call_timeout_s=4.0, stall_warning_s=1.0
     )
     result = run_batch_step(
@@ -122,16 +124,21 @@ def test_too_many_skipped_items_fail_the_step():
     ok = run_batch_step(
         Flaky(),
         [dict(n) for n in notes],
-        BatchSettings(num_workers=0, device="cpu", on_item_error="skip"),
+        BatchRuntime(num_workers=0, device="cpu", on_item_error="skip"),
     )
     assert len(ok.errors) == 15  # without a limit the step reports success
     with pytest.raises(
         StepFailure, match=r"15 of 20 items \(75%\) were skipped.*max_skipped_fraction 0.5"
-    ):
-        run_batch_step(
+    ):  # the share is the whole step's: the driver checks it once all notes went through
+        run_step(
             Flaky(),
+            "batch",
             [dict(n) for n in notes],
-            BatchSettings(
+            pins=["out"],
+            label="step 'Flaky'",
+            node=("1", "Flaky"),
+            emit=lambda level, msg: None,
+            runtime=BatchRuntime(
                 num_workers=0, device="cpu", on_item_error="skip", max_skipped_fraction=0.5
             ),
         )
@@ -166,7 +173,7 @@ def test_an_odd_load_fn_value_is_blamed_on_its_item_and_loses_only_it(worker_typ
         {"items": ["d.png", "dict.png", "big.png", "e.png"]},
     ]
     step = OddLoad()
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=2,
         worker_type=worker_type,
         device="cpu",
@@ -214,7 +221,7 @@ def test_values_of_many_shapes_reach_on_item_batch_when_it_copes(worker_type):
     """Odd values are blamed only when on_item_batch fails on them: a batch of images of several
     sizes (16, 16, 17, ...), or a None the step handles itself, loses nothing."""
     notes = [{"items": [16, 16, 17, 0]}, {"items": [18, 16, 16, 19]}]
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=2,
         worker_type=worker_type,
         device="cpu",
@@ -275,7 +282,7 @@ def test_call_timeout_on_thread_workers_says_it_is_not_enforced():
     """``call_timeout_s`` with ``worker_type: thread`` did nothing, silently: a load_fn stuck on
     a FIFO hung the step for good while the operator believed it bounded."""
     lines = []
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=2, worker_type="thread", device="cpu", call_timeout_s=2.0, stall_warning_s=0
     )
     notes = [{"id": 0, "items": ["a.png", "b.png"]}]

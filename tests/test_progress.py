@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.cli import LiveDisplay
-from dagster_graphbook.execution.batch import BatchSettings, run_batch_step
+from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.progress import PROGRESS_LINE, Progress
+from dagster_graphbook.plan.settings import BatchRuntime
 
 
 def test_line_shows_done_percent_rate_eta_and_failures():
@@ -66,7 +67,7 @@ class Slow(BatchStep):
 def test_a_batch_step_reports_progress_lines_in_the_short_form():
     messages = []
     notes = [{"items": list(range(20))}]
-    settings = BatchSettings(
+    settings = BatchRuntime(
         num_workers=1, worker_type="thread", device="cpu", progress_interval_s=0.5
     )
     run_batch_step(

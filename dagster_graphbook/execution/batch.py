@@ -15,11 +15,12 @@ import time
 import traceback
 import warnings
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
+from ..errors import Label
 from ..notes_codec import compact
+from ..plan.settings import BatchRuntime
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .progress import Progress
@@ -34,34 +35,6 @@ _CUDA_FORK_HINT = (
     "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into "
     "on_item_batch"
 )
-
-
-@dataclass
-class BatchSettings:
-    """Pool settings of a batch step (op config ``runtime`` under Dagster)."""
-
-    num_workers: int = 2
-    worker_type: str = "process"  # process | thread
-    prefetch: int = 2  # batches per worker loaded ahead
-    start_method: str = "fork"  # fork | spawn | forkserver
-    device: str = "auto"  # auto | cpu | cuda[:N]
-    on_item_error: str = "raise"  # raise | skip
-    dump_workers: Optional[int] = None  # default: num_workers
-    max_dumps_in_flight: int = 64
-    progress_interval_s: float = 5.0
-    worker_nice: int = (
-        0  # added to the nice value of loader and dump workers (see workers.lower_priority)
-    )
-    max_skipped_fraction: Optional[float] = (
-        None  # under skip: fail when a larger share of items is lost
-    )
-    call_timeout_s: Optional[float] = None  # a load_fn/dump_fn call running longer is an item error
-    stall_warning_s: float = 60.0  # no progress for this long: log what is stuck (0: never)
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> BatchSettings:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in known})
 
 
 _SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
@@ -81,7 +54,7 @@ def max_workers() -> int:
     return max(64, 8 * (os.cpu_count() or 1))
 
 
-def _check_pool_sizes(settings: BatchSettings, label: str) -> None:
+def _check_pool_sizes(settings: BatchRuntime, label: Label) -> None:
     """Refuse pool sizes from run config that no machine can start (``num_workers: 100000000``
     forked until the run was killed, leaving workers behind) or that mean nothing (negative)."""
     limit = max_workers()
@@ -108,6 +81,16 @@ def _placeholders() -> Tuple[set, set]:
     except ImportError:  # pragma: no cover
         pass
     return loads, dumps
+
+
+def count_items(note: Any, item_key: Any) -> int:
+    """Items a note brings to a batch step, without splitting it (a bad note counts 1: the batch
+    run reports it)."""
+    get = getattr(note, "get", None)
+    value = get(item_key, None) if get is not None else None
+    if isinstance(value, list) or type(value).__name__ == "Tensor":
+        return len(value)
+    return 1
 
 
 def _items_of(note: Any, item_key: str) -> List[Any]:
@@ -165,11 +148,12 @@ class _BatchRun:
         self,
         step: Any,
         notes: Sequence[Any],
-        settings: BatchSettings,
+        settings: BatchRuntime,
         pins: Sequence[str],
-        label: str,
+        label: Label,
         node: Tuple[str, str],
         emit: Emit,
+        dropped: Optional[Dict[str, int]] = None,
     ):
         self.step, self.notes, self.settings, self.label, self.node, self.emit = (
             step,
@@ -180,7 +164,7 @@ class _BatchRun:
             emit,
         )
         self.skip = settings.on_item_error == "skip"
-        self.out = Pins(pins, label, lambda msg: emit("warning", msg))
+        self.out = Pins(pins, label, lambda msg: emit("warning", msg), dropped)
         self.errors: List[ItemError] = []
         self.files: List[Tuple[str, int]] = []
         self.items: List[Any] = []
@@ -191,6 +175,20 @@ class _BatchRun:
         self.stage = "start"  # what the step waits for now (the stall watchdog reports it)
         self.lost: Dict[int, List[int]] = {}  # note index -> positions of its items lost under skip
         self.released = 0
+
+    # -- what each note waits for: changed only here -------------------------------------------
+    def item_done(self, index: int) -> None:
+        self.waiting[self.owner[index]] -= 1
+
+    def item_failed(self, stage: str, index: int, tb: str, progress: Progress) -> None:
+        """Item ``index`` is lost: the step fails (``raise``) or the item is recorded (``skip``)."""
+        progress.add("failed")
+        self.fail_item(stage, index, tb)
+        self.item_done(index)
+
+    def dump_submitted(self, index: int, progress: Progress) -> None:
+        self.waiting[self.owner[index]] += 1
+        progress.add("dumps_submitted")
 
     # -- errors ----------------------------------------------------------------------------------
     def fail_item(self, stage: str, index: int, tb: str) -> None:
@@ -274,7 +272,7 @@ class _BatchRun:
 
     def dump_done(self, done: Any, progress: Progress) -> None:
         index = done.key
-        self.waiting[self.owner[index]] -= 1
+        self.item_done(index)
         progress.add("dumps_done")
         self.files += done.files
         if done.error:
@@ -292,18 +290,6 @@ def mark_lost(note: Any, positions: List[int]) -> None:
         pass
 
 
-def check_skipped_share(label: str, skipped: int, total: int, limit: Optional[float]) -> None:
-    """Fail the step when the share of skipped items exceeds ``limit``
-    (``max_skipped_fraction``)."""
-    if limit is None or total <= 0 or skipped / total <= limit:
-        return
-    raise StepFailure(
-        label,
-        f"{skipped} of {total} items ({skipped / total:.0%}) were skipped by errors, more than "
-        f"runtime.max_skipped_fraction {limit:g}; see the warnings above for each item",
-    )
-
-
 def _has_own(step: Any, name: str, placeholders: set) -> bool:
     """Whether the step (its class or the instance itself, as Graphbook checks) overrides
     ``name``."""
@@ -314,198 +300,50 @@ def _has_own(step: Any, name: str, placeholders: set) -> bool:
 def run_batch_step(
     step: Any,
     notes: Sequence[Any],
-    settings: Optional[BatchSettings] = None,
+    settings: Optional[BatchRuntime] = None,
     *,
     pins: Optional[Sequence[str]] = None,
-    label: str = "batch step",
+    label: Label = "batch step",
     node: Tuple[str, str] = ("?", "batch"),
     emit: Optional[Emit] = None,
+    dropped: Optional[Dict[str, int]] = None,
 ) -> StepResult:
-    """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool."""
-    from .dump_pool import DumpPool
-    from .loader_pool import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
+    """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool.
 
-    settings = settings or BatchSettings()
+    ``dropped`` counts notes routed to undeclared pins across the calls of one step (a stream
+    calls this once per chunk)."""
     emit = emit or (lambda level, msg: None)
-    pins = list(pins or getattr(step, "Outputs", ["out"]))
-    if settings.worker_type not in ("process", "thread"):
-        raise StepFailure(
-            label, f"worker_type must be 'process' or 'thread', got {settings.worker_type!r}"
-        )
-    if settings.on_item_error not in ("raise", "skip"):
-        raise StepFailure(
-            label, f"on_item_error must be 'raise' or 'skip', got {settings.on_item_error!r}"
-        )
-    _check_pool_sizes(settings, label)
-    if (
-        settings.worker_type == "process"
-        and settings.num_workers > 0
-        and multiprocessing.current_process().daemon
-    ):
-        # Dask workers and Celery's prefork children are daemonic and may not have children
-        emit(
-            "warning",
-            f"{label}: this step runs in a daemonic process "
-            f"({multiprocessing.current_process().name}), which cannot start worker "
-            "processes; using worker_type 'thread'",
-        )
-        settings = replace(settings, worker_type="thread")
-    shm_free = _shm_free()
-    if settings.worker_type == "process" and settings.num_workers > 0 and shm_free < _SHM_MIN:
-        # worker processes need /dev/shm for their semaphores: sem_open failed with ENOSPC
-        emit(
-            "warning",
-            f"{label}: /dev/shm is full ({shm_free // 1024} KiB free), and worker processes "
-            "need some for their locks; using worker_type 'thread'. Remove what leaked there "
-            "(`ls -la /dev/shm`) or give the container more: `docker run --shm-size=2g`, "
-            "Kubernetes: an emptyDir with medium: Memory at /dev/shm",
-        )
-        settings = replace(settings, worker_type="thread")
-    if settings.call_timeout_s and settings.worker_type == "thread":
-        emit(
-            "warning",
-            f"{label}: runtime.call_timeout_s {settings.call_timeout_s:g} is not enforced on "
-            "thread workers (a thread cannot be interrupted): a load_fn/dump_fn stuck there "
-            "is only reported by the stall warnings; use worker_type 'process' for a limit",
-        )
+    settings = _usable_settings(settings if settings is not None else BatchRuntime(), label, emit)
     device = resolve_device(settings.device)
     if not hasattr(step, "device"):
         step.device = device  # ctx.device in on_item_batch
     batch_size = int(step.batch_size)
     if batch_size < 1:
         raise StepFailure(label, f"batch_size must be at least 1, got {batch_size}")
-
-    run = _BatchRun(step, notes, settings, pins, label, node, emit)
+    pins = list(pins or getattr(step, "Outputs", ["out"]))
+    run = _BatchRun(step, notes, settings, pins, label, node, emit, dropped)
     run.flatten()
-    load_placeholders, dump_placeholders = _placeholders()
-    has_load = _has_own(step, "load_fn", load_placeholders)
-    has_dump = _has_own(step, "dump_fn", dump_placeholders)
-    processes = settings.worker_type == "process"
-    if processes and settings.num_workers > 0:
-        objects = {"load_fn": step.load_fn} if has_load else {}
-        if has_dump:
-            objects["dump_fn"] = step.dump_fn
-        problem = start_method_problem(settings.start_method, objects)
-        if problem:
-            raise StepFailure(label, problem)
-
-    if not has_load:
-        loader: Any = SyncBatches(run.items, batch_size)
-    else:
-        dataset = ItemDataset(
-            run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {})
-        )
-        dataset.call_timeout_s = settings.call_timeout_s
-        if processes:
-            loader = ProcessLoader(
-                dataset,
-                batch_size,
-                settings.num_workers,
-                settings.prefetch,
-                settings.start_method,
-                device.startswith("cuda"),
-                node,
-                settings.worker_nice,
-            )
-            loader.warn = lambda m: emit("warning", f"{label}: {m}")  # e.g. /dev/shm too small
-        else:
-            loader = ThreadLoader(
-                dataset,
-                batch_size,
-                settings.num_workers,
-                settings.prefetch,
-                settings.worker_nice,
-                stack=device != "cpu",
-            )
-    dump_workers = (
-        settings.dump_workers if settings.dump_workers is not None else max(1, settings.num_workers)
-    )
-    dumps = (
-        DumpPool(
-            step.dump_fn,
-            worker_type="thread" if not processes or settings.num_workers == 0 else "process",
-            num_workers=dump_workers,
-            start_method=settings.start_method,
-            max_in_flight=settings.max_dumps_in_flight,
-            node=node,
-            nice=settings.worker_nice,
-            call_timeout_s=settings.call_timeout_s,
-        )
-        if has_dump
-        else None
-    )
-
+    has_load, has_dump = _own_fns(step, settings, label)
+    loader = _make_loader(run, batch_size, device, has_load)
+    dumps = _make_dump_pool(run, has_dump)
     progress = Progress(
-        label,
-        len(run.items),
-        len(notes),
-        device,
-        lambda m: emit("info", m),
+        label, len(run.items), len(notes), device, lambda m: emit("info", m),
         settings.progress_interval_s,
-    )
+    )  # fmt: skip
     watchdog = StallWatchdog(
-        label,
+        str(label),
         settings.stall_warning_s,
         lambda: _stuck(run, progress, dumps),
         lambda m: emit("warning", m),
     )
     failed = True
     try:
-        watchdog.__enter__()
-        run.release_ready(progress)  # notes with no items leave at once (in order)
-        batches = iter(loader)
-        while True:
-            t0 = time.perf_counter()
-            run.stage = "load_fn"
-            try:
-                batch = next(batches, None)
-            except RuntimeError as exc:
-                if "exited unexpectedly" in str(exc) or "killed by signal" in str(exc):
-                    done = progress.counts["processed"] + progress.counts["failed"]
-                    raise StepFailure(
-                        label,
-                        "a loader worker process died (killed by a signal: out of "
-                        f"memory, segfault or kill) while loading items {done}.. of "
-                        f"{len(run.items)}: {exc}",
-                    ) from exc
-                raise
-            progress.loader_wait_s += time.perf_counter() - t0
-            watchdog.touch()
-            if batch is None:
-                break
-            run.stage = "on_item_batch"
-            progress.add("batches")
-            for index, tb in batch.errors:
-                progress.add("failed")
-                run.fail_item("load_fn", index, tb)
-                run.waiting[run.owner[index]] -= 1
-            if batch.indices:
-                _process_batch(
-                    run, batch, batch.indices, has_load, has_dump, device, dumps, progress
-                )
-            if dumps is not None:
-                for done in dumps.poll():
-                    run.dump_done(done, progress)
-            run.release_ready(progress)
-            progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
-        if dumps is not None:
-            run.stage = "dump_fn"
-            for done in dumps.drain():
-                run.dump_done(done, progress)
-                watchdog.touch()
-        run.release_ready(progress)
-        if run.released != len(notes):  # pragma: no cover - would be a bug in the accounting above
-            raise StepFailure(
-                label, f"internal error: {len(notes) - run.released} notes were never released"
-            )
-        check_skipped_share(
-            label, len(run.errors), max(len(run.items), len(notes)), settings.max_skipped_fraction
-        )
+        with watchdog:
+            _batches(run, loader, dumps, progress, watchdog, has_load, has_dump, device)
         failed = False
     except BrokenProcessPool as exc:
         raise StepFailure(label, str(exc)) from exc
     finally:
-        watchdog.__exit__()
         loader.close()
         if dumps is not None:
             dumps.close(abort=failed)
@@ -517,7 +355,170 @@ def run_batch_step(
         "num_workers": settings.num_workers,
         "items_skipped": len(run.errors),
     }
-    return StepResult(run.out.notes, {**stats, **run.out.dropped_stats()}, run.errors, run.files)
+    stats.update(run.out.dropped_stats())
+    return StepResult(run.out.notes, stats, run.errors, run.files, items_in=len(run.items))
+
+
+def _usable_settings(settings: BatchRuntime, label: Label, emit: Emit) -> BatchRuntime:
+    """``settings`` as this process can honour them: thread workers where no worker process can
+    start (a daemonic process, a full ``/dev/shm``), each change said once."""
+    _check_pool_sizes(settings, label)
+    processes = settings.worker_type == "process" and settings.num_workers > 0
+    if processes and multiprocessing.current_process().daemon:
+        # Dask workers and Celery's prefork children are daemonic and may not have children
+        emit(
+            "warning",
+            f"{label}: this step runs in a daemonic process "
+            f"({multiprocessing.current_process().name}), which cannot start worker "
+            "processes; using worker_type 'thread'",
+        )
+        settings = settings.model_copy(update={"worker_type": "thread"})
+    shm_free = _shm_free()
+    if settings.worker_type == "process" and settings.num_workers > 0 and shm_free < _SHM_MIN:
+        # worker processes need /dev/shm for their semaphores: sem_open failed with ENOSPC
+        emit(
+            "warning",
+            f"{label}: /dev/shm is full ({shm_free // 1024} KiB free), and worker processes "
+            "need some for their locks; using worker_type 'thread'. Remove what leaked there "
+            "(`ls -la /dev/shm`) or give the container more: `docker run --shm-size=2g`, "
+            "Kubernetes: an emptyDir with medium: Memory at /dev/shm",
+        )
+        settings = settings.model_copy(update={"worker_type": "thread"})
+    if settings.call_timeout_s and settings.worker_type == "thread":
+        emit(
+            "warning",
+            f"{label}: runtime.call_timeout_s {settings.call_timeout_s:g} is not enforced on "
+            "thread workers (a thread cannot be interrupted): a load_fn/dump_fn stuck there "
+            "is only reported by the stall warnings; use worker_type 'process' for a limit",
+        )
+    return settings
+
+
+def _own_fns(step: Any, settings: BatchRuntime, label: Label) -> Tuple[bool, bool]:
+    """Whether the step has its own ``load_fn`` and ``dump_fn``; those that go to worker
+    processes must be importable by the start method."""
+    load_placeholders, dump_placeholders = _placeholders()
+    has_load = _has_own(step, "load_fn", load_placeholders)
+    has_dump = _has_own(step, "dump_fn", dump_placeholders)
+    if settings.worker_type == "process" and settings.num_workers > 0:
+        objects = {"load_fn": step.load_fn} if has_load else {}
+        if has_dump:
+            objects["dump_fn"] = step.dump_fn
+        problem = start_method_problem(settings.start_method, objects)
+        if problem:
+            raise StepFailure(label, problem)
+    return has_load, has_dump
+
+
+def _make_loader(run: _BatchRun, batch_size: int, device: str, has_load: bool) -> Any:
+    """The batches of the run's items: ``load_fn`` in worker processes or threads (or none)."""
+    from .loader_pool import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
+
+    settings, step = run.settings, run.step
+    if not has_load:
+        return SyncBatches(run.items, batch_size)
+    dataset = ItemDataset(
+        run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {})
+    )
+    dataset.call_timeout_s = settings.call_timeout_s
+    if settings.worker_type == "process":
+        loader = ProcessLoader(
+            dataset,
+            batch_size,
+            settings.num_workers,
+            settings.prefetch,
+            settings.start_method,
+            device.startswith("cuda"),
+            run.node,
+            settings.worker_nice,
+        )
+        loader.warn = lambda m: run.emit("warning", f"{run.label}: {m}")  # e.g. /dev/shm too small
+        return loader
+    return ThreadLoader(
+        dataset,
+        batch_size,
+        settings.num_workers,
+        settings.prefetch,
+        settings.worker_nice,
+        stack=device != "cpu",
+    )
+
+
+def _make_dump_pool(run: _BatchRun, has_dump: bool) -> Any:
+    """The pool that runs ``dump_fn`` calls (None when the step has no ``dump_fn``)."""
+    from .dump_pool import DumpPool
+
+    settings = run.settings
+    if not has_dump:
+        return None
+    processes = settings.worker_type == "process" and settings.num_workers > 0
+    return DumpPool(
+        run.step.dump_fn,
+        worker_type="process" if processes else "thread",
+        num_workers=settings.dump_pool_size,
+        start_method=settings.start_method,
+        max_in_flight=settings.max_dumps_in_flight,
+        node=run.node,
+        nice=settings.worker_nice,
+        call_timeout_s=settings.call_timeout_s,
+    )
+
+
+def _batches(
+    run: _BatchRun,
+    loader: Any,
+    dumps: Any,
+    progress: Progress,
+    watchdog: StallWatchdog,
+    has_load: bool,
+    has_dump: bool,
+    device: str,
+) -> None:
+    """The loop: a batch from the loader, ``on_item_batch``, its dumps submitted, finished notes
+    released in order; then the remaining dumps drained."""
+    run.release_ready(progress)  # notes with no items leave at once (in order)
+    batches = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        run.stage = "load_fn"
+        try:
+            batch = next(batches, None)
+        except RuntimeError as exc:
+            if "exited unexpectedly" in str(exc) or "killed by signal" in str(exc):
+                done = progress.counts["processed"] + progress.counts["failed"]
+                raise StepFailure(
+                    run.label,
+                    "a loader worker process died (killed by a signal: out of "
+                    f"memory, segfault or kill) while loading items {done}.. of "
+                    f"{len(run.items)}: {exc}",
+                ) from exc
+            raise
+        progress.loader_wait_s += time.perf_counter() - t0
+        watchdog.touch()
+        if batch is None:
+            break
+        run.stage = "on_item_batch"
+        progress.add("batches")
+        for index, tb in batch.errors:
+            run.item_failed("load_fn", index, tb, progress)
+        if batch.indices:
+            _process_batch(run, batch, batch.indices, has_load, has_dump, device, dumps, progress)
+        if dumps is not None:
+            for done in dumps.poll():
+                run.dump_done(done, progress)
+        run.release_ready(progress)
+        progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
+    if dumps is not None:
+        run.stage = "dump_fn"
+        for done in dumps.drain():
+            run.dump_done(done, progress)
+            watchdog.touch()
+    run.release_ready(progress)
+    if run.released != len(run.notes):  # pragma: no cover - a bug in the accounting above
+        raise StepFailure(
+            run.label,
+            f"internal error: {len(run.notes) - run.released} notes were never released",
+        )
 
 
 def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
@@ -579,15 +580,14 @@ def _drop_odd_values(
     those items, named, and return the batch without them, so only they are lost."""
     for pos in odd:
         index = batch.indices[pos]
-        progress.add("failed")
-        run.fail_item(
+        run.item_failed(
             "load_fn",
             index,
             f"load_fn returned {_describe(batch.values[pos])} for this item, while the other "
             f"items of its batch returned {_describe_sig(expected)}; on_item_batch failed on "
             f"the batch with it: {why}\n",
+            progress,
         )
-        run.waiting[run.owner[index]] -= 1
     dropped = set(odd)
     keep = [pos for pos in range(len(batch.indices)) if pos not in dropped]
     indices = [batch.indices[pos] for pos in keep]
@@ -634,9 +634,7 @@ def _process_batch(
                 )
             return
         for i in indices:
-            progress.add("failed")
-            run.fail_item("on_item_batch", i, tb)  # raises under on_item_error=raise
-            run.waiting[run.owner[i]] -= 1
+            run.item_failed("on_item_batch", i, tb, progress)  # raises under on_item_error=raise
         return
     finally:
         progress.on_item_batch_s += time.perf_counter() - t0
@@ -649,10 +647,9 @@ def _process_batch(
         if contains_cuda(args):
             args = move(args, "cpu")  # dump workers must not touch CUDA
         args = compact(args)  # a view of the batch tensor would carry the whole batch across
-        run.waiting[run.owner[index]] += 1
-        progress.add("dumps_submitted")
+        run.dump_submitted(index, progress)
         for done in dumps.submit(index, args):
             run.dump_done(done, progress)
     for i in indices:
-        run.waiting[run.owner[i]] -= 1
+        run.item_done(i)
     progress.add("processed", len(indices))

@@ -1,23 +1,238 @@
-"""The step driver: Graphbook's lifecycle over the input notes of one op.
+"""The step driver: Graphbook's lifecycle of one step, the same in the default mode and a stream.
 
 ``on_start`` -> per note ``on_data`` -> ``on_item`` -> ``on_after_item`` -> ``route`` (what
 ``Step.__call__`` does) -> ``on_end``, which runs also when the step failed. Before ``on_end``
 the driver sets ``step.run_failed`` so a step that commits output at the end (``DumpJSONL``)
 can keep the previous output instead of replacing it with a partial one.
+
+The default mode feeds a step all its notes at once (``run_step``); the stream scheduler feeds
+them as they come and pulls a source one yield at a time. Either way the hooks, the handling of
+bad notes, the step's limits (``max_skipped_fraction`` over the whole step) and the stall
+watchdog are this module's.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..authoring.log import LogTarget, log_target
+from ..errors import Label
+from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
+from .batch import run_batch_step
 from .errors import ItemError, StepFailure, short_repr
 from .routing import Pins, StepResult, normalize_yield
 from .stall import StallWatchdog
 
 Emit = Callable[[str, str], None]  # (level, message)
+
+
+class _Where:
+    """Where a source or plain step is, for the stall watchdog: each move counts as progress."""
+
+    def __init__(self, where: str, watchdog: StallWatchdog):
+        self.where, self.watchdog = where, watchdog
+
+    def set(self, where: str) -> None:
+        self.where = where
+        self.watchdog.touch()
+
+
+class StepDriver:
+    """One step's lifecycle: ``start``, then ``feed`` notes or pull ``source()`` yields as often
+    as the caller wants, then ``check`` (the whole step's limits) and ``end``.
+
+    ``chunked``: the notes come in chunks of a stream, so a batch run's failure says which chunk
+    and its per-chunk progress lines stay out of the log (the stream reports per step).
+    """
+
+    def __init__(
+        self,
+        step: Any,
+        kind: str,
+        runtime: Optional[StepRuntime] = None,
+        *,
+        pins: Sequence[str],
+        label: Label,
+        node: Tuple[str, str],
+        emit: Emit,
+        chunked: bool = False,
+    ):
+        self.step, self.kind, self.pins, self.label, self.node = step, kind, list(pins), label, node
+        self.runtime = runtime if runtime is not None else runtime_class(kind)()
+        self.emit, self.chunked = emit, chunked
+        self.log = LogTarget(node[0], node[1], emit)
+        self.watchdog = StallWatchdog(
+            str(label),
+            self.runtime.stall_warning_s if kind != "batch" else 0,  # batch runs have their own
+            lambda: f"still in {self.at.where}",
+            lambda msg: emit("warning", msg),
+            active=False,
+        )
+        self.at = _Where("on_start", self.watchdog)
+        self.dropped: Dict[str, int] = {}  # notes routed to undeclared pins, over all feeds
+        self.notes_in = 0
+        self.items_in = 0  # batch steps: items of the notes fed
+        self.produced = 0  # sources: notes yielded
+        self.errors: List[ItemError] = []  # skipped notes and items, note numbers of the step
+        self.files: List[Tuple[str, int]] = []
+        self.batch: Dict[str, float] = {}  # summed figures of the batch runs
+        self.seconds = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @contextmanager
+    def _active(self) -> Iterator[None]:
+        """The step runs its own code: its log lines go to it, and the stall watchdog counts."""
+        start = time.perf_counter()
+        self.watchdog.resume()
+        try:
+            with log_target(self.log):
+                yield
+        finally:
+            self.watchdog.pause()
+            self.seconds += time.perf_counter() - start
+
+    def start(self) -> None:
+        """``on_start``; the watchdog watches from here until ``end``."""
+        self.watchdog.__enter__()
+        with self._active():
+            _call_hook(self.step, "on_start", self.label)
+
+    def check(self) -> None:
+        """The whole step's limits, once all its notes went through (fails the step)."""
+        runtime = self.runtime
+        if isinstance(runtime, BatchRuntime) and self.kind == "batch":
+            total = max(self.items_in, self.notes_in)
+            check_skipped_share(self.label, len(self.errors), total, runtime.max_skipped_fraction)
+
+    def end(self, failed: bool) -> None:
+        """``on_end`` with ``step.run_failed`` set; after a failure its own error is only logged."""
+        self.at.set("on_end")
+        self.step.run_failed = failed
+        try:
+            with self._active():
+                _call_hook(self.step, "on_end", self.label)
+        except StepFailure as exc:
+            if not failed:
+                raise
+            self.emit("error", str(exc))
+        finally:
+            self.watchdog.__exit__()
+
+    # -- notes -----------------------------------------------------------------------------------
+    def source(self) -> Iterator[Dict[str, List[Any]]]:
+        """The source's yields, each as ``{pin: notes}`` (a ``load()`` source yields once)."""
+        generator = "GeneratorSourceStep" in {c.__name__ for c in type(self.step).__mro__}
+        values: Iterator[Any] = iter(self.step.generator) if generator else iter([None])
+        warned = [False]
+        warn = lambda msg: self.emit("warning", f"{self.label}: {msg}")  # noqa: E731
+        out = Pins(self.pins, self.label, lambda msg: self.emit("warning", msg), self.dropped)
+        self.at.set("the source's load (no note yet)")
+        while True:
+            try:
+                with self._active():
+                    value = next(values)
+                    if not generator:
+                        value = self.step.load()
+            except StopIteration:
+                return
+            except StepFailure:
+                raise
+            except Exception as exc:
+                raise StepFailure(
+                    self.label,
+                    f"load failed after {self.produced} notes: {type(exc).__name__}: {exc}",
+                    ItemError("load", self.produced, None, "", "", traceback.format_exc()),
+                ) from exc
+            routed = out.declared(normalize_yield(value, self.pins, warn, warned), "the source")
+            self.produced += sum(len(v) for v in routed.values())
+            self.at.set(f"the source's generator, after {self.produced} notes")
+            yield routed
+
+    def feed(self, notes: Sequence[Any]) -> StepResult:
+        """Run the step over ``notes`` (the next ones of its input) and return their notes per
+        pin; skipped notes and items are kept in ``errors``, numbered within the whole step."""
+        offset = self.notes_in
+        self.notes_in += len(notes)
+        if self.kind == "batch":
+            result = self._feed_batch(notes, offset)
+        else:
+            with self._active():
+                result = self._feed_notes(notes, offset)
+        self.errors += [replace(e, note_index=e.note_index + offset) for e in result.errors]
+        self.files += result.files
+        return result
+
+    def _feed_notes(self, notes: Sequence[Any], offset: int) -> StepResult:
+        start = time.perf_counter()
+        out = Pins(self.pins, self.label, lambda msg: self.emit("warning", msg), self.dropped)
+        errors: List[ItemError] = []
+        for k, note in enumerate(notes):
+            index = offset + k
+            self.at.set(f"note {index} {short_repr(note)} (on_data, on_item, route)")
+            try:
+                routed = self.step(note)
+            except Exception as exc:
+                error = ItemError("step", k, None, "", short_repr(note), traceback.format_exc())
+                if self.runtime.on_item_error != "skip":
+                    raise StepFailure(
+                        self.label,
+                        f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        replace(error, note_index=index),
+                        note=note,
+                    ) from exc
+                errors.append(error)
+                continue
+            out.add_routed(routed, note, f"note {index}")
+        stats = {
+            "notes_in": len(notes),
+            "notes_out": sum(out.counts().values()),
+            "notes_failed": len(errors),
+            "seconds": round(time.perf_counter() - start, 4),
+        }
+        return StepResult(out.notes, {**stats, **out.dropped_stats()}, errors)
+
+    def _feed_batch(self, notes: Sequence[Any], offset: int) -> StepResult:
+        emit = self.emit
+        if self.chunked:  # the stream reports per step; a chunk's own progress lines would flood
+            emit = lambda level, msg: self.emit(level, msg) if level != "info" else None  # noqa: E731
+        start = time.perf_counter()
+        try:
+            with log_target(self.log):
+                result = run_batch_step(
+                    self.step, notes, self.runtime, pins=self.pins, label=self.label,
+                    node=self.node, emit=emit, dropped=self.dropped,
+                )  # fmt: skip
+        except StepFailure as exc:
+            if not self.chunked:
+                raise
+            where = f"notes {offset}..{offset + len(notes) - 1} of its stream"
+            raise StepFailure(
+                exc.ref,
+                f"{exc.message.splitlines()[0]} [note numbers count from the chunk of {where}]",
+                exc.error,
+            ) from exc
+        finally:
+            self.seconds += time.perf_counter() - start
+        self.items_in += result.items_in
+        for key, value in result.stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if key != "num_workers" and not key.startswith("notes_dropped_"):
+                    self.batch[key] = self.batch.get(key, 0) + value
+        self.batch["chunks"] = self.batch.get("chunks", 0) + 1
+        return result
+
+    def run_source(self) -> StepResult:
+        """The default mode's source: all its yields collected per pin."""
+        start = time.perf_counter()
+        out = Pins(self.pins, self.label)
+        for routed in self.source():
+            out.add(routed, "the source")
+        stats = {"notes_out": self.produced, "seconds": round(time.perf_counter() - start, 4)}
+        return StepResult(out.notes, {**stats, **_dropped_stats(self.dropped)})
 
 
 def run_step(
@@ -26,56 +241,31 @@ def run_step(
     notes: Sequence[Any],
     *,
     pins: Sequence[str],
-    label: str,
+    label: Label,
     node: Tuple[str, str],
     emit: Emit,
-    on_item_error: str = "raise",
-    batch_settings: Any = None,
-    stall_warning_s: float = 60.0,
+    runtime: Optional[StepRuntime] = None,
 ) -> StepResult:
-    """Run one step over ``notes`` (ignored for sources) and return its notes per pin.
+    """The default mode: run one step over all its ``notes`` (ignored for sources) at once and
+    return its notes per pin."""
+    driver = StepDriver(step, kind, runtime, pins=pins, label=label, node=node, emit=emit)
+    return run_all(driver, notes)
 
-    A source or plain step stuck in its own code (a lock, a read that never returns) says so
-    every ``stall_warning_s``, naming the hook and the note; batch steps have their own watchdog.
-    """
-    at = _Where("on_start")
-    watchdog = StallWatchdog(
-        label,
-        stall_warning_s if kind != "batch" else 0,
-        lambda: f"still in {at.where}",
-        lambda msg: emit("warning", msg),
-    )
-    with log_target(LogTarget(node[0], node[1], emit)), watchdog:
-        at.watchdog = watchdog
-        _call_hook(step, "on_start", label)
-        failed = True
-        try:
-            if kind == "source":
-                at.set("the source's load (no note yet)")
-                result = _run_source(step, pins, label, emit, at)
-            elif kind == "batch":
-                from .batch import BatchSettings, run_batch_step
 
-                settings = batch_settings or BatchSettings(on_item_error=on_item_error)
-                result = run_batch_step(
-                    step, notes, settings, pins=pins, label=label, node=node, emit=emit
-                )
-            else:
-                result = _run_notes(step, notes, pins, label, on_item_error, emit, at)
-            failed = False
-        finally:
-            at.set("on_end")
-            step.run_failed = failed
-            try:
-                _call_hook(step, "on_end", label)
-            except StepFailure as exc:
-                if not failed:
-                    raise
-                emit("error", str(exc))
+def run_all(driver: StepDriver, notes: Sequence[Any]) -> StepResult:
+    """The whole lifecycle over all ``notes`` at once: start, feed (or the source), check, end."""
+    driver.start()
+    failed = True
+    try:
+        result = driver.run_source() if driver.kind == "source" else driver.feed(notes)
+        driver.check()
+        failed = False
+    finally:
+        driver.end(failed)
     return result
 
 
-def _call_hook(step: Any, hook: str, label: str) -> None:
+def _call_hook(step: Any, hook: str, label: Label) -> None:
     try:
         getattr(step, hook)()
     except Exception as exc:
@@ -86,84 +276,17 @@ def _call_hook(step: Any, hook: str, label: str) -> None:
         ) from exc
 
 
-class _Where:
-    """Where a source or plain step is, for the stall watchdog: each move counts as progress."""
-
-    def __init__(self, where: str):
-        self.where, self.watchdog = where, None
-
-    def set(self, where: str) -> None:
-        self.where = where
-        if self.watchdog is not None:
-            self.watchdog.touch()
+def _dropped_stats(dropped: Dict[str, int]) -> Dict[str, int]:
+    return {f"notes_dropped_{pin}": n for pin, n in dropped.items()}
 
 
-def _run_source(
-    step: Any, pins: Sequence[str], label: str, emit: Emit, at: Optional[_Where] = None
-) -> StepResult:
-    at = at or _Where("")
-    start = time.perf_counter()
-    warned = [False]
-    warn = lambda msg: emit("warning", f"{label}: {msg}")  # noqa: E731
-    out = Pins(pins, label, lambda msg: emit("warning", msg))
-    try:
-        if "GeneratorSourceStep" in {c.__name__ for c in type(step).__mro__}:
-            for value in step.generator:
-                out.add(normalize_yield(value, pins, warn, warned), "the source")
-                at.set(f"the source's generator, after {sum(out.counts().values())} notes")
-        else:
-            out.add(normalize_yield(step.load(), pins, warn, warned), "the source")
-    except StepFailure:
-        raise
-    except Exception as exc:
-        produced = sum(out.counts().values())
-        raise StepFailure(
-            label,
-            f"load failed after {produced} notes: {type(exc).__name__}: {exc}",
-            ItemError("load", produced, None, "", "", traceback.format_exc()),
-        ) from exc
-    seconds = round(time.perf_counter() - start, 4)
-    stats = {"notes_out": sum(out.counts().values()), "seconds": seconds}
-    return StepResult(out.notes, {**stats, **out.dropped_stats()})
-
-
-def _run_notes(
-    step: Any,
-    notes: Sequence[Any],
-    pins: Sequence[str],
-    label: str,
-    on_item_error: str,
-    emit: Emit,
-    at: Optional[_Where] = None,
-) -> StepResult:
-    at = at or _Where("")
-    start = time.perf_counter()
-    out = Pins(pins, label, lambda msg: emit("warning", msg))
-    errors: List[ItemError] = []
-    for index, note in enumerate(notes):
-        at.set(f"note {index} {short_repr(note)} (on_data, on_item, route)")
-        try:
-            routed = step(note)
-        except Exception as exc:
-            error = ItemError("step", index, None, "", short_repr(note), traceback.format_exc())
-            if on_item_error != "skip":
-                raise StepFailure(
-                    label,
-                    f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
-                    error,
-                    note=note,
-                ) from exc
-            errors.append(error)
-            continue
-        out.add(routed, f"note {index}")
-    stats = {
-        "notes_in": len(notes),
-        "notes_out": sum(out.counts().values()),
-        "notes_failed": len(errors),
-        "seconds": round(time.perf_counter() - start, 4),
-    }
-    return StepResult(out.notes, {**stats, **out.dropped_stats()}, errors)
-
-
-def step_label(workflow: str, step_name: str, node_id: str) -> str:
-    return f"workflow '{workflow}', step '{step_name}' (node {node_id})"
+def check_skipped_share(label: Label, skipped: int, total: int, limit: Optional[float]) -> None:
+    """Fail the step when the share of skipped items exceeds ``limit``
+    (``max_skipped_fraction``)."""
+    if limit is None or total <= 0 or skipped / total <= limit:
+        return
+    raise StepFailure(
+        label,
+        f"{skipped} of {total} items ({skipped / total:.0%}) were skipped by errors, more than "
+        f"runtime.max_skipped_fraction {limit:g}; see the warnings above for each item",
+    )

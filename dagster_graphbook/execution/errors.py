@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional, Tuple
 
 import dagster as dg
 
-from ..errors import GraphbookError, exception_line, note_preview, traceback_tail
+from ..errors import GraphbookError, Label, StepRef, exception_line, note_preview, traceback_tail
 
 _NO_NOTE = object()
-_LABEL = re.compile(r"workflow '(.*?)', (?:step|resource) '(.*?)' \(node (.*?)\)")
 
 
 def short_repr(obj: Any, limit: int = 200) -> str:
@@ -60,16 +58,18 @@ class StepFailure(GraphbookError, RuntimeError):
 
     def __init__(
         self,
-        label: str,
+        label: Label,
         message: str,
         error: Optional[ItemError] = None,
         *,
         note: Any = _NO_NOTE,
         allow_retries: bool = True,
     ):
-        self.label = label
-        self.error = error
-        self.where: Tuple[Optional[str], ...] = _parse_label(label)
+        self.label, self.ref, self.message, self.error = str(label), label, message, error
+        ref = label if isinstance(label, StepRef) else None
+        self.where: Tuple[Optional[str], ...] = (
+            (ref.workflow, ref.step, ref.node) if ref else (None, None, None)
+        )
         self.note = None if note is _NO_NOTE else note_preview(note)
         headline = f"{label}: {message}"
         last = exception_line(error.error) if error is not None else ""
@@ -77,11 +77,6 @@ class StepFailure(GraphbookError, RuntimeError):
             headline += f": {last}"
         detail = error.error.strip() if error is not None and error.error else ""
         super().__init__(headline, detail=detail, allow_retries=allow_retries)
-
-    def at(self, workflow: str, step: str, node: str) -> StepFailure:
-        """The failure with the op's workflow, step and node (when the label did not hold them)."""
-        self.where = (workflow, step, node)
-        return self
 
     @property
     def metadata(self) -> Dict[str, dg.MetadataValue]:
@@ -117,9 +112,3 @@ class StepFailure(GraphbookError, RuntimeError):
             return name
         cause = self.__cause__
         return type(cause).__name__ if cause is not None else None
-
-
-def _parse_label(label: str) -> Tuple[Optional[str], ...]:
-    """(workflow, step, node) of a ``step_label`` (or a resource's label); Nones otherwise."""
-    found = _LABEL.match(label)
-    return found.groups() if found else (None, None, None)

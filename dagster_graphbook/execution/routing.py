@@ -18,6 +18,8 @@ class StepResult:
     stats: Dict[str, Any] = field(default_factory=dict)
     errors: List[ItemError] = field(default_factory=list)
     files: List[Tuple[str, int]] = field(default_factory=list)
+    items_in: int = 0  # batch steps: the items of the notes it took
+    sent: Optional[Dict[str, int]] = None  # streamed: notes sent per pin (none are kept)
 
 
 class PinNotes(list):
@@ -41,20 +43,31 @@ class Pins:
     """
 
     def __init__(
-        self, pins: Sequence[str], label: str, warn: Optional[Callable[[str], None]] = None
+        self,
+        pins: Sequence[str],
+        label: Any,
+        warn: Optional[Callable[[str], None]] = None,
+        dropped: Optional[Dict[str, int]] = None,
     ):
         self.pins = list(pins)
         self.label = label
         self.warn = warn
         self.notes: Dict[str, List[Any]] = {p: PinNotes() for p in self.pins}
-        self.dropped: Dict[str, int] = {}
+        self.dropped: Dict[str, int] = dropped if dropped is not None else {}  # shared by a step
         self._emitted = 0
 
-    def add(self, step_output: Dict[str, List[Any]], where: str) -> None:
+    def declared(self, step_output: Dict[str, List[Any]], where: str) -> Dict[str, List[Any]]:
+        """``step_output`` without the pins the step does not declare (dropped, counted)."""
+        kept = {}
         for pin, notes in step_output.items():
-            if pin not in self.notes:
+            if pin in self.notes:
+                kept[pin] = notes
+            else:
                 self._drop(pin, notes, where)
-                continue
+        return kept
+
+    def add(self, step_output: Dict[str, List[Any]], where: str) -> None:
+        for pin, notes in self.declared(step_output, where).items():
             target = self.notes[pin]
             target.extend(notes)
             target.order.extend(range(self._emitted, self._emitted + len(notes)))

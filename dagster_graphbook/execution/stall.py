@@ -13,7 +13,11 @@ from typing import Callable
 
 
 class StallWatchdog:
-    """Call ``touch()`` on progress; ``describe()`` says what the step waits for."""
+    """Call ``touch()`` on progress; ``describe()`` says what the step waits for.
+
+    ``pause()``/``resume()`` bracket the spans where the step runs its own code: a step of a
+    stream waiting for its turn is idle, not stalled.
+    """
 
     def __init__(
         self,
@@ -21,9 +25,12 @@ class StallWatchdog:
         interval_s: float,
         describe: Callable[[], str],
         warn: Callable[[str], None],
+        *,
+        active: bool = True,
     ):
         self.label, self.interval_s, self.describe, self.warn = label, interval_s, describe, warn
         self.last = time.monotonic()
+        self.active = active
         self.stopped = threading.Event()
         self.thread = threading.Thread(
             target=self._watch, name="graphbook-stall-watchdog", daemon=True
@@ -42,12 +49,19 @@ class StallWatchdog:
     def touch(self) -> None:
         self.last = time.monotonic()
 
+    def resume(self) -> None:
+        self.last, self.active = time.monotonic(), True
+
+    def pause(self) -> None:
+        self.active = False
+
     def _watch(self) -> None:
         reported = self.last
         while not self.stopped.wait(min(1.0, self.interval_s / 4)):
             now = time.monotonic()
             if (
-                now - self.last >= self.interval_s
+                self.active
+                and now - self.last >= self.interval_s
                 and now - max(reported, self.last) >= self.interval_s
             ):
                 reported = now

@@ -1,5 +1,8 @@
-"""The body of a step's op: config and resources -> step instance -> driver -> one Output per
-pin."""
+"""The one op body: config and resources -> step instances -> drivers (all notes at once, or
+streamed through the scheduler) -> one Output per pin.
+
+A step op is a segment of one step; a streaming op a segment of several. Both run here.
+"""
 
 from __future__ import annotations
 
@@ -7,48 +10,25 @@ import heapq
 import itertools
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
-from .driver import run_step, step_label
+from ..errors import Label
+from ..plan.ops import OpPlan, StepPlan
+from ..plan.settings import RUNTIME_KEY, STREAM_KEY, StepRuntime, StreamSettings, read_runtime
+from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
+from .routing import StepResult
 from .step_metadata import step_metadata
-
-RUNTIME_KEY = "runtime"
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """What an op needs to run one workflow step, fixed at definition time."""
-
-    workflow: str
-    workflow_source: str
-    node_id: str
-    step_name: str
-    cls: type
-    kind: str  # source | step | batch
-    pins: Tuple[str, ...]
-    output_names: Mapping[str, str]  # pin -> Dagster output name
-    input_names: Tuple[str, ...]  # in edge order
-    resource_keys: Mapping[str, str]  # parameter -> Dagster resource key
-    function_params: Mapping[str, Optional[str]] = field(
-        default_factory=dict
-    )  # workflow's code per function param
-    overridable: Tuple[str, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return step_label(self.workflow, self.step_name, self.node_id)
 
 
 def config_kwargs(
     config: Mapping[str, Any],
     function_params: Mapping[str, Optional[str]],
     overridable: Tuple[str, ...],
-    label: str,
+    label: Label,
     partition_key: Optional[str] = None,
     why: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Any]:
@@ -110,37 +90,37 @@ def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[st
 
 
 @contextmanager
-def failures_named(plan: StepPlan) -> Iterator[None]:
-    """Every error of the step ends as a ``StepFailure`` naming its workflow, step and node: a
-    ``dg.Failure``, so its headline (not "Error occurred while executing op") leads the run page."""
+def failures_named(label: Optional[Label]) -> Iterator[None]:
+    """Every error of a step op ends as a ``StepFailure`` naming its workflow, step and node: a
+    ``dg.Failure``, so its headline (not "Error occurred while executing op") leads the run page.
+    (``label`` None: a streaming op, whose steps' failures name themselves.)"""
     try:
         yield
-    except StepFailure as exc:
-        exc.at(plan.workflow, plan.step_name, plan.node_id)
-        raise
     except (dg.DagsterError, dg.RetryRequested, dg.Failure):
         raise  # Dagster's own control flow, and failures that already carry their message
     except Exception as exc:
+        if label is None:
+            raise
         error = ItemError("step", -1, None, "", "", traceback.format_exc())
-        failure = StepFailure(plan.label, f"{type(exc).__name__}: {exc}", error)
-        raise failure.at(plan.workflow, plan.step_name, plan.node_id) from exc
+        raise StepFailure(label, f"{type(exc).__name__}: {exc}", error) from exc
 
 
 def _retry_or_raise(
-    context: dg.AssetExecutionContext, plan: StepPlan, runtime: Mapping[str, Any], exc: Exception
+    context: dg.AssetExecutionContext, op: OpPlan, runtimes: List[StepRuntime], exc: Exception
 ) -> None:
-    """``runtime.retries`` from run config: ask Dagster to run the step again; once spent, the step
-    fails with ``exc`` itself."""
-    retries = int(runtime.get("retries") or 0)
+    """``runtime.retries`` from run config (a streaming op: its steps' most): ask Dagster to run
+    the op again; once spent, the op fails with ``exc`` itself."""
+    runtime = max(runtimes, key=lambda r: r.retries)
     attempt = context.retry_number + 1
-    if attempt > retries:
+    if attempt > runtime.retries:
         return
+    label = op.steps[0].label if not op.streamed else f"streaming op {op.name}"
     context.log.warning(
-        f"{plan.label}: attempt {attempt} of {retries + 1} failed: "
+        f"{label}: attempt {attempt} of {runtime.retries + 1} failed: "
         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying"
     )
     raise dg.RetryRequested(
-        max_retries=retries, seconds_to_wait=float(runtime.get("retry_delay_s") or 0.0)
+        max_retries=runtime.retries, seconds_to_wait=runtime.retry_delay_s
     ) from exc
 
 
@@ -178,60 +158,124 @@ def _emission_order(streams: List[List[Any]]) -> List[Any]:
 _GAP = object()
 
 
-def execute_step(
-    context: dg.AssetExecutionContext, plan: StepPlan, inputs: Mapping[str, List[Any]]
+def execute_op(
+    context: dg.AssetExecutionContext, op: OpPlan, inputs: Mapping[str, List[Any]]
 ) -> Iterator[dg.Output]:
-    """Run the step over the notes of all its inputs and yield its notes per pin."""
+    """Build the op's steps from their config, run them, and yield one Output per pin."""
     config = dict(context.op_execution_context.op_config or {})
-    runtime = dict(config.pop(RUNTIME_KEY, None) or {})
-    with failures_named(plan):
-        step = make_step(context, plan, config)
-    notes = interleave([inputs[name] or [] for name in plan.input_names])
-
-    def emit(level: str, message: str) -> None:
-        getattr(context.log, level if level in ("info", "warning", "error", "debug") else "info")(
-            message
-        )
-
-    batch_settings = None
-    if plan.kind == "batch":
-        from .batch import BatchSettings
-
-        batch_settings = BatchSettings.from_config(runtime)
-    with failures_named(plan):
+    emit = _emitter(context)
+    drivers: Dict[str, StepDriver] = {}
+    for plan in op.steps:
+        step_config = dict((config.get(plan.op_name) if op.streamed else config) or {})
+        runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None))
+        with failures_named(plan.label):
+            step = make_step(context, plan, step_config)
+        drivers[plan.node_id] = StepDriver(
+            step, plan.kind, runtime, pins=plan.pins, label=plan.label,
+            node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
+        )  # fmt: skip
+    with failures_named(None if op.streamed else op.steps[0].label):
         try:
-            result = run_step(
-                step,
-                plan.kind,
-                notes,
-                pins=plan.pins,
-                label=plan.label,
-                node=(plan.node_id, plan.step_name),
-                emit=emit,
-                on_item_error=runtime.get("on_item_error", "raise"),
-                batch_settings=batch_settings,
-                stall_warning_s=runtime.get("stall_warning_s", 60.0),
-            )
+            if op.streamed:
+                stream = StreamSettings(**dict(config.get(STREAM_KEY) or {}))
+                results = _run_streamed(op, drivers, inputs, stream, emit)
+            else:
+                results = _run_alone(op, drivers, inputs)
         except Exception as exc:
-            _retry_or_raise(context, plan, runtime, exc)
+            _retry_or_raise(context, op, [d.runtime for d in drivers.values()], exc)
             raise
+    for plan in op.steps:
+        yield from _outputs(context, op, plan, drivers[plan.node_id], results[plan.node_id])
+
+
+def _emitter(context: Any) -> Any:
+    def emit(level: str, message: str) -> None:
+        known = level if level in ("info", "warning", "error", "debug") else "info"
+        getattr(context.log, known)(message)
+
+    return emit
+
+
+def _run_alone(
+    op: OpPlan, drivers: Mapping[str, StepDriver], inputs: Mapping[str, List[Any]]
+) -> Dict[str, StepResult]:
+    """The default mode: the op's one step over all the notes of its inputs, in Graphbook's
+    order."""
+    plan = op.steps[0]
+    notes = interleave([inputs[name] or [] for name in plan.input_names])
+    result = run_all(drivers[plan.node_id], notes)
+    if plan.kind != "source":
+        result.stats = {**result.stats, "notes_in": len(notes)}
+    return {plan.node_id: result}
+
+
+def _run_streamed(
+    op: OpPlan,
+    drivers: Mapping[str, StepDriver],
+    inputs: Mapping[str, List[Any]],
+    settings: StreamSettings,
+    emit: Any,
+) -> Dict[str, StepResult]:
+    """A segment: the steps stream notes to each other through the scheduler."""
+    from .stream import StreamingRun, StreamStep
+
+    feeds = [
+        StreamStep.inlet(src, pin, inputs[name] or [], readers)
+        for (src, pin), (name, readers) in op.inlets.items()
+    ]
+    steps = [
+        StreamStep.of(
+            drivers[p.node_id], p.children, {x for x in p.pins if (p.node_id, x) in op.stored}
+        )
+        for p in op.steps
+    ]
+    run = StreamingRun(feeds + steps, emit, settings)
+    nodes = run.run()
+    results = {}
+    for plan in op.steps:
+        node, driver = nodes[plan.node_id], drivers[plan.node_id]
+        stats = {
+            "notes_in": driver.notes_in,
+            "seconds": round(driver.seconds, 4),
+            **driver.batch,
+            "max_notes_queued": run.max_queued,
+            **{f"notes_dropped_{p}": n for p, n in driver.dropped.items()},
+        }
+        if plan.kind == "source":
+            del stats["notes_in"]  # a source reads no notes: no flat curve of zeros
+        kept = {p: node.kept.get(p, []) for p in plan.pins}
+        results[plan.node_id] = StepResult(kept, stats, driver.errors, driver.files, sent=node.sent)
+    return results
+
+
+def _outputs(
+    context: dg.AssetExecutionContext,
+    op: OpPlan,
+    plan: StepPlan,
+    driver: StepDriver,
+    result: StepResult,
+) -> Iterator[dg.Output]:
+    """One Output per pin of ``plan``'s step: its notes where stored, with the step's metadata."""
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
-    stats = (
-        dict(result.stats) if plan.kind == "source" else {**result.stats, "notes_in": len(notes)}
-    )
-    figures = dict(getattr(step, "dagster_metadata", None) or {})  # e.g. accuracy, plotted
-    meta = step_metadata(stats, result.files, result.errors, figures)
-    if result.files:  # which files this materialization wrote (issue 11.5)
+    figures = dict(getattr(driver.step, "dagster_metadata", None) or {})  # e.g. accuracy, plotted
+    meta = step_metadata(result.stats, result.files, result.errors, figures)
+    if result.files and not op.streamed:  # which files this materialization wrote (issue 11.5)
         from ..manifests import write_manifest
 
         storage = context.instance.storage_directory()
-        manifest = write_manifest(
-            result.files, storage, context.op_execution_context.op_def.name, context.run_id
-        )
+        manifest = write_manifest(result.files, storage, op.name, context.run_id)
         meta["files_manifest"] = dg.MetadataValue.path(manifest)
     for pin in plan.pins:
-        notes_out = result.outputs.get(pin, [])
-        if hasattr(notes_out, "source"):
-            notes_out.source = plan.node_id  # children fed by several of its pins merge by emission
-        yield dg.Output(notes_out, output_name=plan.output_names[pin], metadata=meta)
+        stored = (plan.node_id, pin) in op.stored
+        pin_meta = meta
+        if op.streamed:  # a pin's count, stored or not (the IO manager sets the same when stored)
+            pin_meta = {
+                **meta,
+                "dagster/row_count": dg.MetadataValue.int((result.sent or {}).get(pin, 0)),
+                "stored": dg.MetadataValue.bool(stored),
+            }
+        notes = result.outputs.get(pin, []) if stored else None
+        if hasattr(notes, "source"):
+            notes.source = plan.node_id  # children fed by several of its pins merge by emission
+        yield dg.Output(notes, output_name=op.outputs[(plan.node_id, pin)], metadata=pin_meta)

@@ -1,5 +1,2 @@
-"""Streaming mode: a workflow's steps as one op passing notes through bounded inboxes."""
-
-from .engine import DEFAULT_QUEUE_ITEMS, StreamingRun, StreamStep
-
-__all__ = ["DEFAULT_QUEUE_ITEMS", "StreamStep", "StreamingRun"]
+"""Streaming mode, as planned: which steps a streaming op runs (``segment``) and the advice to
+stream (``advice``). The scheduler that runs a segment is ``execution.stream``."""

@@ -1,0 +1,1 @@
+"""What a workflow compiles to, once: names, specs, settings and segments, frozen."""

@@ -1,0 +1,292 @@
+"""What each op of a workflow is, compiled once: a step op is a segment of one step, a streaming
+op a segment of several. The one builder (``assets.op_asset``) and the one op body
+(``execution.step_op.execute_op``) read an ``OpPlan`` and derive nothing again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
+
+import dagster as dg
+
+from .. import params as ptypes
+from ..checks import BoundCheck, StepCheck
+from ..errors import StepRef
+from ..io import NOTES_IO_MANAGER_KEY
+from ..streaming.segment import stored_pins
+from ..translator import GraphbookTranslator, WorkflowNames
+from ..trust import code_params
+from ..workflow import Workflow, WorkflowError, WorkflowNode
+from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
+
+Pin = Tuple[str, str]  # (node id, pin)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What an op needs to run one workflow step, fixed at definition time."""
+
+    workflow: str
+    workflow_source: str
+    node_id: str
+    step_name: str
+    op_name: str
+    cls: type
+    kind: str  # source | step | batch
+    pins: Tuple[str, ...]
+    input_names: Tuple[str, ...]  # the op inputs feeding it, one per edge in edge order
+    resource_keys: Mapping[str, str]  # parameter -> Dagster resource key
+    function_params: Mapping[str, Optional[str]] = field(default_factory=dict)
+    overridable: Tuple[str, ...] = ()
+    children: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)  # pin -> steps in op
+
+    @property
+    def label(self) -> StepRef:
+        return StepRef(self.workflow, self.step_name, self.node_id)
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """One op: its steps, where their notes go, and the Dagster arguments of its multi-asset."""
+
+    name: str
+    steps: Tuple[StepPlan, ...]  # in topological order
+    streamed: bool  # a segment: its steps pass notes to each other in one process
+    outputs: Mapping[Pin, str]  # (node id, pin) -> Dagster output name
+    stored: FrozenSet[Pin]  # pins whose notes go to the notes IO manager
+    inlets: Mapping[Pin, Tuple[str, Tuple[str, ...]]]  # streamed: outside pin -> (input, readers)
+    checks: Tuple[BoundCheck, ...]
+    asset_args: Mapping[str, Any]  # everything else ``dg.multi_asset`` takes
+
+
+def compile_op(
+    workflow: Workflow,
+    translator: GraphbookTranslator,
+    segment: Sequence[str],
+    *,
+    streamed: bool,
+    resource_keys: Mapping[str, str],
+    partitions_def: Optional[dg.PartitionsDefinition] = None,
+    retry_policy: Optional[dg.RetryPolicy] = None,
+    op_tags: Optional[Mapping[str, Any]] = None,
+    external_deps: Sequence[dg.AssetKey] = (),
+    checks: Sequence[StepCheck] = (),
+    pool: Optional[str] = None,
+) -> OpPlan:
+    """The plan of the op running ``segment`` (node ids in topological order): one step in the
+    default mode, or the streamed steps. Its outputs are the steps' pins; a streamed pin that no
+    step outside reads stores nothing (a ``Nothing`` output)."""
+    names = translator.names(workflow)
+    inside = set(segment)
+    stored = stored_pins(workflow, segment)
+    wiring = _Wiring(names, workflow, inside, streamed, external_deps)
+    steps = [wiring.add(workflow.nodes[i], stored, resource_keys) for i in segment]
+    nodes = [workflow.nodes[i] for i in segment]
+    if streamed:
+        name = names.stream_op_name
+        config = {
+            s.op_name: dg.Field(_step_config(workflow, workflow.nodes[s.node_id])) for s in steps
+        }
+        config[STREAM_KEY] = stream_field()
+        whole = len(segment) == len(workflow.steps())
+        what = "" if whole else f" ({', '.join(s.step_name for s in steps)})"
+        description = (
+            f"Graphbook workflow `{workflow.name}` streamed as one op ({len(segment)} steps{what})"
+        )
+        tags: Dict[str, Any] = {"graphbook/streaming": "true"}
+    else:
+        name = steps[0].op_name
+        config = _step_config(workflow, nodes[0])
+        description = translator.get_description(workflow, nodes[0])
+        tags = dict(translator.get_op_tags(workflow, nodes[0]))
+    bound = tuple(_bind(checks, steps[0], names, nodes[0]))
+    pools = [pool] if pool is not None else [translator.get_pool(workflow, n) for n in nodes]
+    if retry_policy is None:
+        policies = [translator.get_retry_policy(workflow, n) for n in nodes]
+        retry_policy = max(
+            (p for p in policies if p is not None), key=lambda p: p.max_retries, default=None
+        )
+    function_params = {s.node_id: s.function_params for s in steps}
+    asset_args = dict(
+        name=name,
+        outs=wiring.outs,
+        ins=wiring.ins,
+        internal_asset_deps=wiring.internal,
+        deps=wiring.deps(),
+        config_schema=config,
+        required_resource_keys={k for s in steps for k in s.resource_keys.values()},
+        op_tags={**tags, **(op_tags or {}), **names.steps_tag(list(segment), function_params)},
+        pool=next((p for p in pools if p), None),
+        partitions_def=partitions_def,
+        retry_policy=retry_policy,
+        description=description,
+        can_subset=False,
+        check_specs=[b.spec(partitions_def) for b in bound] or None,
+    )
+    return OpPlan(
+        name, tuple(steps), streamed, dict(wiring.out_names), frozenset(stored),
+        dict(wiring.inlets), bound, asset_args,
+    )  # fmt: skip
+
+
+class _Wiring:
+    """The op's Dagster inputs, outputs and deps, built step by step."""
+
+    def __init__(
+        self,
+        names: WorkflowNames,
+        workflow: Workflow,
+        inside: Set[str],
+        streamed: bool,
+        external: Sequence[dg.AssetKey],
+    ):
+        self.names, self.workflow, self.inside, self.streamed = names, workflow, inside, streamed
+        self.external = list(external)
+        self.outs: Dict[str, dg.AssetOut] = {}
+        self.out_names: Dict[Pin, str] = {}
+        self.ins: Dict[str, dg.AssetIn] = {}
+        self.inlets: Dict[Pin, Tuple[str, Tuple[str, ...]]] = {}
+        self.internal: Dict[str, Set[dg.AssetKey]] = {}
+        self.extra: Dict[dg.AssetKey, dg.AssetDep] = {}
+
+    def add(
+        self, node: WorkflowNode, stored: Set[Pin], resource_keys: Mapping[str, str]
+    ) -> StepPlan:
+        step = self.names.steps[node.id]
+        node_ins = input_assets(self.names, self.workflow, node)
+        input_names = []
+        for (src, pin), asset_in in zip(node.inputs, node_ins.values()):
+            if src in self.inside:
+                continue  # streamed from a step of the op
+            if self.streamed and (src, pin) in self.inlets:
+                continue  # one input per outside pin, whichever steps read it
+            input_name = f"in_{len(self.ins)}"
+            self.ins[input_name] = asset_in
+            input_names.append(input_name)
+            if self.streamed:
+                readers = [c.id for c in self.workflow.children(src, pin) if c.id in self.inside]
+                self.inlets[(src, pin)] = (input_name, tuple(readers))
+        out_names = step.stream_output_names if self.streamed else step.output_names
+        deps, internal = spec_deps(step.specs, out_names, node_ins, self.external)
+        self.extra.update((d.asset_key, d) for d in deps)
+        self.internal.update(internal)
+        for pin, spec in step.specs.items():
+            name = self.out_names[(node.id, pin)] = out_names[pin]
+            spec = spec.replace_attributes(deps=[])
+            if (node.id, pin) in stored:
+                self.outs[name] = dg.AssetOut.from_spec(spec, io_manager_key=NOTES_IO_MANAGER_KEY)
+            else:
+                spec = spec.merge_attributes(metadata={"dagster_graphbook/streamed": True})
+                self.outs[name] = dg.AssetOut.from_spec(spec, dagster_type=dg.Nothing)
+        children = {
+            pin: tuple(c.id for c in self.workflow.children(node.id, pin) if c.id in self.inside)
+            for pin in node.outputs
+        }
+        return StepPlan(
+            workflow=self.workflow.name,
+            workflow_source=self.workflow.source,
+            node_id=node.id,
+            step_name=step.step,
+            op_name=step.op_name,
+            cls=node.cls,
+            kind=node.step_kind,
+            pins=tuple(node.outputs),
+            input_names=tuple(input_names),
+            resource_keys={p: resource_keys[r] for p, r in node.resource_params.items()},
+            function_params=function_params(node),
+            overridable=overridable(self.workflow, node),
+            children=children,
+        )
+
+    def deps(self) -> Optional[List[dg.AssetDep]]:
+        """Non-data deps: those of the steps, less the assets the op reads as inputs."""
+        inputs = {i.key for i in self.ins.values()}
+        return [d for k, d in self.extra.items() if k not in inputs] or None
+
+
+def _step_config(workflow: Workflow, node: WorkflowNode) -> Dict[str, Any]:
+    """A step's launchpad fields: its parameters and its ``runtime`` block."""
+    return {**param_fields(workflow, node), RUNTIME_KEY: runtime_field(node.step_kind)}
+
+
+def _bind(
+    checks: Sequence[StepCheck], step: StepPlan, names: WorkflowNames, node: WorkflowNode
+) -> List[BoundCheck]:
+    bound = []
+    for check in checks:
+        pin = check.pin or node.outputs[0]
+        bound.append(BoundCheck(check, names.steps[node.id].key(pin), pin, str(step.label)))
+    return bound
+
+
+def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
+    """Launchpad fields for the parameters not bound to a resource; defaults are the workflow's
+    values."""
+    fields = {}
+    for key, spec in node.parameters.items():
+        if key in node.resource_params:
+            continue
+        if key == RUNTIME_KEY:
+            raise WorkflowError(
+                workflow.source,
+                [
+                    f"{node.describe()}: parameter name {RUNTIME_KEY!r} is reserved "
+                    "for run settings; rename it"
+                ],
+            )
+        value = node.values.get(key)
+        if value is None:
+            value = ptypes.unset_value(node.cls, key, spec)
+        fields[key] = ptypes.config_field(spec, value, has_default=value is not None)
+    return fields
+
+
+def function_params(node: WorkflowNode) -> Dict[str, Optional[str]]:
+    """The workflow's value of each parameter the step compiles (see ``trust.code_params``)."""
+    code = code_params(node)
+    return {
+        k: node.values.get(k, s.get("default"))
+        for k, s in node.parameters.items()
+        if k in code and k not in node.resource_params
+    }
+
+
+def overridable(workflow: Workflow, node: WorkflowNode) -> tuple:
+    """Function parameters whose code run config may replace: marked in the workflow file, or by
+    ``GraphbookWorkflow``."""
+    return tuple(sorted({*workflow.overridable_functions, *node.overridable}))
+
+
+def input_assets(
+    names: WorkflowNames, workflow: Workflow, node: WorkflowNode
+) -> Dict[str, dg.AssetIn]:
+    """The node's inputs, each keyed by the upstream pin's spec (with the partition mapping an
+    overridden spec gives that dep)."""
+    own = {d.asset_key: d for spec in names.steps[node.id].specs.values() for d in spec.deps}
+    ins: Dict[str, dg.AssetIn] = {}
+    for src_id, pin in node.inputs:
+        key = names.steps[src_id].key(pin)
+        mapping = own[key].partition_mapping if key in own else None
+        ins[f"in_{len(ins)}"] = dg.AssetIn(key=key, partition_mapping=mapping)
+    return ins
+
+
+def spec_deps(
+    specs: Mapping[str, dg.AssetSpec],
+    output_names: Mapping[str, str],
+    ins: Mapping[str, dg.AssetIn],
+    external: Sequence[Any],
+) -> Tuple[List[dg.AssetDep], Dict[str, Set[dg.AssetKey]]]:
+    """Non-data deps (external inputs, deps an overridden spec adds) and each output's deps."""
+    inputs = {i.key for i in ins.values()}
+    extra: Dict[dg.AssetKey, dg.AssetDep] = {}
+    for dep in (dg.AssetDep(k) for k in external):
+        extra.setdefault(dep.asset_key, dep)
+    internal: Dict[str, Set[dg.AssetKey]] = {}
+    for pin, spec in specs.items():
+        own = {d.asset_key for d in spec.deps if d.asset_key not in inputs}
+        for dep in spec.deps:
+            if dep.asset_key in own:
+                extra.setdefault(dep.asset_key, dep)
+        internal[output_names[pin]] = inputs | own | set(external)
+    return list(extra.values()), internal
