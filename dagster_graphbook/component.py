@@ -238,9 +238,17 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     ] = None
 
     def workflow_spec(self, base: Path) -> GraphbookWorkflow:
-        """The Python declaration this YAML stands for; relative paths resolve against ``base``."""
+        """The Python declaration this YAML stands for; relative paths resolve against ``base``.
+
+        Field by field: the YAML's names and shapes (``workflow``, ``partitions``,
+        ``sensor_folder`` with ``sensor_asset``, ``retry_policy`` as a model) are not
+        ``GraphbookWorkflow``'s, so one resolvable aligned with it (dbt's ``DbtProjectArgs``)
+        would change the YAML schema and the Python component's fields."""
 
         def path(p: str) -> Path:
+            # Not dbt's context.resolve_source_relative_path: that needs the YAML's source
+            # positions, which only a field resolver sees (build_defs' context has none and gives
+            # the path back as it is), and a component built in Python has none either.
             return (base / p).resolve()
 
         partitions = None

@@ -18,20 +18,24 @@ translation:
 Tags and metadata are merged with the translator's; kinds too (``python``/``parquet``/``pytorch``
 stay; override ``GraphbookTranslator.get_kinds`` in Python to drop one); the rest replace.
 
-Templates are rendered here, once per asset, and text stays text: Dagster's own resolution
-(``TranslationFnResolver``, which dbt and sling use) renders a template's resulting mapping a
-second time, which would evaluate templates inside a workflow's values (issue 20.10).
+The YAML is resolved by Dagster's ``TranslationFnResolver`` (which dbt and sling use), with the
+template variables ``node``, ``workflow`` and ``pin`` (``template_vars``), except for how templates
+are rendered: here once per asset, and text stays text. Dagster's rendering parses a rendered
+string as a Python literal (a workflow's ``"42"`` became 42) and renders a template's resulting
+mapping a second time, which evaluated templates inside a workflow's values (issue 20.10).
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import dagster as dg
 from dagster.components.resolved.core_models import AssetAttributesModel
+from dagster.components.resolved.model import AttrWithContextFn
 from dagster.components.utils import TranslatorResolvingInfo
+from dagster.components.utils.translation import TranslationFnResolver
 from jinja2 import StrictUndefined, Undefined, pass_eval_context
 from jinja2.nativetypes import NativeEnvironment, NativeTemplate
 
@@ -172,34 +176,63 @@ def _apply(
     return info.get_asset_spec(spec, {_RENDERED: literals})
 
 
-def resolve_translation(context: dg.ResolutionContext, model: Any) -> TranslationFn:
-    """The YAML ``translation`` (a mapping, or a template string) as a translation function.
-
-    Its templates are rendered once per asset; what they give (workflow values included) is
-    applied as it is, never rendered again."""
-    fields = (
-        model if isinstance(model, str) else {k: getattr(model, k) for k in model.model_fields_set}
-    )
-
-    def translate(spec: dg.AssetSpec, props: GraphbookAssetProps) -> dg.AssetSpec:
-        scope = {"node": props.node, "workflow": props.workflow, "pin": props.pin, "spec": spec}
-        attributes = _render(fields, {**context.scope, **scope})
-        if isinstance(attributes, dg.AssetSpec):
-            return attributes
-        if not isinstance(attributes, Mapping):
-            raise TypeError(
-                f"gave {type(attributes).__name__}; expected a mapping of asset attributes "
-                "or an AssetSpec"
-            )
-        return _apply(context, spec, attributes)
-
-    return translate
+def template_vars(props: GraphbookAssetProps) -> Mapping[str, Any]:
+    """What a translation's templates see of one asset (besides ``spec``, the untranslated one)."""
+    return {"node": props.node, "workflow": props.workflow, "pin": props.pin}
 
 
-TRANSLATION_RESOLVER = dg.Resolver(
-    resolve_translation,
-    model_field_type=Union[str, AssetAttributesModel],
-    inject_before_resolve=False,
+def _build_translation_fn(
+    template_vars_for_translation_fn: Callable[[GraphbookAssetProps], Mapping[str, Any]],
+) -> Callable[[dg.ResolutionContext, Any], TranslationFn]:
+    """Dagster's ``_build_translation_fn`` (``dagster.components.utils.translation``), rendering
+    once: the YAML ``translation`` (a mapping, or a template string) as a translation function,
+    whose templates are rendered per asset and whose results (workflow values included) are
+    applied as they are, never rendered again."""
+
+    def resolve_translation(context: dg.ResolutionContext, model: Any) -> TranslationFn:
+        fields = (
+            model
+            if isinstance(model, str)
+            else {k: getattr(model, k) for k in model.model_fields_set}
+        )
+
+        def translate(spec: dg.AssetSpec, props: GraphbookAssetProps) -> dg.AssetSpec:
+            scope = {**template_vars_for_translation_fn(props), "spec": spec}
+            attributes = _render(fields, {**context.scope, **scope})
+            if isinstance(attributes, dg.AssetSpec):
+                return attributes
+            if not isinstance(attributes, Mapping):
+                raise TypeError(
+                    f"gave {type(attributes).__name__}; expected a mapping of asset attributes "
+                    "or an AssetSpec"
+                )
+            return _apply(context, spec, attributes)
+
+        return translate
+
+    return resolve_translation
+
+
+class RenderOnceTranslationFnResolver(TranslationFnResolver[GraphbookAssetProps]):
+    """Dagster's ``TranslationFnResolver`` (the YAML field: a mapping of asset attributes or a
+    template string, unrendered until an asset is translated), with a description and examples
+    for the schema, whose templates are rendered once and give text as text (issue 20.10)."""
+
+    def __init__(
+        self,
+        template_vars_for_translation_fn: Callable[[GraphbookAssetProps], Mapping[str, Any]],
+        *,
+        description: str,
+        examples: List[Any],
+    ) -> None:
+        super().__init__(template_vars_for_translation_fn=template_vars_for_translation_fn)
+        self.fn = AttrWithContextFn(_build_translation_fn(template_vars_for_translation_fn))
+        self.description = description
+        self.examples = examples
+
+
+TRANSLATION_RESOLVER = RenderOnceTranslationFnResolver(
+    template_vars,
     description=(
         "asset attributes for every step's assets (owners, tags, kinds, group_name, description, "
         "automation_condition, key/key_prefix, metadata), templated over the node: "
@@ -226,23 +259,14 @@ class TranslatedGraphbookTranslator(GraphbookTranslator):
     def __init__(self, translation: TranslationFn) -> None:
         self.translation = translation
         self._specs: Dict[Tuple[int, str, str], Tuple[Workflow, dg.AssetSpec]] = {}
-        self._base_keys: set = set()  # (workflow, node, pin) whose untranslated spec is building
-
-    def get_asset_key(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetKey:
-        if (id(workflow), node.id, pin) in self._base_keys:
-            return super().get_asset_key(workflow, node, pin)
-        return self.get_asset_spec(workflow, node, pin).key
 
     def get_asset_spec(self, workflow: Workflow, node: WorkflowNode, pin: str) -> dg.AssetSpec:
         where = (id(workflow), node.id, pin)
         hit = self._specs.get(where)
         if hit is not None and hit[0] is workflow:
             return hit[1]
-        self._base_keys.add(where)
-        try:
-            base = super().get_asset_spec(workflow, node, pin)
-        finally:
-            self._base_keys.discard(where)
+        # The untranslated spec: its key from get_asset_key, its deps the translated specs' keys
+        base = super().get_asset_spec(workflow, node, pin)
         spec = self._translate(base, workflow, node, pin)
         self._specs[where] = (workflow, spec)
         return spec

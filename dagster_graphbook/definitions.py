@@ -7,7 +7,7 @@ import gc
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -37,12 +37,13 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 _NOTES_IO = notes_io_manager
 
 
-@dataclass
+@dataclass(frozen=True)
 class GraphbookWorkflow:
     """A workflow to expose, with how Dagster should run it.
 
     ``source`` is a workflow JSON file, a ``.py`` file defining a ``Graph``, or a ``Graph``;
-    ``custom_nodes`` are folders (or files) of node classes for JSON workflows.
+    ``custom_nodes`` are folders (or files) of node classes for JSON workflows. Frozen: building
+    never changes it; derive a variant with ``dataclasses.replace(spec, ...)``.
     """
 
     source: WorkflowSource
@@ -80,6 +81,8 @@ class GraphbookWorkflow:
 
 
 def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
+    """The workflow ``spec`` names, with its overridable functions and GPUs; a ``Workflow``
+    given as ``spec.source`` is copied, not changed."""
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
@@ -93,13 +96,13 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes
         )
-    workflow.overridable_functions = tuple(spec.overridable_functions)
+    gpus = workflow.gpus
     if spec.gpus is not None:
         from .gpus import resolve_gpus
 
         names = (translator or GraphbookTranslator()).step_names(workflow)
-        workflow.gpus = resolve_gpus(workflow, spec.gpus, names)
-    return workflow
+        gpus = resolve_gpus(workflow, spec.gpus, names)
+    return replace(workflow, overridable_functions=tuple(spec.overridable_functions), gpus=gpus)
 
 
 def build_workflow(
@@ -291,17 +294,14 @@ def build_definitions(
     external: List[dg.AssetSpec] = []
     claims = NameClaims()
     for index, item in enumerate(workflows):
-        spec = (
+        spec = _with_defaults(
             item
             if isinstance(item, GraphbookWorkflow)
-            else GraphbookWorkflow(item, custom_nodes=custom_nodes)
+            else GraphbookWorkflow(item, custom_nodes=custom_nodes),
+            custom_nodes=custom_nodes,
+            notes_dir=notes_dir,
+            notes_keep=notes_keep,
         )
-        if not spec.custom_nodes and custom_nodes:
-            spec.custom_nodes = custom_nodes
-        if spec.notes_dir is None and notes_dir is not None:
-            spec.notes_dir = notes_dir
-        if spec.notes_keep is None and notes_keep is not None:
-            spec.notes_keep = notes_keep
         try:
             defs = build_workflow(spec, translator)
         except WorkflowError as exc:
@@ -345,6 +345,25 @@ def build_definitions(
         sensors=sensors,
         executor=executor if automated else None,
     )
+
+
+def _with_defaults(
+    spec: GraphbookWorkflow,
+    *,
+    custom_nodes: Sequence[Union[str, Path]],
+    notes_dir: Optional[str],
+    notes_keep: Optional[int],
+) -> GraphbookWorkflow:
+    """``spec`` with ``build_definitions``' settings where it has none of its own (a copy: the
+    caller's ``spec`` stays as it was)."""
+    defaults: Dict[str, Any] = {}
+    if not spec.custom_nodes and custom_nodes:
+        defaults["custom_nodes"] = custom_nodes
+    if spec.notes_dir is None and notes_dir is not None:
+        defaults["notes_dir"] = notes_dir
+    if spec.notes_keep is None and notes_keep is not None:
+        defaults["notes_keep"] = notes_keep
+    return replace(spec, **defaults) if defaults else spec
 
 
 def _with_own_resources(defs: WorkflowDefs, extra: Mapping[str, Any]) -> dg.JobDefinition:

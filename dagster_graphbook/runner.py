@@ -9,7 +9,7 @@ import re
 import sysconfig
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -191,7 +191,7 @@ def _definitions(
     notes_dir: Optional[str],
     translator: Optional[GraphbookTranslator] = None,
 ) -> Tuple[dg.Definitions, Any]:
-    spec.notes_dir = notes_dir
+    spec = replace(spec, notes_dir=notes_dir)
     wdefs = build_workflow(spec, translator)
     defs = dg.Definitions(
         assets=wdefs.assets,

@@ -3,6 +3,8 @@ jobs; and every translator hook, each overriding one name or attribute everywher
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import inspect
 import re
@@ -212,6 +214,45 @@ def test_one_job_per_workflow(repo):
     assert {"simple_class__Number", "simple_functional__Number", "sample__Function"} <= set(
         defs.resources
     )
+
+
+def test_building_leaves_the_callers_workflow_and_spec_as_they_were(repo, tmp_path):
+    """``build_definitions`` fills in its own defaults (custom_nodes, notes_dir, notes_keep) and
+    applies ``gpus`` and ``overridable_functions`` on copies: the caller's ``GraphbookWorkflow``
+    and a ``Workflow`` given as its source stay as they were, and a spec cannot be changed."""
+    spec = GraphbookWorkflow(repo / "workflows" / "sample.json")
+    before = copy.deepcopy(spec)
+    defs = build_definitions(
+        [spec],
+        custom_nodes=[repo / "custom_nodes" / "sample"],
+        notes_dir=str(tmp_path / "notes"),
+        notes_keep=2,
+        strict=True,
+    )
+    assert spec == before
+    assert (spec.custom_nodes, spec.notes_dir, spec.notes_keep) == ((), None, None)
+    meta = (
+        defs.resolve_assets_def(K(["sample", "CalcMean"]))
+        .specs_by_key[K(["sample", "CalcMean"])]
+        .metadata
+    )  # built with the defaults all the same
+    assert meta["dagster_graphbook/notes_dir"] == str(tmp_path / "notes")
+    assert meta["dagster_graphbook/notes_keep"] == 2
+
+    nightly = repo / "workflows" / "nightly_shapes.json"
+    workflow = load_workflow(nightly, NodeRegistry.load([repo / "custom_nodes" / "nightly"]))
+    spec = GraphbookWorkflow(workflow, gpus=1, overridable_functions=["load_fn"])
+    before, workflow_before = copy.deepcopy(spec), copy.deepcopy(workflow)
+    defs = build_definitions([spec], strict=True)
+    assert spec == before and spec.source is workflow
+    assert (workflow.gpus, workflow.overridable_functions) == ({}, ())
+    assert workflow == workflow_before
+    op = defs.resolve_job_def("nightly_shapes").graph.node_named("nightly_shapes__ClassifyShapes")
+    assert "dagster-k8s/config" in op.definition.tags  # the GPUs reached the job
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.notes_dir = "elsewhere"  # type: ignore[misc]
+    assert spec.notes_dir is None
 
 
 def test_custom_translator_changes_keys(repo):
