@@ -13,6 +13,8 @@ from typing import Any, Literal, Optional, Sequence, Union
 
 import dagster as dg
 
+from .workflow import WorkflowError
+
 AutomationName = Literal["eager", "on_cron", "none"]
 Automation = Union[None, AutomationName, dg.AutomationCondition]
 AUTOMATIONS = ("eager", "on_cron", "none")
@@ -29,17 +31,22 @@ def automation_condition(
     cron_schedule: Optional[str] = None,
     schedule_hour: Optional[int] = None,
     where: str = "workflow",
+    source: str = "<workflow>",
 ) -> Optional[dg.AutomationCondition]:
     """The condition ``automation`` stands for (None: no automation, runs come from the schedule
-    and the sensor). ``eager`` or a condition replaces the schedule: giving one is an error."""
+    and the sensor). ``eager`` or a condition replaces the schedule: giving one is an error
+    (``WorkflowError`` naming the workflow file ``source``)."""
     if not automation_on(automation):
         return None
     condition = isinstance(automation, dg.AutomationCondition)
     if (condition or automation == "eager") and (cron_schedule or schedule_hour is not None):
         what = "an AutomationCondition" if condition else "'eager' (each new day when it arrives)"
-        raise ValueError(
-            f"{where}: automation {what} replaces the schedule: drop "
-            "schedule_hour/cron_schedule, or use automation 'on_cron' to run on that schedule"
+        raise WorkflowError(
+            source,
+            [
+                f"{where}: automation {what} replaces the schedule: drop "
+                "schedule_hour/cron_schedule, or use automation 'on_cron' to run on that schedule"
+            ],
         )
     if condition:
         return automation  # type: ignore[return-value]
@@ -47,9 +54,12 @@ def automation_condition(
         return dg.AutomationCondition.eager()
     if automation == "on_cron":
         return on_cron_when_present(cron_schedule or f"0 {schedule_hour or 0} * * *")
-    raise ValueError(
-        f"{where}: automation must be one of {', '.join(AUTOMATIONS)} or a "
-        f"dagster AutomationCondition, got {automation!r}"
+    raise WorkflowError(
+        source,
+        [
+            f"{where}: automation must be one of {', '.join(AUTOMATIONS)} or a "
+            f"dagster AutomationCondition, got {automation!r}"
+        ],
     )
 
 

@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Option
 import dagster as dg
 from pydantic import Field, model_validator
 
-from .translator import safe_name
+from .translator import WorkflowNames, safe_name
+from .workflow import Workflow, WorkflowError
 
 ROW_COUNT = "row_count"
 
@@ -80,7 +81,7 @@ class StepCheck(dg.Model, dg.Resolvable):
 class BoundCheck:
     """A `StepCheck` attached to one asset of one op."""
 
-    def __init__(self, check: StepCheck, asset_key: dg.AssetKey, pin: str, label: str):
+    def __init__(self, check: StepCheck, asset_key: dg.AssetKey, pin: str, label: Any):
         self.check, self.asset_key, self.pin, self.label = check, asset_key, pin, label
 
     def spec(self, partitions_def: Optional[dg.PartitionsDefinition]) -> dg.AssetCheckSpec:
@@ -132,34 +133,32 @@ def _is_number(value: Any) -> bool:
 
 
 def bind_checks(
-    checks: Sequence[StepCheck],
-    step_refs: Mapping[str, Sequence[str]],
-    pins: Mapping[str, Sequence[str]],
-    workflow: str,
+    checks: Sequence[StepCheck], names: WorkflowNames, workflow: Workflow
 ) -> Dict[str, List[StepCheck]]:
-    """Checks by node id; ``step_refs`` maps node id -> the names a check may use for the step.
+    """Checks by node id, each step found by ``names.resolve_step``.
 
-    Raises ``ValueError`` naming the workflow, the check and the steps or pins that exist.
+    Raises ``WorkflowError`` naming the workflow, the check and the steps or pins that exist.
     """
     out: Dict[str, List[StepCheck]] = {}
     problems = []
     for c in checks:
-        node_id = next((nid for nid, refs in step_refs.items() if c.step in refs), None)
-        if node_id is None:
-            steps = sorted({refs[0] for refs in step_refs.values()})
+        step = names.resolve_step(c.step)
+        pins = workflow.nodes[step.node_id].outputs if step is not None else []
+        if step is None:
+            steps = sorted(s.step for s in names.steps.values())
             problems.append(
                 f"check {c.check_name!r} names step {c.step!r}, which is not in "
-                f"workflow {workflow!r} (steps: {', '.join(steps)})"
+                f"workflow {workflow.name!r} (steps: {', '.join(steps)})"
             )
-        elif c.pin is not None and c.pin not in pins[node_id]:
+        elif c.pin is not None and c.pin not in pins:
             problems.append(
                 f"check {c.check_name!r} on step {c.step!r} names pin {c.pin!r} "
-                f"(its pins: {', '.join(pins[node_id])})"
+                f"(its pins: {', '.join(pins)})"
             )
         else:
-            out.setdefault(node_id, []).append(c)
+            out.setdefault(step.node_id, []).append(c)
     if problems:
-        raise ValueError("; ".join(problems))
+        raise WorkflowError(workflow.source, problems)
     return out
 
 
@@ -192,7 +191,7 @@ def _blocking_failure(failed: Sequence[Any]) -> Exception:
 
     label = failed[0][0].label
     said = [
-        f"blocking check {b.check.check_name!r} failed: {r.description.removeprefix(label + ': ')}"
+        f"blocking check {b.check.check_name!r} failed: {r.description.removeprefix(f'{label}: ')}"
         for b, r in failed
     ]
     return StepFailure(label, "; ".join(said), allow_retries=False)

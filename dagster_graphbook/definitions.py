@@ -112,29 +112,21 @@ def build_workflow(
     translator = translator or GraphbookTranslator()
     workflow = load(spec, translator)
     _check_depth(workflow)
-    names = translator.step_names(workflow)
+    names = translator.names(workflow)
     deps = {}
     for ref, keys in spec.external_deps.items():
-        node_id = next((nid for nid, n in names.items() if ref in (nid, n)), None)
-        if node_id is None:
+        step = names.resolve_step(ref)
+        if step is None:
             raise WorkflowError(
                 workflow.source,
                 [
                     f"external_deps names step {ref!r}, which is not in the workflow "
-                    f"(steps: {', '.join(names.values())})"
+                    f"(steps: {names.step_list()})"
                 ],
             )
-        deps[node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
-    try:
-        executor_def = resolve_executor(spec.executor)
-    except ValueError as exc:
-        raise WorkflowError(workflow.source, [str(exc)]) from exc
-    refs = {n.id: (names[n.id], n.id, n.name) for n in workflow.steps()}
-    pins = {n.id: n.outputs for n in workflow.steps()}
-    try:
-        checks = bind_checks(spec.checks, refs, pins, workflow.name)
-    except ValueError as exc:
-        raise WorkflowError(workflow.source, [str(exc)]) from exc
+        deps[step.node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
+    executor_def = resolve_executor(spec.executor, workflow.source)
+    checks = bind_checks(spec.checks, names, workflow)
     defs = build_workflow_defs(
         workflow,
         translator,
@@ -159,20 +151,21 @@ def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
     """Put the workflow's automation condition (if any) on its assets."""
     from .automation import automation_condition, with_automation
 
-    try:
-        condition = automation_condition(
-            spec.automation,
-            cron_schedule=spec.cron_schedule,
-            schedule_hour=spec.schedule_hour,
-            where=f"workflow {defs.workflow.name!r}",
-        )
-        if condition is not None and spec.sensor is not None and spec.sensor.asset_key is None:
-            raise ValueError(
+    condition = automation_condition(
+        spec.automation,
+        cron_schedule=spec.cron_schedule,
+        schedule_hour=spec.schedule_hour,
+        where=f"workflow {defs.workflow.name!r}",
+        source=defs.workflow.source,
+    )
+    if condition is not None and spec.sensor is not None and spec.sensor.asset_key is None:
+        raise WorkflowError(
+            defs.workflow.source,
+            [
                 f"workflow {defs.workflow.name!r}: with automation the folder sensor only "
                 "records new days as its asset: give it one (sensor_asset / asset_key)"
-            )
-    except ValueError as exc:
-        raise WorkflowError(defs.workflow.source, [str(exc)]) from exc
+            ],
+        )
     if condition is not None:
         defs.assets = with_automation(defs.assets, condition)
 
@@ -317,7 +310,7 @@ def build_definitions(
         claims.claim(index, defs.workflow.source, [defs.job], defs.assets)
         assets += defs.assets
         if spec.automation not in (None, "none"):
-            automated.append(resolve_executor(spec.executor))
+            automated.append(resolve_executor(spec.executor, defs.workflow.source))
         defs.job = _with_own_resources(defs, extra_resources or {})
         jobs.append(defs.job)
         resources.update(defs.resources)

@@ -19,6 +19,7 @@ import dagster as dg
 
 from .dead_runs import own_run
 from .execution.job_steps import job_source, placeholder_message, unfilled_in_job
+from .workflow import WorkflowError
 
 
 def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
@@ -85,12 +86,12 @@ def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> Non
 
 
 def resolve_executor(
-    choice: Union[None, str, dg.ExecutorDefinition],
+    choice: Union[None, str, dg.ExecutorDefinition], source: str = "<workflow>"
 ) -> Optional[dg.ExecutorDefinition]:
     """The executor a workflow's job gets: ``None`` -> ``graphbook_executor``, a name -> Dagster's
     executor of that name, an ``ExecutorDefinition`` (e.g. ``k8s_job_executor``) as given.
 
-    Raises ``ValueError`` for an unknown name (the caller adds the workflow).
+    Raises ``WorkflowError`` naming the workflow file ``source`` for an unknown name.
     """
     if choice is None:
         return graphbook_executor
@@ -98,5 +99,7 @@ def resolve_executor(
         return choice
     executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
     if choice not in executors:
-        raise ValueError(f"executor must be one of {', '.join(executors)}, got {choice!r}")
+        raise WorkflowError(
+            source, [f"executor must be one of {', '.join(executors)}, got {choice!r}"]
+        )
     return executors[choice]

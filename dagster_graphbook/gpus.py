@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Union
 
-from .workflow import Workflow, WorkflowError, WorkflowNode
+from .plan.refs import resolve_refs, step_refs_of
+from .workflow import Workflow, WorkflowError
 
 GpuSetting = Union[None, int, Mapping[str, int]]
 
@@ -44,14 +45,15 @@ def resolve_gpus(
     if isinstance(setting, int):
         _check_count(workflow, "gpus", setting)
         return {n.id: setting for n in workflow.steps() if n.step_kind == "batch"}
+    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in workflow.steps())
     out: Dict[str, int] = {}
     for ref, count in setting.items():
-        node = _find(workflow, str(ref), step_names)
+        node = refs.get(str(ref))
         if node is None:
-            names = ", ".join(step_names[n.id] for n in workflow.steps())
+            steps = ", ".join(step_names[n.id] for n in workflow.steps())
             raise WorkflowError(
                 workflow.source,
-                [f"gpus names step {ref!r}, which is not in the workflow (steps: {names})"],
+                [f"gpus names step {ref!r}, which is not in the workflow (steps: {steps})"],
             )
         _check_count(workflow, f"gpus[{ref!r}]", count)
         out[node.id] = count
@@ -63,10 +65,3 @@ def _check_count(workflow: Workflow, where: str, count: Any) -> None:
         raise WorkflowError(
             workflow.source, [f"{where} must be a whole number of GPUs (0 or more), got {count!r}"]
         )
-
-
-def _find(workflow: Workflow, ref: str, step_names: Mapping[str, str]) -> Optional[WorkflowNode]:
-    for node in workflow.steps():
-        if ref in (node.id, node.name, node.label, step_names[node.id]):
-            return node
-    return None

@@ -16,7 +16,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
@@ -24,6 +24,7 @@ from .code_version import node_code_references, node_code_version
 from .docstrings import pin_docs, to_markdown
 from .execution.job_steps import GRAPHBOOK_META, STEPS_TAG
 from .node_info import node_info
+from .plan.refs import resolve_refs, step_refs_of
 from .step_kinds import step_kinds
 from .workflow import Workflow, WorkflowError, WorkflowNode
 
@@ -66,6 +67,15 @@ class WorkflowNames:
         """Every name a user may call a step by -> the step (a step name wins over a label)."""
         return resolve_refs((s.refs, s) for s in self.steps.values())
 
+    def resolve_step(self, ref: Any) -> Optional[StepNames]:
+        """The step a user means by ``ref`` (its step name, label, class name or node id; a step
+        name wins over the others): the one answer to "which step is X?"."""
+        return self.step_refs().get(ref) if isinstance(ref, str) else None
+
+    def step_list(self) -> str:
+        """The steps' names, for errors that list what exists."""
+        return ", ".join(s.step for s in self.steps.values())
+
     def steps_tag(
         self, node_ids: Iterable[str], code: Optional[Mapping[str, Iterable[str]]] = None
     ) -> Dict[str, str]:
@@ -81,18 +91,6 @@ class WorkflowNames:
             for s in (self.steps[n] for n in node_ids)
         ]
         return {STEPS_TAG: json.dumps(value, separators=(",", ":"))}
-
-
-def resolve_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, Any]:
-    """``(refs, value)`` pairs -> ref -> value; a step name (first ref) wins over the others."""
-    items = list(items)
-    refs: Dict[str, Any] = {}
-    for names, value in items:
-        for ref in names[1:]:
-            if ref:
-                refs.setdefault(ref, value)
-    refs.update({names[0]: value for names, value in items})
-    return refs
 
 
 class GraphbookTranslator:
@@ -155,7 +153,7 @@ class GraphbookTranslator:
                 node_id=node.id,
                 step=step,
                 op_name=op_name,
-                refs=tuple(r for r in (step, node.id, node.name, node.label) if r),
+                refs=step_refs_of(node, step),
                 specs=specs,
                 output_names={pin: safe_name(pin) for pin in node.outputs},
                 stream_output_names={pin: f"{step}__{safe_name(pin)}" for pin in node.outputs},

@@ -215,7 +215,7 @@ def _bind(
     bound = []
     for check in checks:
         pin = check.pin or node.outputs[0]
-        bound.append(BoundCheck(check, names.steps[node.id].key(pin), pin, str(step.label)))
+        bound.append(BoundCheck(check, names.steps[node.id].key(pin), pin, step.label))
     return bound
 
 
