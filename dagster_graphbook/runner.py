@@ -24,7 +24,7 @@ from dagster._core.storage.tags import (
 from upath import UPath
 
 from . import params as ptypes
-from .authoring.graph import Graph
+from .authoring.graph import Graph, register_runner
 from .dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError
@@ -317,6 +317,9 @@ def run_workflow(
     if success:
         run.notes = _load_notes(run_id, wdefs, translator, instance)
     return run
+
+
+register_runner(run_workflow)  # Graph.run runs through it (the authoring API imports no runner)
 
 
 def _workflow_config(
