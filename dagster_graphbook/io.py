@@ -96,7 +96,7 @@ class NotesStore(dg.IOManager):
             "dagster/row_count": dg.MetadataValue.int(len(obj)),
             versions.NOTES_URI_META: dg.MetadataValue.path(str(path)),
         }
-        lost = sum(1 for n in obj if isinstance(n, dict) and n.get("graphbook_lost_items"))
+        lost = sum(1 for n in obj if isinstance(n, dict) and n.get(notes_codec.LOST_ITEMS_KEY))
         if lost:
             meta["notes_with_lost_items"] = dg.MetadataValue.int(lost)
         if read_node_info(context.definition_metadata).get("sink") and is_flat_table(obj):

@@ -15,6 +15,9 @@ import sys
 from typing import Any, Dict, List
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+# a note's entry listing the positions of its items lost under ``on_item_error: skip`` (set by
+# the batch driver, counted by the notes IO manager)
+LOST_ITEMS_KEY = "graphbook_lost_items"
 _CONTAINERS = (list, tuple, dict)
 
 

@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
@@ -24,7 +24,7 @@ from dagster._core.storage.tags import (
 from upath import UPath
 
 from . import params as ptypes
-from .authoring.graph import Graph
+from .authoring.graph import Graph, register_runner
 from .dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError
@@ -136,9 +136,31 @@ class WorkflowRun:
         return {s: {p: len(n) for p, n in pins.items()} for s, pins in self.notes.items()}
 
 
-def _step_refs(workflow: Workflow, translator: GraphbookTranslator) -> Dict[str, str]:
-    """Every name a user may call a step by (step name, label, class name, node id) -> op name."""
-    return {ref: s.op_name for ref, s in translator.names(workflow).step_refs().items()}
+_ConfigTarget = Tuple[str, str, Tuple[str, ...]]  # (section, name, path): where a STEP's config is
+
+
+def _set_params(
+    config: Dict[str, Any],
+    params: Mapping[str, Any],
+    targets: Mapping[str, _ConfigTarget],
+    refused: Callable[[str], Exception],
+) -> Dict[str, Any]:
+    """Set each ``{"STEP.PARAM": value}`` of ``params`` into run config ``config`` (changed in
+    place and returned). ``targets``: each name STEP may be -> the config its PARAM goes under,
+    ``config[section][name]["config"][*path]`` (``("ops", op, ())``, a step of a streaming op
+    ``("ops", op, (step op,))``, a resource ``("resources", key, ())``); ``refused(key)``: the
+    error for a key whose STEP is none of them, or that has no PARAM."""
+    for key, value in params.items():
+        step, _, path = key.partition(".")
+        if step not in targets or not path:
+            raise refused(key)
+        section, name, within = targets[step]
+        target = config.setdefault(section, {}).setdefault(name, {}).setdefault("config", {})
+        *parents, leaf = [*within, *path.split(".")]
+        for p in parents:
+            target = target.setdefault(p, {})
+        target[leaf] = value
+    return config
 
 
 def run_config_for(
@@ -146,29 +168,21 @@ def run_config_for(
 ) -> Dict[str, Any]:
     """``{"Step.param": v, "Step.runtime.num_workers": 0}`` -> Dagster run config."""
     translator = translator or GraphbookTranslator()
-    refs = _step_refs(workflow, translator)
-    resource_refs = translator.names(workflow).resource_refs
-    ops: Dict[str, Any] = {}
-    resources: Dict[str, Any] = {}
-    for key, value in params.items():
-        step, _, path = key.partition(".")
-        if step not in refs and step in resource_refs and path:  # RESOURCE.PARAM (trust rule holds)
-            target = resources.setdefault(resource_refs[step], {}).setdefault("config", {})
-        elif step not in refs or not path:
-            raise WorkflowError(
-                workflow.source,
-                [
-                    f"cannot set {key!r}: expected STEP.PARAM with STEP one of "
-                    f"{', '.join(sorted(set(refs)))}"
-                ],
-            )
-        else:
-            target = ops.setdefault(refs[step], {}).setdefault("config", {})
-        *parents, leaf = path.split(".")
-        for p in parents:
-            target = target.setdefault(p, {})
-        target[leaf] = value
-    return {**({"ops": ops} if ops else {}), **({"resources": resources} if resources else {})}
+    names = translator.names(workflow)
+    steps = {ref: s.op_name for ref, s in names.step_refs().items()}  # step, label, class, id
+    targets: Dict[str, _ConfigTarget] = {
+        **{ref: ("resources", key, ()) for ref, key in names.resource_refs.items()},
+        **{ref: ("ops", op, ()) for ref, op in steps.items()},  # a step's name wins
+    }
+
+    def refused(key: str) -> Exception:
+        choices = ", ".join(sorted(set(steps)))
+        return WorkflowError(
+            workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {choices}"]
+        )
+
+    sections = _set_params({}, params, targets, refused)
+    return {s: sections[s] for s in ("ops", "resources") if s in sections}
 
 
 def _reconstruct_job(
@@ -285,38 +299,84 @@ def run_workflow(
     translator = translator or GraphbookTranslator()
     defs, wdefs = _definitions(spec, notes_dir, translator)
     job = defs.resolve_job_def(wdefs.job.name)
-    what = f"workflow {wdefs.workflow.source}"
-    start = time.perf_counter()
-    if from_failure is not None:
-        _no_new_inputs(what, params, partition_key, run_config)
-        parent = _parent_run(instance, from_failure, job, what)
-        recon = _workflow_recon(workflow, spec, name, notes_dir, streaming, translator)
-        run_id, success = _resume(recon, instance, parent, tags)
-    else:
-        config = _workflow_config(
+    run = _run(
+        instance,
+        job,
+        f"workflow {wdefs.workflow.source}",
+        config=lambda: _workflow_config(
             wdefs, job, params, run_config, partition_key, streaming, translator
-        )
-        if quiet:
-            config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-        run_tags = _run_tags(tags)
-        if executor == "in_process":
-            result: Any = _execute_in_process(job, instance, config, partition_key, run_tags)
-        elif executor == "multiprocess":
-            recon = _workflow_recon(workflow, spec, name, notes_dir, streaming, translator)
-            if partition_key is not None:
-                run_tags["dagster/partition"] = partition_key
-            config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
-            with _backstop(instance, run_tags):
-                result = dg.execute_job(
-                    recon, instance=instance, run_config=config, tags=run_tags, raise_on_error=False
-                )
-        else:
-            raise ValueError(f"executor must be 'in_process' or 'multiprocess', got {executor!r}")
-        run_id, success = result.run_id, result.success
-    run = _finished_run(instance, run_id, success, start)
-    if success:
-        run.notes = _load_notes(run_id, wdefs, translator, instance)
+        ),
+        recon=lambda: _workflow_recon(workflow, spec, name, notes_dir, streaming, translator),
+        request=_Request(params, partition_key, run_config, tags, quiet, from_failure, executor),
+    )
+    if run.success:
+        run.notes = _load_notes(run.run_id, wdefs, translator, instance)
     return run
+
+
+@dataclass
+class _Request:
+    """What the caller of `run_workflow` or `run_job` asked of the run itself."""
+
+    params: Optional[Mapping[str, Any]]
+    partition_key: Optional[str]
+    run_config: Optional[Mapping[str, Any]]
+    tags: Optional[Mapping[str, str]]
+    quiet: bool
+    from_failure: Optional[str]
+    executor: str = "in_process"
+
+
+_QUIET_LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}  # warnings, not the failure
+
+
+def _run(
+    instance: dg.DagsterInstance,
+    job: dg.JobDefinition,
+    what: str,
+    config: Callable[[], Dict[str, Any]],
+    recon: Callable[[], Any],
+    request: _Request,
+) -> WorkflowRun:
+    """The one run path of `run_workflow` and `run_job` (``what``: the code the user named):
+    resume run ``request.from_failure``, or start a run of ``job`` with the run config
+    ``config()`` (``--set`` params in it; refused before any run starts). ``recon()``: the job
+    rebuilt in whichever process runs a step (a resumed or multiprocess run). Returns the ended
+    run, its notes not read yet."""
+    start = time.perf_counter()
+    if request.from_failure is not None:
+        _no_new_inputs(what, request.params, request.partition_key, request.run_config)
+        parent = _parent_run(instance, request.from_failure, job, what)
+        run_id, success = _resume(recon(), instance, parent, request.tags)
+        return _finished_run(instance, run_id, success, start)
+    run_config = config()
+    if request.quiet:
+        run_config.setdefault("loggers", copy.deepcopy(_QUIET_LOGGERS))
+    run_tags = _run_tags(request.tags)
+    partition_key = request.partition_key
+    if request.executor == "in_process":
+        result: Any = _execute_in_process(job, instance, run_config, partition_key, run_tags)
+    elif request.executor == "multiprocess":
+        job_recon = recon()
+        if partition_key is not None:
+            run_tags["dagster/partition"] = partition_key
+        run_config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
+        with _backstop(instance, run_tags):
+            result = dg.execute_job(
+                job_recon,
+                instance=instance,
+                run_config=run_config,
+                tags=run_tags,
+                raise_on_error=False,
+            )
+    else:
+        raise ValueError(
+            f"executor must be 'in_process' or 'multiprocess', got {request.executor!r}"
+        )
+    return _finished_run(instance, result.run_id, result.success, start)
+
+
+register_runner(run_workflow)  # Graph.run runs through it (the authoring API imports no runner)
 
 
 def _workflow_config(
@@ -508,32 +568,24 @@ def run_job(
     defs = load_code_location(module)
     job = _failures_unsaid(defs.resolve_job_def(job_name))
     tagged = _tagged_steps(job)
-    start = time.perf_counter()
-    if from_failure is not None:
-        _no_new_inputs(f"job {job_name}", params, partition_key, run_config)
-        parent = _parent_run(instance, from_failure, job, f"job {job_name}")
-        recon = dg.build_reconstructable_job(
+    run = _run(
+        instance,
+        job,
+        f"job {job_name}",
+        config=lambda: _job_config(job, tagged, params, partition_key, run_config),
+        recon=lambda: dg.build_reconstructable_job(
             "dagster_graphbook.runner",
             "_reconstruct_location_job",
             reconstructable_args=(module, job_name),
             reconstructor_working_directory=os.getcwd(),
-        )
-        run_id, success = _resume(recon, instance, parent, tags)
-    else:
-        config = _job_config(job, tagged, params, partition_key, run_config)
-        if quiet:
-            config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
-        result = _execute_in_process(job, instance, config, partition_key, _run_tags(tags))
-        run_id, success = result.run_id, result.success
-    run = _finished_run(instance, run_id, success, start)
+        ),
+        request=_Request(params, partition_key, run_config, tags, quiet, from_failure),
+    )
+    found = _materializations(instance, run.run_id)
+    for key, m in found.items():
+        run.metadata[key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
     pins = {key: (t.step, pin) for _, t in tagged for key, pin in t.pins.items()}
-    for m in _materializations(instance, run_id).values():
-        run.metadata[m.asset_key.to_user_string()] = {k: v.value for k, v in m.metadata.items()}
-        stored = stored_notes_path(m.metadata)
-        if stored is not None and m.asset_key in pins:
-            step, pin = pins[m.asset_key]
-            notes = read_notes(UPath(stored), m.asset_key, m.partition)
-            run.notes.setdefault(step, {})[pin] = notes
+    run.notes = _stored_notes(found, [(key, *pins[key]) for key in found if key in pins])
     return run
 
 
@@ -551,23 +603,18 @@ def _job_config(
             f"{job_source(job)} is partitioned: give a partition key (--partition "
             f"{job.partitions_def.get_last_partition_key()}, the latest)"
         )
-    refs = resolve_refs((t.refs, (op, t)) for op, t in tagged)
-    config: Dict[str, Any] = copy.deepcopy(dict(run_config or {}))
-    for key, value in (params or {}).items():
-        step, _, path = key.partition(".")
-        if step not in refs or not path:
-            steps = ", ".join(sorted(t.step for _, t in tagged))
-            raise WorkflowError(
-                job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
-            )
-        op, entry = refs[step]
-        if op != entry.op_name:  # streaming job: step config sits under the one op's
-            path = f"{entry.op_name}.{path}"
-        target = config.setdefault("ops", {}).setdefault(op, {}).setdefault("config", {})
-        *parents, leaf = path.split(".")
-        for p in parents:
-            target = target.setdefault(p, {})
-        target[leaf] = value
+    targets: Dict[str, _ConfigTarget] = {  # a step of a streaming op: under the one op's config
+        ref: ("ops", op, () if op == step.op_name else (step.op_name,))
+        for ref, (op, step) in resolve_refs((t.refs, (op, t)) for op, t in tagged).items()
+    }
+
+    def refused(key: str) -> Exception:
+        steps = ", ".join(sorted(t.step for _, t in tagged))
+        return WorkflowError(
+            job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
+        )
+
+    config = _set_params(copy.deepcopy(dict(run_config or {})), params or {}, targets, refused)
     return _request_config(config, job, partition_key, job_source(job))
 
 
@@ -715,21 +762,30 @@ def _source_path(workflow: Any) -> str:
 def _load_notes(
     run_id: str, wdefs: Any, translator: GraphbookTranslator, instance: dg.DagsterInstance
 ) -> Dict[str, Dict[str, List[Any]]]:
-    """The notes this run stored (or reused, resumed), found through its materializations
-    (``dagster/uri`` metadata)."""
-    paths: Dict[dg.AssetKey, Tuple[str, Optional[str]]] = {}
-    for key, materialization in _materializations(instance, run_id).items():
+    """The notes of every step of a workflow's run (an entry for each step; a pin inside a
+    stream stores no notes)."""
+    steps = list(translator.names(wdefs.workflow).steps.values())
+    pins = [(spec.key, step.step, pin) for step in steps for pin, spec in step.specs.items()]
+    stored = _stored_notes(_materializations(instance, run_id), pins)
+    return {step.step: stored.get(step.step, {}) for step in steps}
+
+
+def _stored_notes(
+    found: Mapping[dg.AssetKey, dg.AssetMaterialization],
+    pins: Iterable[Tuple[dg.AssetKey, str, str]],
+) -> Dict[str, Dict[str, List[Any]]]:
+    """Step -> pin -> notes, for each ``(asset key, step, pin)`` of ``pins`` (in that order) that
+    a materialization in ``found`` (`_materializations`: this run's, or a resumed run's reused
+    ones) stored notes of, read back through ``versions.read_notes`` from its ``dagster/uri``."""
+    out: Dict[str, Dict[str, List[Any]]] = {}
+    for key, step, pin in pins:
+        materialization = found.get(key)
+        if materialization is None:
+            continue  # a pin inside a stream, or a step that did not run
         stored = stored_notes_path(materialization.metadata)
         if stored is not None:
-            paths[key] = (stored, materialization.partition)
-    out: Dict[str, Dict[str, List[Any]]] = {}
-    for step in translator.names(wdefs.workflow).steps.values():
-        pins = out.setdefault(step.step, {})
-        for pin, spec in step.specs.items():
-            if spec.key not in paths:
-                continue  # a pin inside a stream stores no notes
-            stored, partition = paths[spec.key]
-            pins[pin] = read_notes(UPath(stored), spec.key, partition)
+            notes = read_notes(UPath(stored), key, materialization.partition)
+            out.setdefault(step, {})[pin] = notes
     return out
 
 

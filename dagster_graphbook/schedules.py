@@ -156,12 +156,6 @@ def day_folders(folder: Union[str, Path]) -> Tuple[List[str], List[str]]:
     return sorted(days), sorted(problems)
 
 
-def new_day_folders(folder: Union[str, Path], cursor: Optional[str]) -> List[str]:
-    """Day folders of ``folder`` not yet in ``cursor`` (see ``done_days``), oldest first."""
-    done = done_days(cursor)
-    return [d for d in day_folders(folder)[0] if d not in done]
-
-
 def done_days(cursor: Optional[str]) -> set:
     """The days a sensor cursor says were requested (a JSON list). A cursor of an older version
     (one day: the latest requested) stands for every day up to it."""

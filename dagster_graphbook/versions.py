@@ -17,11 +17,11 @@ import dagster as dg
 from upath import UPath
 
 from . import notes_codec
+from .authoring._tempfiles import own_prefix, sweep_local_temporaries
 from .errors import StoredNotesError
 
 NOTES_SUFFIX = ".pkl"
 TABLE_SUFFIX = ".parquet"
-_TMP_PREFIX = ".tmp-"
 
 
 def version_folder(base: UPath, key: dg.AssetKey, partition: Optional[str]) -> UPath:
@@ -96,7 +96,7 @@ def write_atomic(path: UPath, write: Callable[[IO[bytes]], None]) -> None:
         return
     final = path.path
     sweep_temporaries(path.parent)
-    name = f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{os.path.basename(final)}"
+    name = f"{own_prefix()}{uuid.uuid4().hex[:8]}-{os.path.basename(final)}"
     tmp = os.path.join(os.path.dirname(final), name)
     try:
         with open(tmp, "wb") as f:
@@ -113,31 +113,6 @@ def sweep_temporaries(folder: UPath) -> None:
     """Remove temporary files that a killed writer on this machine left (its pid is gone)."""
     if _is_local(folder):
         sweep_local_temporaries(folder.path)
-
-
-def sweep_local_temporaries(folder: str) -> None:
-    """``sweep_temporaries`` for a local folder path."""
-    if not os.path.isdir(folder):
-        return
-    for name in os.listdir(folder):
-        if not name.startswith(_TMP_PREFIX):
-            continue
-        pid = name[len(_TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except FileNotFoundError:
-                pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def recorded_path(

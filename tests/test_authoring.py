@@ -604,3 +604,28 @@ def test_graph_get_subgraph_keeps_ancestors_and_their_resources():
     assert sub.nodes["3"] is a
     assert c.id not in sub.nodes and r_unused.id not in sub.nodes
     assert sorted(g.get_subgraph(c.id).nodes) == ["0", "2", "5"]
+
+
+def test_graph_run_goes_through_the_registered_runner(monkeypatch):
+    """``Graph.run`` calls the runner the package registered (``runner.run_workflow``, with
+    ``record=True`` by default and the subgraph of ``step_id``); with none registered it says so
+    instead of importing the runner."""
+    from dagster_graphbook import runner
+    from dagster_graphbook.authoring import graph as graph_module
+
+    assert graph_module._run_workflow is runner.run_workflow
+    g = Graph()
+    src = g.step(_Src)
+    g.step(_Mid).bind(src)
+    calls = []
+
+    def fake_run(graph, **kwargs):
+        calls.append((sorted(graph.nodes), kwargs))
+        return runner.WorkflowRun("r1", True, 0.5, notes={"_Src": {"out": [1]}})
+
+    monkeypatch.setattr(graph_module, "_run_workflow", fake_run)
+    assert g.run(step_id=src.id).run_id == "r1"
+    assert calls == [([src.id], {"record": True})]
+    monkeypatch.setattr(graph_module, "_run_workflow", None)
+    with pytest.raises(RuntimeError, match="Graph.run has no runner"):
+        g.run()

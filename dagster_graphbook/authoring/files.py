@@ -13,6 +13,8 @@ import os
 import tempfile
 from typing import Iterator, List, Optional, Set, Union
 
+from ._tempfiles import own_prefix, sweep_local_temporaries
+
 _SWEPT: Set[str] = set()
 # paths completed by atomic_path in this thread's current dump call (None outside one)
 _RECORDED: contextvars.ContextVar[Optional[List[str]]] = contextvars.ContextVar(
@@ -43,11 +45,9 @@ def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     os.makedirs(folder, exist_ok=True)
     suffix = os.path.splitext(path)[1]
     if folder not in _SWEPT:  # once per folder and process: output folders can hold many files
-        from ..versions import sweep_local_temporaries
-
         sweep_local_temporaries(folder)  # what a killed writer (kill -9) left here
         _SWEPT.add(folder)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.getpid()}-", suffix=suffix)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=own_prefix(), suffix=suffix)
     os.close(fd)
     try:
         yield tmp

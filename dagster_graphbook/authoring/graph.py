@@ -9,6 +9,17 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 __all__ = ["Graph", "GraphNodeWrapper", "GraphStepWrapper", "GraphResourceWrapper"]
 
+# What ``Graph.run`` runs a graph with: ``runner.run_workflow``, registered by the runner when it
+# is imported (``import dagster_graphbook`` imports it), so the authoring API does not import the
+# runner back.
+_run_workflow: Optional[Callable[..., Any]] = None
+
+
+def register_runner(run_workflow: Callable[..., Any]) -> None:
+    """Make ``run_workflow`` (``runner.run_workflow``'s signature) what ``Graph.run`` calls."""
+    global _run_workflow
+    _run_workflow = run_workflow
+
 
 class GraphNodeWrapper:
     """A node of a `Graph`: its class, id and parameter values (a value or a resource wrapper)."""
@@ -162,11 +173,14 @@ class Graph:
         failed run raises, naming the step. It records into ``$DAGSTER_HOME`` (else
         ``./.dagster_home``) as such scripts always did; ``record=False`` makes it a try-out.
         """
-        from ..runner import run_workflow
-
+        if _run_workflow is None:
+            raise RuntimeError(
+                "Graph.run has no runner: dagster_graphbook.runner registers it when imported; "
+                "import dagster_graphbook (or run the workflow with dagster_graphbook.run_workflow)"
+            )
         graph = self.get_subgraph(step_id) if step_id is not None else self
         kwargs.setdefault("record", True)
-        run = run_workflow(graph, **kwargs)
+        run = _run_workflow(graph, **kwargs)
         name = self.name or "graph"
         if not run.success:  # the failure once (Dagster's console logger leaves it to us)
             raise RuntimeError(f"workflow {name} failed: {run.failure}\n{run.log_hint()}")

@@ -12,6 +12,7 @@ import tempfile
 import warnings
 from typing import Any, Dict, Generator, List, Optional, Tuple, Union
 
+from ._tempfiles import own_prefix, sweep_local_temporaries
 from .log import log
 from .utils import transform_function_string
 
@@ -374,11 +375,9 @@ class DumpJSONL(Step):
     def on_start(self) -> None:
         folder = os.path.dirname(os.path.abspath(self.jsonl_path))
         os.makedirs(folder, exist_ok=True)
-        from ..versions import sweep_local_temporaries
-
         sweep_local_temporaries(folder)  # what a killed run (kill -9) left here
         # the pid in the name lets that sweep tell a dead writer's file from a live one's
-        fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.getpid()}-", suffix=".jsonl")
+        fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=own_prefix(), suffix=".jsonl")
         self._file = os.fdopen(fd, "w", encoding="utf-8")
 
     def on_after_item(self, data: Any) -> None:

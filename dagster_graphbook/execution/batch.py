@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
 from ..errors import Label
-from ..notes_codec import compact
+from ..notes_codec import LOST_ITEMS_KEY, compact
 from ..plan.settings import BatchRuntime
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
@@ -30,7 +30,6 @@ from .workers import start_method_problem
 
 Emit = Callable[[str, str], None]
 
-LOST_ITEMS_KEY = "graphbook_lost_items"
 _CUDA_FORK_HINT = (
     "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into "
     "on_item_batch"

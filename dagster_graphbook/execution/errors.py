@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 import dagster as dg
@@ -37,9 +37,6 @@ class ItemError:
     item: str
     note: str
     error: str  # the traceback
-
-    def as_record(self) -> Dict[str, Any]:
-        return asdict(self)
 
     def headline(self) -> str:
         where = f"note {self.note_index}" + (
