@@ -21,12 +21,15 @@ from typing import Any, Dict, Iterator, Tuple
 
 import dagster as dg
 import dask.distributed
-from dagster._core.errors import raise_execution_interrupts
-from dagster._core.execution.context.system import PlanOrchestrationContext
-from dagster._core.execution.plan.plan import ExecutionPlan
-from dagster._utils import iterate_with_context
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 from dagster_dask.executor import dask_executor as _upstream
+
+from .dagster_internals import (
+    ExecutionPlan,
+    PlanOrchestrationContext,
+    iterate_with_context,
+    raise_execution_interrupts,
+)
 
 _CLUSTERS = {
     "local": "dask.distributed:LocalCluster",

@@ -13,7 +13,7 @@ steps execute, so a run worker killed from outside is found dead by the next run
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Union
 
 import dagster as dg
 
@@ -21,34 +21,23 @@ from .dead_runs import own_run
 from .execution.job_steps import job_source, placeholder_message, unfilled_in_job
 from .workflow import WorkflowError
 
-
-def _requirements(config: Mapping[str, Any]) -> Sequence[Any]:
-    if "multiprocess" in config:
-        return dg.multiprocess_executor.get_requirements(config["multiprocess"])
-    return []
+_DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the run config says
 
 
 @dg.executor(
     name="graphbook_executor",
     config_schema=dg.Field(
-        dg.Selector(
-            {
-                "in_process": dg.in_process_executor.config_schema.as_field(),
-                "multiprocess": dg.multiprocess_executor.config_schema.as_field(),
-            }
-        ),
+        _DAGSTER_DEFAULT.config_schema.config_type,
         default_value={"in_process": {}},
         description="in_process (default): every step in the run's process, the model loaded "
         "once; multiprocess: one process per step (parallel branches, isolation)",
     ),
-    requirements=_requirements,
+    requirements=_DAGSTER_DEFAULT.get_requirements,
 )
 def graphbook_executor(init_context: dg.InitExecutorContext) -> Any:
-    """Dagster's in-process or multiprocess executor, as the run config selects."""
-    ((mode, config),) = init_context.executor_config.items()
-    chosen = dg.in_process_executor if mode == "in_process" else dg.multiprocess_executor
-    inner = init_context._replace(executor_def=chosen, executor_config=config)
-    return _OwnedExecutor(chosen.executor_creation_fn(inner))
+    """Dagster's ``multi_or_in_process_executor`` with in-process as its default (a model is
+    loaded once per run), run while this process owns the run."""
+    return _OwnedExecutor(_DAGSTER_DEFAULT.executor_creation_fn(init_context))
 
 
 class _OwnedExecutor(dg.Executor):

@@ -9,16 +9,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import dagster as dg
 import yaml
-from dagster._config.config_type import ConfigScalar, ConfigScalarKind, ConfigTypeKind
-from dagster._config.errors import (
+
+from .dagster_internals import (
+    ConfigScalar,
+    ConfigScalarKind,
+    ConfigTypeKind,
+    EvaluationStackListItemEntry,
+    EvaluationStackPathEntry,
     FieldNotDefinedErrorData,
     FieldsNotDefinedErrorData,
     MissingFieldErrorData,
     MissingFieldsErrorData,
     RuntimeMismatchErrorData,
 )
-from dagster._config.stack import EvaluationStackListItemEntry, EvaluationStackPathEntry
-
 from .errors import RequestError, quoted
 
 # Types that bind a resource (or anything else) through an edge: no launchpad widget.

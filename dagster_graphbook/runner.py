@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
-from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
-from dagster._core.storage.tags import (
+from upath import UPath
+
+from . import params as ptypes
+from .authoring.graph import Graph, register_runner
+from .dagster_internals import (
+    LOG_RECORD_EVENT_ATTR,
     PARENT_RUN_ID_TAG,
     RESUME_RETRY_TAG,
     ROOT_RUN_ID_TAG,
     TAGS_TO_MAYBE_OMIT_ON_RETRY,
 )
-from upath import UPath
-
-from . import params as ptypes
-from .authoring.graph import Graph, register_runner
 from .dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from .definitions import GraphbookWorkflow, build_workflow
 from .errors import RequestError

@@ -1,0 +1,57 @@
+"""Dagster's private modules, in one place: each name here is used because Dagster's public API
+has no equivalent, and a Dagster upgrade that moves one breaks this module only.
+
+- config evaluation errors and types: ``params`` turns Dagster's config errors into one line per
+  ``STEP.PARAM`` with what the workflow expects;
+- the run-tag names of re-execution and the log record's event attribute: the runner resumes
+  runs and keeps failure events out of its console logger;
+- the captured-interrupt check: the dead-run watcher lets a terminate through;
+- the plan orchestration types and helpers: the Dask executor submits Dagster's own steps.
+"""
+
+from __future__ import annotations
+
+from dagster._config.config_type import ConfigScalar, ConfigScalarKind, ConfigTypeKind
+from dagster._config.errors import (
+    FieldNotDefinedErrorData,
+    FieldsNotDefinedErrorData,
+    MissingFieldErrorData,
+    MissingFieldsErrorData,
+    RuntimeMismatchErrorData,
+)
+from dagster._config.stack import EvaluationStackListItemEntry, EvaluationStackPathEntry
+from dagster._core.errors import raise_execution_interrupts
+from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
+from dagster._core.storage.tags import (
+    PARENT_RUN_ID_TAG,
+    RESUME_RETRY_TAG,
+    ROOT_RUN_ID_TAG,
+    TAGS_TO_MAYBE_OMIT_ON_RETRY,
+)
+from dagster._utils import iterate_with_context
+from dagster._utils.interrupts import check_captured_interrupt
+
+__all__ = [
+    "LOG_RECORD_EVENT_ATTR",
+    "PARENT_RUN_ID_TAG",
+    "RESUME_RETRY_TAG",
+    "ROOT_RUN_ID_TAG",
+    "TAGS_TO_MAYBE_OMIT_ON_RETRY",
+    "ConfigScalar",
+    "ConfigScalarKind",
+    "ConfigTypeKind",
+    "EvaluationStackListItemEntry",
+    "EvaluationStackPathEntry",
+    "ExecutionPlan",
+    "FieldNotDefinedErrorData",
+    "FieldsNotDefinedErrorData",
+    "MissingFieldErrorData",
+    "MissingFieldsErrorData",
+    "PlanOrchestrationContext",
+    "RuntimeMismatchErrorData",
+    "check_captured_interrupt",
+    "iterate_with_context",
+    "raise_execution_interrupts",
+]
