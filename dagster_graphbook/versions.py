@@ -18,6 +18,7 @@ from upath import UPath
 
 from . import notes_codec
 from .errors import StoredNotesError
+from .execution.workers import pid_exists
 
 NOTES_SUFFIX = ".pkl"
 TABLE_SUFFIX = ".parquet"
@@ -123,21 +124,11 @@ def sweep_local_temporaries(folder: str) -> None:
         if not name.startswith(_TMP_PREFIX):
             continue
         pid = name[len(_TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_exists(int(pid)):
             try:
                 os.unlink(os.path.join(folder, name))
             except FileNotFoundError:
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def recorded_path(
