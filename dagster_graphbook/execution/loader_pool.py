@@ -245,8 +245,8 @@ def _batches(n: int, batch_size: int) -> BatchSampler:
 
 
 # DataLoader checks worker liveness each time a wait for data times out. Its own interval is 5 s
-# (and its SIGCHLD handler only works in the main thread), so wait in short slices instead: a
-# dead worker is then reported within about a second.
+# (and its SIGCHLD handler only works in the main thread), so wait in short slices instead
+# (``wait_in_slices``): a dead worker is then reported within about a second.
 LIVENESS_CHECK_S = 1.0
 _DIED = "a loader worker process died (killed by a signal: out of memory, segfault or kill)"
 
