@@ -12,13 +12,15 @@ from __future__ import annotations
 import io
 import pickle
 import sys
-from typing import Any, Dict, List
+from typing import Any, Set
+
+from .execution.device import map_tensors
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 # a note's entry listing the positions of its items lost under ``on_item_error: skip`` (set by
 # the batch driver, counted by the notes IO manager)
 LOST_ITEMS_KEY = "graphbook_lost_items"
-_CONTAINERS = (list, tuple, dict)
+_MAX_DEPTH = 8  # containers nested deeper are not looked into (a note may be deep, or cyclic)
 
 
 def _torch() -> Any:
@@ -69,66 +71,54 @@ load = pickle.load
 
 
 def compact(obj: Any) -> Any:
-    """``obj`` with tensor views inside lists, tuples and dicts replaced by compact copies.
+    """``obj`` with tensor views inside lists, tuples and dicts replaced by compact copies
+    (containers keep their types; ``obj`` itself when it holds no such view).
 
     For objects sent to another process by a pickler we do not own (``concurrent.futures``,
     torch's shared-memory reducer, which would otherwise share the whole batch's storage).
     """
-    if is_oversized_view(obj):
-        return obj.clone()
-    if isinstance(obj, _CONTAINERS) and not _has_view(obj):
-        return obj
-    if isinstance(obj, list):
-        return [compact(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(compact(v) for v in obj)
-    if isinstance(obj, tuple):  # namedtuple
-        return type(obj)(*(compact(v) for v in obj))
-    if type(obj) is dict:
-        return {k: compact(v) for k, v in obj.items()}
-    return obj
+    return map_tensors(
+        lambda t: t.clone() if is_oversized_view(t) else t, obj, max_depth=_MAX_DEPTH
+    )
 
 
-def _has_view(obj: Any, depth: int = 0) -> bool:
-    if depth > 8:
-        return False
-    if is_oversized_view(obj):
-        return True
-    if isinstance(obj, dict):
-        return any(_has_view(v, depth + 1) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_view(v, depth + 1) for v in obj)
-    return False
-
-
-def tensor_bytes(obj: Any, limit: int = 0, _seen: Any = None, _depth: int = 0) -> int:
-    """Bytes of tensor and numpy data reachable through dicts, lists and tuples of ``obj``.
+def tensor_bytes(obj: Any, limit: int = 0) -> int:
+    """Bytes of tensor and numpy data reachable through dicts, lists and tuples of ``obj`` (each
+    array counted once).
 
     Stops counting once ``limit`` (when > 0) is passed, so a warning check stays cheap.
     """
-    seen: Dict[int, bool] = _seen if _seen is not None else {}
-    if id(obj) in seen or _depth > 8:
-        return 0
-    seen[id(obj)] = True
-    torch = _torch()
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(obj, numpy.ndarray):
-        return int(obj.nbytes)
-    values: List[Any]
-    if isinstance(obj, dict):
-        values = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        values = list(obj)
-    else:
-        return 0
+    torch, numpy = _torch(), sys.modules.get("numpy")
+    leaf = tuple(
+        t
+        for t in (getattr(torch, "Tensor", None), getattr(numpy, "ndarray", None))
+        if t is not None
+    )
+    seen: Set[int] = set()
     total = 0
-    for value in values:
-        total += tensor_bytes(value, limit, seen, _depth + 1)
-        if limit and total > limit:
-            break
+
+    def count(array: Any) -> Any:
+        nonlocal total
+        if id(array) not in seen:
+            seen.add(id(array))
+            total += (
+                int(array.nbytes)
+                if numpy is not None and isinstance(array, numpy.ndarray)
+                else array.numel() * array.element_size()
+            )
+            if limit and total > limit:
+                raise _Enough
+        return array
+
+    try:
+        map_tensors(count, obj, leaf=leaf, max_depth=_MAX_DEPTH)
+    except _Enough:
+        pass
     return total
+
+
+class _Enough(Exception):
+    pass
 
 
 __all__ = ["compact", "dump", "dumps", "is_oversized_view", "load", "loads", "tensor_bytes"]

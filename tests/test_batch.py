@@ -819,3 +819,185 @@ def test_no_sigchld_handler_raises_into_the_step(tmp_path):
     assert result["failure"] and "model exploded" in result["failure"], result
     assert "SIGCHLD" not in result["sigchld"], result  # torch's handler is not installed
     assert result["logging_lock_free"], result
+
+
+# ---------------------------------------------------------------------------------------------
+# Container types through the device move, worker death as WorkerDied, the CUDA-in-fork hint
+
+Pair = __import__("collections").namedtuple("Pair", "image label")
+
+
+class Containers(BatchStep):
+    """load_fn returns a namedtuple and an OrderedDict holding tensors."""
+
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+        self.seen = []
+
+    @staticmethod
+    def load_fn(item):
+        from collections import OrderedDict
+
+        pair = Pair(torch.full((2,), float(item)), item)
+        return OrderedDict([("pair", pair), ("plain", (torch.zeros(1), "x"))])
+
+    def on_item_batch(self, outputs, items, notes):
+        for out in outputs:
+            self.seen.append(
+                (
+                    type(out).__name__,
+                    type(out["pair"]).__name__,
+                    type(out["plain"]).__name__,
+                    list(out),
+                    out["pair"].label,
+                    out["pair"].image.device.type,
+                )
+            )
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])  # meta: a device move without a GPU
+@pytest.mark.parametrize(
+    "pool", [dict(num_workers=0), dict(num_workers=2), dict(num_workers=2, worker_type="thread")]
+)
+def test_load_fn_containers_reach_on_item_batch_with_their_types(pool, device):
+    """A namedtuple and an OrderedDict from load_fn reach on_item_batch as such after the device
+    move (it made them a tuple and a dict where CPU runs kept them)."""
+    step_obj = Containers()
+    run(step_obj, [{"items": [1, 2, 3]}], **pool, device=device)
+    assert step_obj.seen == [
+        ("OrderedDict", "Pair", "tuple", ["pair", "plain"], i, device) for i in (1, 2, 3)
+    ]
+
+
+def test_move_and_map_tensors_keep_container_types():
+    from collections import OrderedDict, defaultdict
+
+    from dagster_graphbook.authoring.note import Note
+    from dagster_graphbook.execution.device import contains_cuda, map_tensors, move
+
+    t = torch.ones(2)
+    value = OrderedDict(
+        a=Pair(t, [t, (t, "s")]),
+        b=defaultdict(list, k=t),
+        c=Note({"x": t}),
+        d="text",
+    )
+    moved = move(value, "cpu")
+    assert type(moved) is OrderedDict and list(moved) == ["a", "b", "c", "d"]
+    assert type(moved["a"]) is Pair and type(moved["a"].label[1]) is tuple
+    assert type(moved["b"]) is defaultdict and moved["b"].default_factory is list
+    assert type(moved["c"]) is Note and moved["c"]["missing"] is None
+    assert moved is value  # nothing moved: nothing copied
+    doubled = map_tensors(lambda x: x * 2, value)
+    assert doubled is not value and type(doubled["a"]) is Pair
+    assert torch.equal(doubled["a"].image, t * 2) and torch.equal(doubled["c"]["x"], t * 2)
+    assert doubled["d"] == "text" and value["a"].image is t  # the input is left as it was
+    loop = [t]
+    loop.append(loop)  # a list inside itself is not entered again
+    assert map_tensors(lambda x: x + 1, loop)[1] is loop
+    assert not contains_cuda(value)
+
+
+def test_compact_and_tensor_bytes_walk_the_same_containers():
+    from collections import OrderedDict
+
+    from dagster_graphbook.notes_codec import compact, tensor_bytes
+
+    batch = torch.zeros(8, 100)
+    args = (OrderedDict(view=batch[0]), Pair(batch[1], 1), "x")
+    out = compact(args)
+    assert type(out[0]) is OrderedDict and type(out[1]) is Pair
+    assert out[0]["view"].untyped_storage().nbytes() == 400
+    assert out[1].image.untyped_storage().nbytes() == 400
+    plain = (torch.zeros(3), [1, 2])
+    assert compact(plain) is plain  # no view: the object itself
+    shared = torch.zeros(10)
+    assert tensor_bytes({"a": shared, "b": [shared, torch.zeros(5)]}) == 60
+    assert tensor_bytes([torch.zeros(100)] * 1 + [torch.zeros(100)], limit=500) == 800
+    nested = current = {}
+    for _ in range(12):
+        current["next"] = current = {}
+    current["t"] = torch.zeros(10)  # deeper than the walk looks
+    assert tensor_bytes(nested) == 0
+
+
+class DiesInLoad(BatchStep):
+    def __init__(self, batch_size=2, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        if item == 5:
+            os.kill(os.getpid(), __import__("signal").SIGKILL)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+
+
+class DiesInDump(DiesInLoad):
+    @staticmethod
+    def load_fn(item):
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return [(item,) for item in items]
+
+    @staticmethod
+    def dump_fn(item):
+        if item == 5:
+            os.kill(os.getpid(), __import__("signal").SIGKILL)
+
+
+@pytest.mark.parametrize("step_cls, stage", [(DiesInLoad, "load_fn"), (DiesInDump, "dump_fn")])
+def test_dead_worker_fails_the_step_with_worker_died(step_cls, stage):
+    from dagster_graphbook.execution.errors import WorkerDied
+
+    with pytest.raises(WorkerDied) as info:
+        run(step_cls(), [{"items": list(range(12))}], num_workers=2)
+    died = info.value
+    assert isinstance(died, StepFailure) and isinstance(died, dg.Failure)
+    assert died.stage == stage and len(died.pids) >= 1
+    first = str(died).splitlines()[0]
+    assert first.startswith("workflow 'w', step 'S' (node 9): a ")
+    assert f"pid {died.pids[0]} killed by SIGKILL" in first, first
+    if stage == "load_fn":
+        assert "a loader worker process died (killed by a signal" in first
+        assert " of 12: " in first
+    else:
+        assert "a dump worker process died (killed by a signal" in first
+
+
+def _starts_cuda(item):
+    torch.cuda._lazy_init()  # what a CUDA tensor in a forked worker does first
+    return item
+
+
+def _bad_fork():
+    return True
+
+
+def test_cuda_in_a_forked_worker_gets_the_hint(monkeypatch):
+    """torch refuses CUDA in a fork of a process that started it, with a plain RuntimeError; the
+    worker adds the hint (here the fork state is faked: it needs a GPU)."""
+    from dagster_graphbook.execution.dump_pool import _call
+    from dagster_graphbook.execution.errors import CUDA_FORK_HINT, cuda_fork_hint
+    from dagster_graphbook.execution.loader_pool import ItemDataset
+
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA already started in this process: _lazy_init raises nothing")
+
+    def raises_other(item):
+        raise RuntimeError("unrelated")
+
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", _bad_fork)
+    _, _, tb = ItemDataset([1], _starts_cuda, {})[0]
+    assert "RuntimeError" in tb and tb.endswith(f"\nHint: {CUDA_FORK_HINT}\n")
+    error, _ = _call((1,), _starts_cuda)
+    assert error.endswith(f"\nHint: {CUDA_FORK_HINT}\n")
+    _, _, other = ItemDataset([1], raises_other, {})[0]
+    assert CUDA_FORK_HINT not in other  # another error in a bad fork: no hint
+    with pytest.raises(RuntimeError) as info:
+        _starts_cuda(1)
+    monkeypatch.undo()  # not a forked worker: no hint
+    assert cuda_fork_hint(info.value) == ""

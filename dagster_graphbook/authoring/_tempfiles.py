@@ -24,18 +24,19 @@ def sweep_local_temporaries(folder: str) -> None:
         if not name.startswith(TMP_PREFIX):
             continue
         pid = name[len(TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_exists(int(pid)):
             try:
                 os.unlink(os.path.join(folder, name))
             except FileNotFoundError:
                 pass
 
 
-def _alive(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
+    """A process ``pid`` exists (a zombie, not yet reaped, too), ours or another user's."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True

@@ -14,7 +14,6 @@ import os
 import time
 import traceback
 import warnings
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
@@ -26,26 +25,12 @@ from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .progress import Progress
 from .routing import Pins, StepResult
 from .stall import StallWatchdog
-from .workers import start_method_problem
+from .workers import shm_free_bytes, start_method_problem
 
 Emit = Callable[[str, str], None]
 
-_CUDA_FORK_HINT = (
-    "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into "
-    "on_item_batch"
-)
-
 
 _SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
-
-
-def _shm_free() -> int:
-    """Bytes free in /dev/shm (a large number where there is none to measure)."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return 1 << 62
-    return st.f_bavail * st.f_frsize
 
 
 def max_workers() -> int:
@@ -192,8 +177,6 @@ class _BatchRun:
     # -- errors ----------------------------------------------------------------------------------
     def fail_item(self, stage: str, index: int, tb: str) -> None:
         note_index = self.owner[index]
-        if "re-initialize CUDA in forked subprocess" in tb:
-            tb += f"\nHint: {_CUDA_FORK_HINT}\n"
         error = ItemError(
             stage,
             note_index,
@@ -340,8 +323,6 @@ def run_batch_step(
         with watchdog:
             _batches(run, loader, dumps, progress, watchdog, has_load, has_dump, device)
         failed = False
-    except BrokenProcessPool as exc:
-        raise StepFailure(label, str(exc)) from exc
     finally:
         loader.close()
         if dumps is not None:
@@ -372,8 +353,13 @@ def _usable_settings(settings: BatchRuntime, label: Label, emit: Emit) -> BatchR
             "processes; using worker_type 'thread'",
         )
         settings = settings.model_copy(update={"worker_type": "thread"})
-    shm_free = _shm_free()
-    if settings.worker_type == "process" and settings.num_workers > 0 and shm_free < _SHM_MIN:
+    shm_free = shm_free_bytes()
+    if (
+        settings.worker_type == "process"
+        and settings.num_workers > 0
+        and shm_free is not None  # None: nothing to measure
+        and shm_free < _SHM_MIN
+    ):
         # worker processes need /dev/shm for their semaphores: sem_open failed with ENOSPC
         emit(
             "warning",
@@ -430,6 +416,7 @@ def _make_loader(run: _BatchRun, batch_size: int, device: str, has_load: bool) -
             device.startswith("cuda"),
             run.node,
             settings.worker_nice,
+            label=run.label,
         )
         loader.warn = lambda m: run.emit("warning", f"{run.label}: {m}")  # e.g. /dev/shm too small
         return loader
@@ -460,6 +447,7 @@ def _make_dump_pool(run: _BatchRun, has_dump: bool) -> Any:
         node=run.node,
         nice=settings.worker_nice,
         call_timeout_s=settings.call_timeout_s,
+        label=run.label,
     )
 
 
@@ -480,18 +468,7 @@ def _batches(
     while True:
         t0 = time.perf_counter()
         run.stage = "load_fn"
-        try:
-            batch = next(batches, None)
-        except RuntimeError as exc:
-            if "exited unexpectedly" in str(exc) or "killed by signal" in str(exc):
-                done = progress.counts["processed"] + progress.counts["failed"]
-                raise StepFailure(
-                    run.label,
-                    "a loader worker process died (killed by a signal: out of "
-                    f"memory, segfault or kill) while loading items {done}.. of "
-                    f"{len(run.items)}: {exc}",
-                ) from exc
-            raise
+        batch = next(batches, None)  # a dead loader worker raises WorkerDied
         progress.loader_wait_s += time.perf_counter() - t0
         watchdog.touch()
         if batch is None:

@@ -1,13 +1,15 @@
 """The dump pool: ``dump_fn(*tuple)`` calls in worker processes (or threads), bounded in flight.
 
 Built on ``concurrent.futures``: a dead worker surfaces as ``BrokenProcessPool`` on the next
-result instead of a hang. ``dump_fn`` reaches the workers once, through the pool initializer.
+result instead of a hang, raised here as ``WorkerDied`` naming the dead workers. ``dump_fn``
+reaches the workers once, through the pool initializer.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import traceback
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -20,7 +22,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..authoring.files import recording_files
-from .errors import exit_hint
+from .errors import WorkerDied, cuda_fork_hint, exit_hint
+from .threads import pool_processes
 from .workers import init_worker, lower_priority
 
 _DUMP_FN: Optional[Callable[..., Any]] = None
@@ -79,7 +82,7 @@ def _call(
                 result = (fn or _DUMP_FN)(*args)
             return None, _written(result, through_helper)
     except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
-        return traceback.format_exc() + exit_hint(exc, "dump_fn"), []
+        return traceback.format_exc() + exit_hint(exc, "dump_fn") + cuda_fork_hint(exc), []
 
 
 class DumpPool:
@@ -96,8 +99,10 @@ class DumpPool:
         node: Tuple[str, str],
         nice: int = 0,
         call_timeout_s: Optional[float] = None,
+        label: str = "batch step",
     ):
         self.dump_fn = dump_fn
+        self.label = label  # names the step in a WorkerDied
         self.max_in_flight = max(1, max_in_flight)
         self.pending: Dict[Future, Any] = {}
         if worker_type == "thread":
@@ -119,11 +124,14 @@ class DumpPool:
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
         done = self.poll(block=len(self.pending) >= self.max_in_flight)
-        future = (
-            self.executor.submit(_call, tuple(args), self.dump_fn)
-            if self.threads
-            else self.executor.submit(_call, tuple(args))
-        )
+        try:
+            future = (
+                self.executor.submit(_call, tuple(args), self.dump_fn)
+                if self.threads
+                else self.executor.submit(_call, tuple(args))
+            )
+        except BrokenProcessPool as exc:  # a worker died before its call's result was seen
+            raise self._died(exc) from exc
         self.pending[future] = key
         return done
 
@@ -140,12 +148,22 @@ class DumpPool:
             try:
                 error, files = future.result()
             except BrokenProcessPool as exc:
-                raise BrokenProcessPool(
-                    "a dump worker process died (killed by a signal: out of memory, "
-                    f"segfault or kill) during dump_fn: {exc}"
-                ) from exc
+                raise self._died(exc) from exc
             out.append(DumpDone(key, error, files))
         return out
+
+    def _died(self, exc: BrokenProcessPool) -> WorkerDied:
+        """The pool broke because a worker died: name it (the pool terminates the others with
+        SIGTERM once it saw the death, so those are named only when no other is gone)."""
+        gone = [(p.pid, p.exitcode) for p in pool_processes(self.executor) if not p.is_alive()]
+        dead = [(pid, code) for pid, code in gone if code != -signal.SIGTERM] or gone
+        return WorkerDied(
+            self.label,
+            "a dump worker process died (killed by a signal: out of memory, segfault or kill) "
+            f"during dump_fn: {WorkerDied.describe(dead) if dead else exc}",
+            pids=[pid for pid, _ in dead],
+            stage="dump_fn",
+        )
 
     def drain(self) -> List[DumpDone]:
         out: List[DumpDone] = []
@@ -168,7 +186,7 @@ class DumpPool:
                 wait(running, timeout=grace_s)
             if not self.threads:
                 stuck = any(not f.done() for f in running)
-                for proc in list((getattr(self.executor, "_processes", None) or {}).values()):
+                for proc in pool_processes(self.executor):
                     if stuck and proc.is_alive():
                         proc.kill()
         if self.threads:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import dagster as dg
 
@@ -25,6 +27,22 @@ def exit_hint(exc: BaseException, where: str) -> str:
         f"{where} called sys.exit({exc.code!r}) (SystemExit): treated as this item's error; "
         "raise an exception instead\n"
     )
+
+
+CUDA_FORK_HINT = (
+    "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into "
+    "on_item_batch"
+)
+
+
+def cuda_fork_hint(exc: BaseException) -> str:
+    """A line after a worker's traceback when ``exc`` is CUDA refusing to start in this forked
+    worker (its parent had started CUDA). Called in the worker, where the fork is known."""
+    if "torch" not in sys.modules:  # no torch imported: CUDA was not what failed
+        return ""
+    from .torch_internals import is_cuda_in_bad_fork_error
+
+    return f"\nHint: {CUDA_FORK_HINT}\n" if is_cuda_in_bad_fork_error(exc) else ""
 
 
 @dataclass(frozen=True)
@@ -109,3 +127,34 @@ class StepFailure(GraphbookError, RuntimeError):
             return name
         cause = self.__cause__
         return type(cause).__name__ if cause is not None else None
+
+
+def exit_status(exitcode: Optional[int]) -> str:
+    """How a worker process ended, from its ``exitcode`` (negative: the signal that killed it)."""
+    if exitcode is None:
+        return "ended"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerDied(StepFailure):
+    """A loader or dump worker process died (killed by a signal: out of memory, segfault, kill;
+    or exited) while the step waited for it. Raised by the pool that owns the worker, where the
+    death is seen (as torch's DataLoader does); the step fails with it, naming the pids.
+
+    ``pids``: the dead workers' process ids; ``stage``: ``"load_fn"`` or ``"dump_fn"``.
+    """
+
+    def __init__(self, label: Label, message: str, *, pids: Sequence[int], stage: str):
+        self.pids: Tuple[int, ...] = tuple(pids)
+        self.stage = stage
+        super().__init__(label, message)
+
+    @staticmethod
+    def describe(dead: Sequence[Tuple[int, Optional[int]]]) -> str:
+        """``pid 123 killed by SIGKILL, pid 124 exited with code 1`` for (pid, exitcode) pairs."""
+        return ", ".join(f"pid {pid} {exit_status(code)}" for pid, code in dead)

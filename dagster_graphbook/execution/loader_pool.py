@@ -10,6 +10,7 @@ its error policy.
 
 from __future__ import annotations
 
+import math
 import os
 import traceback
 from collections import deque
@@ -17,12 +18,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
-from torch.utils.data import DataLoader, Dataset, get_worker_info
-from torch.utils.data._utils.pin_memory import pin_memory as _pin
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
 
-from .errors import exit_hint
-from .torch_internals import forget_worker_pids, keep_out_sigchld_handler
-from .workers import init_worker, lower_priority
+from .device import map_tensors
+from .errors import WorkerDied, cuda_fork_hint, exit_hint
+from .torch_internals import (
+    BatchNotReady,
+    forget_worker_pids,
+    keep_out_sigchld_handler,
+    loader_workers,
+    shutdown_workers,
+    tasks_outstanding,
+    wait_in_slices,
+)
+from .workers import SHM_DIR, init_worker, lower_priority, shm_free_bytes
 
 
 class LoadedBatch(NamedTuple):
@@ -66,7 +75,7 @@ class ItemDataset(Dataset):
             with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
                 return i, self.load_fn(self.items[i], **self.params), None
         except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
-            return i, None, traceback.format_exc() + exit_hint(exc, "load_fn")
+            return i, None, traceback.format_exc() + exit_hint(exc, "load_fn") + cuda_fork_hint(exc)
 
 
 def _split(
@@ -114,10 +123,7 @@ _HEADER = (
 
 
 def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
-    n = torch.empty((), dtype=dtype).element_size()
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape) * dtype.itemsize
 
 
 def _view(block: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -196,21 +202,11 @@ class PipedBatch(NamedTuple):
         return out.view(torch.bfloat16) if self.dtype == torch.bfloat16 else out
 
 
-SHM_DIR = "/dev/shm"
 SHM_HELP = (
     "give the container more shared memory: `docker run --shm-size=2g`, "
     "`shm_size: 2gb` in docker compose, or on Kubernetes an "
     "`emptyDir: {medium: Memory, sizeLimit: 2Gi}` volume mounted at /dev/shm"
 )
-
-
-def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
-    """Free bytes of the shared-memory filesystem that torch puts tensors in (None if unknown)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 def shm_budget(num_workers: int, path: str = SHM_DIR) -> Optional[int]:
@@ -243,28 +239,16 @@ class _WorkerCollate:
         return LoadedBatch(indices, None, _RING.put(info.id, values), errors)
 
 
-def _batch_ranges(n: int, batch_size: int) -> List[range]:
-    return [range(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
-
-
-class _BatchSampler:
-    """Consecutive index ranges: batches cross note boundaries, order is input order."""
-
-    def __init__(self, n: int, batch_size: int):
-        self.ranges = _batch_ranges(n, batch_size)
-
-    def __iter__(self) -> Iterator[List[int]]:
-        return (list(r) for r in self.ranges)
-
-    def __len__(self) -> int:
-        return len(self.ranges)
+def _batches(n: int, batch_size: int) -> BatchSampler:
+    """Consecutive index lists: batches cross note boundaries, order is input order."""
+    return BatchSampler(SequentialSampler(range(n)), batch_size, drop_last=False)
 
 
 # DataLoader checks worker liveness each time a wait for data times out. Its own interval is 5 s
-# (and its SIGCHLD handler only works in the main thread), so wait in short slices instead: a
-# dead worker is then reported within about a second.
+# (and its SIGCHLD handler only works in the main thread), so wait in short slices instead
+# (``wait_in_slices``): a dead worker is then reported within about a second.
 LIVENESS_CHECK_S = 1.0
-_TIMED_OUT = "DataLoader timed out"
+_DIED = "a loader worker process died (killed by a signal: out of memory, segfault or kill)"
 
 
 def _drop_frame_locals(exc: BaseException) -> None:
@@ -296,6 +280,7 @@ class ProcessLoader:
         nice: int = 0,
         ring_slots: Optional[int] = None,
         warn: Optional[Callable[[str], None]] = None,
+        label: str = "batch step",
     ):
         kwargs: Dict[str, Any] = {}
         prefetch = max(1, prefetch)
@@ -305,17 +290,18 @@ class ProcessLoader:
                 multiprocessing_context=start_method,
                 worker_init_fn=_WorkerInit(*node, nice),
                 persistent_workers=False,
-                timeout=LIVENESS_CHECK_S,
             )
         # slots per worker: more than the tasks a worker can be ahead of the consumed batch
         budget = shm_budget(num_workers) if num_workers > 0 else None  # sized from free /dev/shm
         collate_fn = _WorkerCollate(ring_slots or prefetch + 2, budget)
         self.warn = warn
+        self.label = label  # names the step in a WorkerDied
+        self.loaded = 0  # items of the batches handed out (the step has finished with them)
         self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
         self.loader = DataLoader(
             dataset,
-            batch_sampler=_BatchSampler(len(dataset), batch_size),
+            batch_sampler=_batches(len(dataset), batch_size),
             num_workers=num_workers,
             collate_fn=collate_fn,
             pin_memory=False,
@@ -328,18 +314,40 @@ class ProcessLoader:
     def __iter__(self) -> Iterator[LoadedBatch]:
         keep_out_sigchld_handler()
         self._it = iter(self.loader)
+        wait_in_slices(self._it, LIVENESS_CHECK_S)
         while True:
             try:
                 batch = next(self._it)
             except StopIteration:
                 return
-            except RuntimeError as exc:
-                if not str(exc).startswith(_TIMED_OUT):
-                    _drop_frame_locals(exc)
-                    raise  # e.g. "DataLoader worker (pid(s) ...) exited unexpectedly"
+            except BatchNotReady:
+                dead = self._dead_workers()
+                if dead:  # died after torch's own check in this wait
+                    raise self._died(dead) from None
                 # a slow batch, not a dead worker: keep waiting (the iterator state is unchanged)
                 continue
-            yield self._receive(batch)
+            except RuntimeError as exc:  # torch found a dead worker, or another failure
+                _drop_frame_locals(exc)
+                dead = self._dead_workers()
+                if dead:
+                    raise self._died(dead) from exc
+                raise
+            batch = self._receive(batch)
+            self.loaded += len(batch.indices) + len(batch.errors)
+            yield batch
+
+    def _dead_workers(self) -> List[Tuple[int, Optional[int]]]:
+        """(pid, exit code) of the workers that are gone while batches are still expected."""
+        return [(w.pid, w.exitcode) for w in loader_workers(self._it) if not w.is_alive()]
+
+    def _died(self, dead: List[Tuple[int, Optional[int]]]) -> WorkerDied:
+        return WorkerDied(
+            self.label,
+            f"{_DIED} while loading items {self.loaded}.. of {len(self.loader.dataset)}: "
+            f"{WorkerDied.describe(dead)}",
+            pids=[pid for pid, _ in dead],
+            stage="load_fn",
+        )
 
     def _receive(self, batch: LoadedBatch) -> LoadedBatch:
         """Copy a stacked batch out of its worker's ring (the slot is reused later), pinned on
@@ -370,28 +378,26 @@ class ProcessLoader:
             return batch._replace(stacked=out)
         if self.pin:
             return batch._replace(
-                values=_pin(batch.values),
+                values=map_tensors(torch.Tensor.pin_memory, batch.values),
                 stacked=None if batch.stacked is None else batch.stacked.pin_memory(),
             )
         return batch
 
     def in_flight(self) -> Optional[int]:
         """Batches requested from workers but not yet consumed (DataLoader keeps this privately)."""
-        return getattr(self._it, "_tasks_outstanding", None)
+        return tasks_outstanding(self._it)
 
     def close(self) -> None:
         """Stop and join the workers now (not at garbage collection: a failed op may keep the
         iterator alive)."""
-        shutdown = getattr(self._it, "_shutdown_workers", None)
-        if getattr(self._it, "_tasks_outstanding", 0):
+        if tasks_outstanding(self._it):
             # closed with batches still loading (the step failed or was interrupted): a worker stuck
             # in load_fn would hold torch's shutdown for 5 s per worker; nothing it loads is needed
             forget_worker_pids(self._it)
-            for worker in getattr(self._it, "_workers", None) or []:
+            for worker in loader_workers(self._it):
                 if worker.is_alive():
                     worker.terminate()
-        if shutdown is not None:
-            shutdown()
+        shutdown_workers(self._it)
         self._it = None
         self.blocks.clear()
 
@@ -410,7 +416,7 @@ class _WorkerInit:
         init_worker(*self.node, nice=self.nice, step_pid=self.step_pid)
 
 
-def _load_range(dataset: ItemDataset, indices: range, stack: bool) -> LoadedBatch:
+def _load_range(dataset: ItemDataset, indices: List[int], stack: bool) -> LoadedBatch:
     """One batch in a loader thread. Stacking only pays off for the one copy to a GPU: on the CPU
     the values stay as loaded (no extra copy of the batch)."""
     samples = [dataset[i] for i in indices]
@@ -435,7 +441,7 @@ class ThreadLoader:
         self.dataset = dataset
         self.nice = nice
         self.stack = stack
-        self.ranges = _batch_ranges(len(dataset), batch_size)
+        self.ranges = _batches(len(dataset), batch_size)
         self.num_workers = max(1, num_workers)
         self.depth = self.num_workers * max(1, prefetch)
         self.pool: Optional[ThreadPoolExecutor] = None
@@ -480,11 +486,11 @@ class SyncBatches:
 
     def __init__(self, items: Sequence[Any], batch_size: int):
         self.items = items
-        self.ranges = _batch_ranges(len(items), batch_size)
+        self.ranges = _batches(len(items), batch_size)
 
     def __iter__(self) -> Iterator[LoadedBatch]:
-        for r in self.ranges:
-            yield LoadedBatch(list(r), None, None, [])
+        for indices in self.ranges:
+            yield LoadedBatch(indices, None, None, [])
 
     def in_flight(self) -> int:
         return 0

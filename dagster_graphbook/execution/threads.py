@@ -14,8 +14,8 @@ from __future__ import annotations
 import concurrent.futures.thread as futures_thread
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, List, Optional
 
 GRACE_S = 2.0
 _PREFIXES = ("graphbook-load", "graphbook-dump")
@@ -48,3 +48,10 @@ def _let_go(thread: threading.Thread) -> None:
 def stuck_threads() -> List[str]:
     """Names of load/dump threads still running (stuck in a call that never returned)."""
     return [t.name for t in threading.enumerate() if t.name.startswith(_PREFIXES) and t.is_alive()]
+
+
+def pool_processes(pool: ProcessPoolExecutor) -> List[Any]:
+    """The worker processes of a ``ProcessPoolExecutor`` (``multiprocessing.Process``), which it
+    keeps privately (CPython 3.8-3.13: ``_processes``, pid -> process); none once it forgot them.
+    ``tests/test_reliability_faults.py`` fails where this differs."""
+    return list((getattr(pool, "_processes", None) or {}).values())

@@ -5,9 +5,12 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 from typing import Any, Callable, Dict, Optional
+
+from ..authoring._tempfiles import pid_exists  # the one check that a pid exists
 
 _PR_SET_PDEATHSIG = 1
 
@@ -33,25 +36,32 @@ def die_with_parent(step_pid: Optional[int] = None) -> None:
     """
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if step_pid is not None and not _alive(step_pid):
+    if step_pid is not None and not pid_running(step_pid):
         os._exit(1)
 
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (a killed step stays one until its own parent reaps it)."""
+def pid_running(pid: int) -> bool:
+    """Running, not a zombie (a killed step stays one until its own parent reaps it); where
+    there is no ``/proc``, ``pid_exists``."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except FileNotFoundError:
         return False
     except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
+        return pid_exists(pid)
+
+
+SHM_DIR = "/dev/shm"
+
+
+def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
+    """Free bytes of the shared-memory filesystem that worker processes put their semaphores and
+    torch its tensors in (None if unknown)."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
 
 
 def lower_priority(nice: int, thread: bool = False) -> None:
