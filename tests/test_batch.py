@@ -753,7 +753,8 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
     from dagster_graphbook.execution.loader_pool import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(64)), KeepTensors.load_fn, {})
-    loader = ProcessLoader(dataset, 4, 2, 2, "fork", False, ("9", "S"), ring_slots=1)
+    settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
+    loader = ProcessLoader(dataset, 4, settings, pin_memory=False, node=("9", "S"), ring_slots=1)
     try:
         with pytest.raises(RuntimeError, match="rewrote ring slot 0 before batch"):
             for _ in loader:

@@ -410,24 +410,14 @@ def _make_loader(run: _BatchRun, batch_size: int, device: str, has_load: bool) -
         loader = ProcessLoader(
             dataset,
             batch_size,
-            settings.num_workers,
-            settings.prefetch,
-            settings.start_method,
-            device.startswith("cuda"),
-            run.node,
-            settings.worker_nice,
+            settings,
+            pin_memory=device.startswith("cuda"),
+            node=run.node,
             label=run.label,
         )
         loader.warn = lambda m: run.emit("warning", f"{run.label}: {m}")  # e.g. /dev/shm too small
         return loader
-    return ThreadLoader(
-        dataset,
-        batch_size,
-        settings.num_workers,
-        settings.prefetch,
-        settings.worker_nice,
-        stack=device != "cpu",
-    )
+    return ThreadLoader(dataset, batch_size, settings, stack=device != "cpu")
 
 
 def _make_dump_pool(run: _BatchRun, has_dump: bool) -> Any:
@@ -437,18 +427,7 @@ def _make_dump_pool(run: _BatchRun, has_dump: bool) -> Any:
     settings = run.settings
     if not has_dump:
         return None
-    processes = settings.worker_type == "process" and settings.num_workers > 0
-    return DumpPool(
-        run.step.dump_fn,
-        worker_type="process" if processes else "thread",
-        num_workers=settings.dump_pool_size,
-        start_method=settings.start_method,
-        max_in_flight=settings.max_dumps_in_flight,
-        node=run.node,
-        nice=settings.worker_nice,
-        call_timeout_s=settings.call_timeout_s,
-        label=run.label,
-    )
+    return DumpPool(run.step.dump_fn, settings, node=run.node, label=run.label)
 
 
 def _batches(

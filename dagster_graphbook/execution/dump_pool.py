@@ -22,6 +22,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..authoring.files import recording_files
+from ..errors import Label
+from ..plan.settings import BatchRuntime
 from .errors import WorkerDied, cuda_fork_hint, exit_hint
 from .threads import pool_processes
 from .workers import init_worker, lower_priority
@@ -91,36 +93,33 @@ class DumpPool:
     def __init__(
         self,
         dump_fn: Callable[..., Any],
+        settings: BatchRuntime,
         *,
-        worker_type: str,
-        num_workers: int,
-        start_method: str,
-        max_in_flight: int,
         node: Tuple[str, str],
-        nice: int = 0,
-        call_timeout_s: Optional[float] = None,
-        label: str = "batch step",
+        label: Label = "batch step",
     ):
+        """Process workers where the step loads in worker processes, else threads; sized by
+        ``settings.dump_pool_size``."""
         self.dump_fn = dump_fn
         self.label = label  # names the step in a WorkerDied
-        self.max_in_flight = max(1, max_in_flight)
+        self.max_in_flight = max(1, settings.max_dumps_in_flight)
         self.pending: Dict[Future, Any] = {}
-        if worker_type == "thread":
+        size, nice = max(1, settings.dump_pool_size), settings.worker_nice
+        self.threads = settings.worker_type == "thread" or settings.num_workers == 0
+        if self.threads:
             self.executor: Any = ThreadPoolExecutor(
-                max(1, num_workers),
+                size,
                 thread_name_prefix="graphbook-dump",
                 initializer=lower_priority,
                 initargs=(nice, True),
             )
-            self.threads = True
         else:
             self.executor = ProcessPoolExecutor(
-                max(1, num_workers),
-                mp_context=multiprocessing.get_context(start_method),
+                size,
+                mp_context=multiprocessing.get_context(settings.start_method),
                 initializer=_init,
-                initargs=(dump_fn, *node, nice, call_timeout_s, os.getpid()),
+                initargs=(dump_fn, *node, nice, settings.call_timeout_s, os.getpid()),
             )
-            self.threads = False
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
         done = self.poll(block=len(self.pending) >= self.max_in_flight)

@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
 
+from ..errors import Label
+from ..plan.settings import BatchRuntime
 from .device import map_tensors
 from .errors import WorkerDied, cuda_fork_hint, exit_hint
 from .torch_internals import (
@@ -272,23 +274,21 @@ class ProcessLoader:
         self,
         dataset: ItemDataset,
         batch_size: int,
-        num_workers: int,
-        prefetch: int,
-        start_method: str,
+        settings: BatchRuntime,
+        *,
         pin_memory: bool,
         node: Tuple[str, str],
-        nice: int = 0,
         ring_slots: Optional[int] = None,
         warn: Optional[Callable[[str], None]] = None,
-        label: str = "batch step",
+        label: Label = "batch step",
     ):
         kwargs: Dict[str, Any] = {}
-        prefetch = max(1, prefetch)
+        num_workers, prefetch = settings.num_workers, max(1, settings.prefetch)
         if num_workers > 0:
             kwargs = dict(
                 prefetch_factor=prefetch,
-                multiprocessing_context=start_method,
-                worker_init_fn=_WorkerInit(*node, nice),
+                multiprocessing_context=settings.start_method,
+                worker_init_fn=_WorkerInit(*node, settings.worker_nice),
                 persistent_workers=False,
             )
         # slots per worker: more than the tasks a worker can be ahead of the consumed batch
@@ -430,20 +430,14 @@ class ThreadLoader:
     """Batches loaded by a thread pool, at most ``num_workers * prefetch`` batches ahead."""
 
     def __init__(
-        self,
-        dataset: ItemDataset,
-        batch_size: int,
-        num_workers: int,
-        prefetch: int,
-        nice: int = 0,
-        stack: bool = False,
+        self, dataset: ItemDataset, batch_size: int, settings: BatchRuntime, stack: bool = False
     ):
         self.dataset = dataset
-        self.nice = nice
+        self.nice = settings.worker_nice
         self.stack = stack
         self.ranges = _batches(len(dataset), batch_size)
-        self.num_workers = max(1, num_workers)
-        self.depth = self.num_workers * max(1, prefetch)
+        self.num_workers = max(1, settings.num_workers)
+        self.depth = self.num_workers * max(1, settings.prefetch)
         self.pool: Optional[ThreadPoolExecutor] = None
         self.pending: deque = deque()
 
