@@ -11,13 +11,19 @@ import dagster as dg
 from .checks import StepCheck, with_checks
 from .dead_runs import join_run
 from .errors import StepRef
-from .execution.step_op import config_kwargs, execute_op
-from .plan.ops import OpPlan, compile_op, function_params, overridable, param_fields
+from .execution.step_op import config_kwargs, execute_op, log_emitter
+from .plan.plan import (
+    OpPlan,
+    WorkflowPlan,
+    compile_workflow,
+    function_params,
+    overridable,
+    param_fields,
+)
 from .streaming.advice import warn_heavy_outputs
-from .streaming.segment import segment_ids
 from .translator import GraphbookTranslator, WorkflowNames
 from .trust import locked_resource_params
-from .workflow import Workflow, WorkflowError, WorkflowNode
+from .workflow import Workflow, WorkflowNode
 
 
 @dataclass
@@ -30,6 +36,7 @@ class WorkflowDefs:
     job: Any
     asset_keys: List[dg.AssetKey] = field(default_factory=list)
     names: Optional[WorkflowNames] = None  # the translator's names, the one source of them
+    plan: Optional[WorkflowPlan] = None  # what every op runs, compiled once
 
 
 def build_workflow_defs(
@@ -59,44 +66,18 @@ def build_workflow_defs(
         resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator)
         for n in workflow.resources()
     }
-    checks, external_deps = checks or {}, external_deps or {}
-    segment = segment_ids(workflow, names, streaming)
-    checked = [names.steps[i].step for i in segment if checks.get(i)]
-    if checked:
-        raise WorkflowError(
-            workflow.source,
-            [
-                f"asset checks on streamed steps ({', '.join(checked)}) are not supported "
-                "yet; leave those steps out of the streaming segment or drop the checks"
-            ],
-        )
-    common = dict(
-        resource_keys=resource_keys,
+    plan = compile_workflow(
+        workflow,
+        translator,
+        streaming=streaming,
+        checks=checks,
+        external_deps=external_deps,
         partitions_def=partitions_def,
         retry_policy=retry_policy,
         op_tags=op_tags,
         pool=pool,
     )
-    ops = [
-        compile_op(
-            workflow,
-            translator,
-            [node.id],
-            streamed=False,
-            external_deps=external_deps.get(node.id, []),
-            checks=checks.get(node.id, []),
-            **common,
-        )  # fmt: skip
-        for node in workflow.steps()
-        if node.id not in segment
-    ]
-    if segment:
-        deps = sorted({k for i in segment for k in external_deps.get(i, [])}, key=str)
-        ops.insert(
-            0,
-            compile_op(workflow, translator, segment, streamed=True, external_deps=deps, **common),
-        )
-    assets = [op_asset(op) for op in ops]
+    assets = [op_asset(op) for op in plan.ops]
     keys = [key for asset in assets for key in asset.keys]
     job = dg.define_asset_job(
         names.job_name,
@@ -105,7 +86,7 @@ def build_workflow_defs(
         tags=job_tags,
         executor_def=executor_def,
     )
-    return WorkflowDefs(workflow, assets, resources, job, keys, names)
+    return WorkflowDefs(workflow, assets, resources, job, keys, names, plan)
 
 
 def op_asset(op: OpPlan) -> dg.AssetsDefinition:
@@ -149,10 +130,7 @@ def _resource_def(
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
 
-        def emit(level: str, msg: str) -> None:
-            known = level if level in ("info", "warning", "error") else "info"
-            getattr(init_context.log, known)(msg)
-
+        emit = log_emitter(init_context.log)
         # a step process joins its run before building (a model load), not only in the op body
         with join_run(init_context.instance, init_context.run_id):
             with log_target(LogTarget(node.id, node.name, emit)):

@@ -177,7 +177,7 @@ def test_number_parameters_keep_int_and_float_from_run_config(tmp_path: Path) ->
     case = CASES / "sample_workflow"
     nodes = [case / "custom_nodes"]
     wf = load_workflow(case / "SampleWorkflow.json", NodeRegistry.load(nodes))
-    from dagster_graphbook.plan.ops import param_fields
+    from dagster_graphbook.plan.plan import param_fields
 
     field = param_fields(wf, wf.nodes["8"])["amount"]
     assert field.config_type.snapshot.scalar_kind == dg._config.ConfigScalarKind.FLOAT  # noqa: SLF001

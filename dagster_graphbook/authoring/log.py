@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal
 
 LogType = Literal["info", "error", "json", "image"]
+Emit = Callable[[str, str], None]  # (level, message): where a step's lines go
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class LogTarget:
 
     node_id: str
     node_name: str
-    emit: Callable[[str, str], None]
+    emit: Emit
 
 
 _current: contextvars.ContextVar[LogTarget | None] = contextvars.ContextVar(
@@ -34,6 +35,11 @@ def log_target(target: LogTarget) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def log_to_stderr(node_id: str, node_name: str) -> None:
+    """For the rest of this worker process, `log()` writes to stderr (see ``stderr_target``)."""
+    _current.set(stderr_target(node_id, node_name))
 
 
 def stderr_target(node_id: str, node_name: str) -> LogTarget:

@@ -14,9 +14,10 @@ import os
 import time
 import traceback
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring import steps as gb_steps
+from ..authoring.log import Emit
 from ..errors import Label
 from ..notes_codec import LOST_ITEMS_KEY, compact
 from ..plan.settings import BatchRuntime
@@ -26,9 +27,6 @@ from .progress import Progress
 from .routing import Pins, StepResult
 from .stall import StallWatchdog
 from .workers import shm_free_bytes, start_method_problem
-
-Emit = Callable[[str, str], None]
-
 
 _SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
 

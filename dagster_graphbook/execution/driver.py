@@ -17,17 +17,15 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..authoring.log import LogTarget, log_target
+from ..authoring.log import Emit, LogTarget, log_target
 from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
 from .batch import run_batch_step
 from .errors import ItemError, StepFailure, short_repr
 from .routing import Pins, StepResult, normalize_yield
 from .stall import StallWatchdog
-
-Emit = Callable[[str, str], None]  # (level, message)
 
 
 class _Where:

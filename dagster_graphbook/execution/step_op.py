@@ -14,11 +14,13 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
+from ..authoring.log import Emit
 from ..errors import Label
-from ..plan.ops import OpPlan, StepPlan
+from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import RUNTIME_KEY, STREAM_KEY, StepRuntime, StreamSettings, read_runtime
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
+from .guard import check_code_config, check_partition_key
 from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from .routing import StepResult
 from .step_metadata import step_metadata
@@ -36,8 +38,6 @@ def config_kwargs(
 
     ``{partition_key}`` is filled into string parameters, never into code (function parameters).
     """
-    from ..trust import check_code_config
-
     check_code_config(dict(config), dict(function_params), overridable, label, why)
     kwargs: Dict[str, Any] = {}
     for key, value in config.items():
@@ -50,8 +50,6 @@ def config_kwargs(
 
 def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
     """The run's partition key, checked against the asset's partitions (None when unpartitioned)."""
-    from ..trust import check_partition_key
-
     partitions_def = context.assets_def.partitions_def
     tagged = context.run.tags.get("dagster/partition")
     if partitions_def is None and tagged is None:
@@ -163,7 +161,7 @@ def execute_op(
 ) -> Iterator[dg.Output]:
     """Build the op's steps from their config, run them, and yield one Output per pin."""
     config = dict(context.op_execution_context.op_config or {})
-    emit = _emitter(context)
+    emit = log_emitter(context.log)
     drivers: Dict[str, StepDriver] = {}
     for plan in op.steps:
         step_config = dict((config.get(plan.op_name) if op.streamed else config) or {})
@@ -188,10 +186,12 @@ def execute_op(
         yield from _outputs(context, op, plan, drivers[plan.node_id], results[plan.node_id])
 
 
-def _emitter(context: Any) -> Any:
+def log_emitter(log: Any) -> Emit:
+    """A step's ``emit(level, message)`` onto a Dagster log manager (an op's or a resource's)."""
+
     def emit(level: str, message: str) -> None:
         known = level if level in ("info", "warning", "error", "debug") else "info"
-        getattr(context.log, known)(message)
+        getattr(log, known)(message)
 
     return emit
 

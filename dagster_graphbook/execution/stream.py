@@ -32,13 +32,12 @@ from typing import (
     Tuple,
 )
 
+from ..authoring.log import Emit
 from ..plan.settings import StreamSettings
 from .batch import count_items
 from .driver import StepDriver
 from .errors import StepFailure
 from .interrupts import interrupt_latch
-
-Emit = Callable[[str, str], None]
 
 
 @dataclass

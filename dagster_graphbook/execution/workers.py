@@ -91,11 +91,11 @@ def lower_priority(nice: int, thread: bool = False) -> None:
 def init_worker(
     node_id: str, node_name: str, nice: int = 0, step_pid: Optional[int] = None
 ) -> None:
-    from ..authoring.log import _current, stderr_target
+    from ..authoring.log import log_to_stderr
 
     die_with_parent(step_pid)
     lower_priority(nice)
-    _current.set(stderr_target(node_id, node_name))
+    log_to_stderr(node_id, node_name)
 
 
 def start_method_problem(start_method: str, objects: Dict[str, Any]) -> Optional[str]:

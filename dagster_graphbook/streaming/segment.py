@@ -1,5 +1,5 @@
 """Which steps a streaming op runs, and which of their pins store notes (the op itself is built
-by ``assets.op_asset`` from ``plan.ops.compile_op``, as a step op is).
+by ``assets.op_asset`` from ``plan.plan.compile_op``, as a step op is).
 
 The segment is the whole workflow (``streaming=True``) or the steps a list names (a connected
 part; the other steps keep an op each). Pins of steps outside the segment that a segment step

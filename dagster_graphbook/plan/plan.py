@@ -1,6 +1,6 @@
-"""What each op of a workflow is, compiled once: a step op is a segment of one step, a streaming
-op a segment of several. The one builder (``assets.op_asset``) and the one op body
-(``execution.step_op.execute_op``) read an ``OpPlan`` and derive nothing again."""
+"""A workflow compiled once: its names, its segment and its ops. A step op is a segment of one
+step, a streaming op a segment of several. The one builder (``assets.op_asset``) and the one op
+body (``execution.step_op.execute_op``) read an ``OpPlan`` and derive nothing again."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .. import params as ptypes
 from ..checks import BoundCheck, StepCheck
 from ..errors import StepRef
 from ..io import NOTES_IO_MANAGER_KEY
-from ..streaming.segment import stored_pins
+from ..streaming.segment import Streaming, segment_ids, stored_pins
 from ..translator import GraphbookTranslator, WorkflowNames
 from ..trust import code_params
 from ..workflow import Workflow, WorkflowError, WorkflowNode
@@ -57,6 +57,76 @@ class OpPlan:
     inlets: Mapping[Pin, Tuple[str, Tuple[str, ...]]]  # streamed: outside pin -> (input, readers)
     checks: Tuple[BoundCheck, ...]
     asset_args: Mapping[str, Any]  # everything else ``dg.multi_asset`` takes
+
+
+@dataclass(frozen=True)
+class WorkflowPlan:
+    """One workflow, compiled: the translator's names, the streamed segment (node ids, empty in
+    the default mode) and the ops, the streaming op first."""
+
+    workflow: Workflow
+    names: WorkflowNames
+    segment: Tuple[str, ...]
+    ops: Tuple[OpPlan, ...]
+
+    def op_of(self, node_id: str) -> OpPlan:
+        """The op that runs step ``node_id``."""
+        return next(op for op in self.ops if any(s.node_id == node_id for s in op.steps))
+
+
+def compile_workflow(
+    workflow: Workflow,
+    translator: GraphbookTranslator,
+    *,
+    streaming: Streaming = False,
+    checks: Optional[Mapping[str, Sequence[StepCheck]]] = None,
+    external_deps: Optional[Mapping[str, Sequence[dg.AssetKey]]] = None,
+    partitions_def: Optional[dg.PartitionsDefinition] = None,
+    retry_policy: Optional[dg.RetryPolicy] = None,
+    op_tags: Optional[Mapping[str, Any]] = None,
+    pool: Optional[str] = None,
+) -> WorkflowPlan:
+    """Compile ``workflow`` (validated) into its plan; ``checks`` and ``external_deps`` by node
+    id. Checks on streamed steps are refused (a streamed pin may store nothing to check)."""
+    names = translator.names(workflow)
+    checks, external_deps = checks or {}, external_deps or {}
+    segment = segment_ids(workflow, names, streaming)
+    checked = [names.steps[i].step for i in segment if checks.get(i)]
+    if checked:
+        raise WorkflowError(
+            workflow.source,
+            [
+                f"asset checks on streamed steps ({', '.join(checked)}) are not supported "
+                "yet; leave those steps out of the streaming segment or drop the checks"
+            ],
+        )
+    common: Dict[str, Any] = dict(
+        resource_keys=dict(names.resource_keys),
+        partitions_def=partitions_def,
+        retry_policy=retry_policy,
+        op_tags=op_tags,
+        pool=pool,
+    )
+    ops = [
+        compile_op(
+            workflow,
+            translator,
+            [node.id],
+            streamed=False,
+            external_deps=external_deps.get(node.id, []),
+            checks=checks.get(node.id, []),
+            **common,
+        )  # fmt: skip
+        for node in workflow.steps()
+        if node.id not in segment
+    ]
+    if segment:
+        deps = sorted({k for i in segment for k in external_deps.get(i, [])}, key=str)
+        ops.insert(
+            0,
+            compile_op(workflow, translator, segment, streamed=True, external_deps=deps, **common),
+        )
+    return WorkflowPlan(workflow, names, tuple(segment), tuple(ops))
 
 
 def compile_op(
