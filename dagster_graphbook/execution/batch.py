@@ -136,6 +136,7 @@ class _BatchRun:
         node: Tuple[str, str],
         emit: Emit,
         dropped: Optional[Dict[str, int]] = None,
+        offset: int = 0,
     ):
         self.step, self.notes, self.settings, self.label, self.node, self.emit = (
             step,
@@ -146,6 +147,7 @@ class _BatchRun:
             emit,
         )
         self.skip = settings.on_item_error == "skip"
+        self.offset = offset  # the step's number of this run's first note (a stream's chunks)
         self.out = Pins(pins, label, lambda msg: emit("warning", msg), dropped)
         self.errors: List[ItemError] = []
         self.files: List[Tuple[str, int]] = []
@@ -177,7 +179,7 @@ class _BatchRun:
         note_index = self.owner[index]
         error = ItemError(
             stage,
-            note_index,
+            self.offset + note_index,
             self.position[index],
             short_repr(self.items[index]),
             short_repr(self.notes[note_index]),
@@ -187,7 +189,7 @@ class _BatchRun:
             raise StepFailure(
                 self.label,
                 f"{stage} failed on item {short_repr(self.items[index])} (note "
-                f"{note_index}, item {self.position[index]})",
+                f"{self.offset + note_index}, item {self.position[index]})",
                 error,
                 note=self.notes[note_index],
             )
@@ -205,11 +207,13 @@ class _BatchRun:
                 self.step.on_data(note)
                 items = _items_of(note, item_key)
             except Exception as exc:
-                error = ItemError("on_data", ni, None, "", short_repr(note), traceback.format_exc())
+                error = ItemError(
+                    "on_data", self.offset + ni, None, "", short_repr(note), traceback.format_exc()
+                )
                 if not self.skip:
                     raise StepFailure(
                         self.label,
-                        f"note {ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        f"note {self.offset + ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
                         note=note,
                     ) from exc
@@ -236,18 +240,19 @@ class _BatchRun:
                 self.step.on_after_item(note)
                 routed = self.step.route(note)
             except Exception as exc:
-                error = ItemError("route", ni, None, "", short_repr(note), traceback.format_exc())
+                at = self.offset + ni
+                error = ItemError("route", at, None, "", short_repr(note), traceback.format_exc())
                 if not self.skip:
                     raise StepFailure(
                         self.label,
-                        f"on_after_item/route failed on note {ni} {short_repr(note)}: "
+                        f"on_after_item/route failed on note {at} {short_repr(note)}: "
                         f"{type(exc).__name__}: {exc}",
                         error,
                         note=note,
                     ) from exc
                 self.errors.append(error)
                 continue
-            self.out.add_routed(routed, note, f"route of note {ni}")
+            self.out.add_routed(routed, note, f"route of note {self.offset + ni}")
             progress.add("notes_released")
 
     def dump_done(self, done: Any, progress: Progress) -> None:
@@ -287,11 +292,13 @@ def run_batch_step(
     node: Tuple[str, str] = ("?", "batch"),
     emit: Optional[Emit] = None,
     dropped: Optional[Dict[str, int]] = None,
+    note_offset: int = 0,
 ) -> StepResult:
     """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool.
 
-    ``dropped`` counts notes routed to undeclared pins across the calls of one step (a stream
-    calls this once per chunk)."""
+    A stream calls this once per chunk of a step's notes: ``note_offset`` is the step's number of
+    the chunk's first note (errors and messages count notes from the whole step), and ``dropped``
+    counts notes routed to undeclared pins across the calls."""
     emit = emit or (lambda level, msg: None)
     settings = _usable_settings(settings if settings is not None else BatchRuntime(), label, emit)
     device = resolve_device(settings.device)
@@ -301,7 +308,7 @@ def run_batch_step(
     if batch_size < 1:
         raise StepFailure(label, f"batch_size must be at least 1, got {batch_size}")
     pins = list(pins or getattr(step, "Outputs", ["out"]))
-    run = _BatchRun(step, notes, settings, pins, label, node, emit, dropped)
+    run = _BatchRun(step, notes, settings, pins, label, node, emit, dropped, note_offset)
     run.flatten()
     has_load, has_dump = _own_fns(step, settings, label)
     loader = _make_loader(run, batch_size, device, has_load)
@@ -481,7 +488,7 @@ def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
     if run.stage == "load_fn" and done < len(run.items):
         parts.append(
             f"for the batch from item {done} {short_repr(run.items[done], 80)} (note "
-            f"{run.owner[done]})"
+            f"{run.offset + run.owner[done]})"
         )
     pending = list(dumps.pending.values()) if dumps is not None else []
     if pending:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..authoring.log import Emit, LogTarget, log_target
@@ -94,10 +93,15 @@ class StepDriver:
             self.seconds += time.perf_counter() - start
 
     def start(self) -> None:
-        """``on_start``; the watchdog watches from here until ``end``."""
+        """``on_start``; the watchdog watches from here until ``end`` (a step whose ``on_start``
+        failed is not ended: Graphbook runs ``on_end`` only after a started step)."""
         self.watchdog.__enter__()
-        with self._active():
-            _call_hook(self.step, "on_start", self.label)
+        try:
+            with self._active():
+                _call_hook(self.step, "on_start", self.label)
+        except BaseException:
+            self.watchdog.__exit__()
+            raise
 
     def check(self) -> None:
         """The whole step's limits, once all its notes went through (fails the step)."""
@@ -160,7 +164,7 @@ class StepDriver:
         else:
             with self._active():
                 result = self._feed_notes(notes, offset)
-        self.errors += [replace(e, note_index=e.note_index + offset) for e in result.errors]
+        self.errors += result.errors
         self.files += result.files
         return result
 
@@ -174,12 +178,12 @@ class StepDriver:
             try:
                 routed = self.step(note)
             except Exception as exc:
-                error = ItemError("step", k, None, "", short_repr(note), traceback.format_exc())
+                error = ItemError("step", index, None, "", short_repr(note), traceback.format_exc())
                 if self.runtime.on_item_error != "skip":
                     raise StepFailure(
                         self.label,
                         f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
-                        replace(error, note_index=index),
+                        error,
                         note=note,
                     ) from exc
                 errors.append(error)
@@ -202,17 +206,8 @@ class StepDriver:
             with log_target(self.log):
                 result = run_batch_step(
                     self.step, notes, self.runtime, pins=self.pins, label=self.label,
-                    node=self.node, emit=emit, dropped=self.dropped,
+                    node=self.node, emit=emit, dropped=self.dropped, note_offset=offset,
                 )  # fmt: skip
-        except StepFailure as exc:
-            if not self.chunked:
-                raise
-            where = f"notes {offset}..{offset + len(notes) - 1} of its stream"
-            raise StepFailure(
-                exc.ref,
-                f"{exc.message.splitlines()[0]} [note numbers count from the chunk of {where}]",
-                exc.error,
-            ) from exc
         finally:
             self.seconds += time.perf_counter() - start
         self.items_in += result.items_in

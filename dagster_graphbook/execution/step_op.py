@@ -165,8 +165,8 @@ def execute_op(
     drivers: Dict[str, StepDriver] = {}
     for plan in op.steps:
         step_config = dict((config.get(plan.op_name) if op.streamed else config) or {})
-        runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None))
         with failures_named(plan.label):
+            runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None))
             step = make_step(context, plan, step_config)
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,

@@ -1,14 +1,14 @@
 """Run settings, typed once: a step's, a batch step's and a stream's.
 
 Each is one ``dg.Config`` class with one default and one description per field. The launchpad's
-``runtime`` and ``streaming`` blocks are built from them (``to_fields_dict``), and the run-time
+``runtime`` and ``streaming`` blocks are built from them (``config_fields``), and the run-time
 code takes them whole: the driver, the batch pools and the stream scheduler read attributes of
 these objects, never a dict with defaults of its own.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Dict, Literal, Mapping, Optional, Union, get_args, get_origin
 
 import dagster as dg
 from pydantic import Field
@@ -17,10 +17,8 @@ RUNTIME_KEY = "runtime"  # a step's settings, beside its parameters
 STREAM_KEY = "streaming"  # a streaming op's own settings, beside its steps
 
 
-class _Progress(dg.Config):
-    progress_interval_s: float = Field(
-        default=5.0, description="seconds between progress lines in the event log"
-    )
+def _progress_interval() -> Any:  # one default for the batch step's and the stream's option
+    return Field(default=5.0, description="seconds between progress lines in the event log")
 
 
 class StepRuntime(dg.Config):
@@ -44,7 +42,7 @@ class StepRuntime(dg.Config):
     )
 
 
-class BatchRuntime(StepRuntime, _Progress):
+class BatchRuntime(StepRuntime):
     """A batch step's settings: its loader and dump pools, its device and its integrity limits."""
 
     num_workers: int = Field(
@@ -70,6 +68,7 @@ class BatchRuntime(StepRuntime, _Progress):
     max_dumps_in_flight: int = Field(
         default=64, description="dump calls pending before on_item_batch waits"
     )
+    progress_interval_s: float = _progress_interval()
     worker_nice: int = Field(
         default=0,
         description="added to the nice value of loader and dump workers, so a CPU-bound model "
@@ -92,7 +91,7 @@ class BatchRuntime(StepRuntime, _Progress):
         return self.dump_workers if self.dump_workers is not None else max(1, self.num_workers)
 
 
-class StreamSettings(_Progress):
+class StreamSettings(dg.Config):
     """A streaming op's settings (its ``streaming`` block)."""
 
     queue_items: int = Field(
@@ -100,6 +99,37 @@ class StreamSettings(_Progress):
         description="items a batch step collects before it runs; the source waits meanwhile "
         "(bounds memory)",
     )
+    progress_interval_s: float = _progress_interval()
+
+
+def config_fields(cls: type) -> Dict[str, dg.Field]:
+    """Launchpad fields of a settings class: its types, defaults and descriptions, each field
+    required to hold a value (``to_fields_dict`` would make every defaulted field nullable, so a
+    ``null`` would pass the launchpad and fail the step instead)."""
+    return {
+        name: dg.Field(
+            _config_type(name, field.annotation),
+            default_value=field.default,
+            description=field.description,
+        )
+        for name, field in cls.model_fields.items()  # type: ignore[attr-defined]
+    }
+
+
+_ENUMS: Dict[str, dg.Enum] = {}  # one config type per name, as Dagster requires
+
+
+def _config_type(name: str, annotation: Any) -> Any:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        enum_name = "Graphbook" + "".join(p.title() for p in name.split("_"))
+        if enum_name not in _ENUMS:
+            _ENUMS[enum_name] = dg.Enum(enum_name, [dg.EnumValue(v) for v in args])
+        return _ENUMS[enum_name]
+    if origin is Union and type(None) in args:  # Optional[X]: null means "not set"
+        (inner,) = [a for a in args if a is not type(None)]
+        return dg.Noneable(_config_type(name, inner))
+    return annotation
 
 
 def runtime_class(kind: str) -> type:
@@ -109,11 +139,11 @@ def runtime_class(kind: str) -> type:
 
 def runtime_field(kind: str) -> dg.Field:
     """The launchpad's ``runtime`` block of a step (all fields default, so it is shown filled)."""
-    return dg.Field(runtime_class(kind).to_fields_dict())
+    return dg.Field(config_fields(runtime_class(kind)))
 
 
 def stream_field() -> dg.Field:
-    return dg.Field(StreamSettings.to_fields_dict())
+    return dg.Field(config_fields(StreamSettings))
 
 
 def read_runtime(kind: str, config: Optional[Mapping[str, Any]]) -> StepRuntime:
