@@ -6,7 +6,10 @@ Each safeguard is checked in both modes on real Dagster runs with real worker pr
 
 from __future__ import annotations
 
+from typing import get_args
+
 import dagster as dg
+import dagster._config as dg_config
 import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 
@@ -165,14 +168,23 @@ def test_a_stuck_source_warns_and_an_idle_step_does_not(
 
 
 def _runtime_fields(config_type) -> dict:
+    """Each launchpad field: its default, description and whether it takes null."""
     return {
-        name: (f.default_value if f.default_provided else None, f.description)
+        name: (f.default_value if f.default_provided else None, f.description, _nullable(f))
         for name, f in config_type.fields.items()
     }
 
 
+def _nullable(field) -> bool:
+    return field.config_type.kind == dg_config.ConfigTypeKind.NONEABLE
+
+
 def _class_fields(cls) -> dict:
-    return {name: (f.default, f.description) for name, f in cls.model_fields.items()}
+    """Each field of a settings class: null only where its type is Optional."""
+    return {
+        name: (f.default, f.description, type(None) in get_args(f.annotation))
+        for name, f in cls.model_fields.items()
+    }
 
 
 def test_runtime_blocks_of_a_step_op_and_a_streaming_op_come_from_the_same_classes(tmp_path, nodes):

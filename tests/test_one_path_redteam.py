@@ -144,10 +144,12 @@ def test_runtime_settings_are_not_nullable_in_the_launchpad():
     op. Before, only dump_workers, max_skipped_fraction and call_timeout_s were nullable."""
     from dagster._config import ConfigTypeKind
 
+    from dagster_graphbook.plan.settings import config_fields  # what the launchpad is given
+
     for cls in (StepRuntime, BatchRuntime, StreamSettings):
         nullable = sorted(
             name
-            for name, f in cls.to_fields_dict().items()
+            for name, f in config_fields(cls).items()
             if f.config_type.kind == ConfigTypeKind.NONEABLE
             and (name in NOT_NULLABLE or name == "queue_items")
         )
@@ -159,9 +161,7 @@ def test_runtime_settings_are_not_nullable_in_the_launchpad():
     "key, words",
     [("Pass.runtime.retries", "takes an integer"), ("Pass.runtime.stall_warning_s", "number")],
 )
-def test_a_null_runtime_setting_is_refused_before_the_run(
-    tmp_path, run_wf, streaming, key, words
-):
+def test_a_null_runtime_setting_is_refused_before_the_run(tmp_path, run_wf, streaming, key, words):
     """``Step.runtime.retries: null`` (``--set Pass.runtime.retries=null``, or null in the
     launchpad) was refused before the run with "Pass.runtime.retries takes an integer, not
     None". Now Dagster accepts it, the run starts (upstream steps run), and the op fails with
