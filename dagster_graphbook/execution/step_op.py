@@ -24,6 +24,7 @@ from .guard import check_code_config, check_partition_key
 from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from .routing import StepResult
 from .step_metadata import step_metadata
+from .stream import StreamingRun, StreamStep
 
 
 def config_kwargs(
@@ -217,8 +218,6 @@ def _run_streamed(
     emit: Any,
 ) -> Dict[str, StepResult]:
     """A segment: the steps stream notes to each other through the scheduler."""
-    from .stream import StreamingRun, StreamStep
-
     feeds = [
         StreamStep.inlet(src, pin, inputs[name] or [], readers)
         for (src, pin), (name, readers) in op.inlets.items()
