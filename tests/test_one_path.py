@@ -217,3 +217,45 @@ def test_runtime_blocks_of_a_step_op_and_a_streaming_op_come_from_the_same_class
         and BatchRuntime.model_fields[k].description == StreamSettings.model_fields[k].description
         for k in shared
     )
+
+
+class _Counted(dict):
+    """A note that counts how often it is turned into text (a note of tensors is costly to)."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        type(self).reprs += 1
+        return super().__repr__()
+
+
+@pytest.mark.parametrize("streaming", MODES)
+def test_the_stall_watchdog_does_not_repr_every_note(streaming):
+    """The watchdog names the note a stuck step is in, but builds that text only when it warns:
+    made for every note, the repr of notes holding tensors cost a stream of 2,000 images 2.9 s
+    of 11 (``benchmarks/bench_streaming.py``)."""
+    from dagster_graphbook.authoring.steps import Step
+    from dagster_graphbook.execution.driver import StepDriver, run_all
+
+    class Touch(Step):
+        Outputs = ["out"]
+
+        def on_data(self, data):
+            data["seen"] = True
+
+    _Counted.reprs = 0
+    notes = [_Counted(i=i) for i in range(50)]
+    driver = StepDriver(
+        Touch(), "step", StepRuntime(stall_warning_s=60.0), pins=["out"], label="w",
+        node=("1", "Touch"), emit=lambda level, msg: None, chunked=streaming,
+    )  # fmt: skip
+    if streaming:  # the scheduler feeds one note at a time
+        driver.start()
+        outputs = [driver.feed([note]).outputs["out"] for note in notes]
+        driver.check()
+        driver.end(False)
+        assert sum(len(o) for o in outputs) == 50
+    else:
+        assert len(run_all(driver, notes).outputs["out"]) == 50
+    assert all(n["seen"] for n in notes)
+    assert _Counted.reprs == 0

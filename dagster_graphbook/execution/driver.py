@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import traceback
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..authoring.log import Emit, LogTarget, log_target
 from ..errors import Label
@@ -28,14 +28,21 @@ from .stall import StallWatchdog
 
 
 class _Where:
-    """Where a source or plain step is, for the stall watchdog: each move counts as progress."""
+    """Where a source or plain step is, for the stall watchdog: each move counts as progress.
+
+    ``where`` may be a function: a note's repr (a list of tensors) is then made only when the
+    watchdog reports, not for every note."""
 
     def __init__(self, where: str, watchdog: StallWatchdog):
-        self.where, self.watchdog = where, watchdog
+        self.where: Union[str, Callable[[], str]] = where
+        self.watchdog = watchdog
 
-    def set(self, where: str) -> None:
+    def set(self, where: Union[str, Callable[[], str]]) -> None:
         self.where = where
         self.watchdog.touch()
+
+    def text(self) -> str:
+        return self.where() if callable(self.where) else self.where
 
 
 class StepDriver:
@@ -65,7 +72,7 @@ class StepDriver:
         self.watchdog = StallWatchdog(
             str(label),
             self.runtime.stall_warning_s if kind != "batch" else 0,  # batch runs have their own
-            lambda: f"still in {self.at.where}",
+            lambda: f"still in {self.at.text()}",
             lambda msg: emit("warning", msg),
             active=False,
         )
@@ -174,7 +181,9 @@ class StepDriver:
         errors: List[ItemError] = []
         for k, note in enumerate(notes):
             index = offset + k
-            self.at.set(f"note {index} {short_repr(note)} (on_data, on_item, route)")
+            self.at.set(
+                lambda i=index, n=note: f"note {i} {short_repr(n)} (on_data, on_item, route)"
+            )
             try:
                 routed = self.step(note)
             except Exception as exc:
