@@ -25,7 +25,7 @@ class Progress:
         total_notes: int,
         device: str,
         emit: Callable[[str], None],
-        interval_s: float = 5.0,
+        interval_s: float,  # runtime.progress_interval_s (its one default is the settings class's)
     ):
         self.label, self.device, self.emit, self.interval_s = label, device, emit, interval_s
         self.total_items, self.total_notes = total_items, total_notes
