@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--shape", choices=["chain", "fan"], default="chain")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from dagster_graphbook.definitions import MAX_CHAIN_DEPTH
+    from dagster_graphbook.defs.definitions import MAX_CHAIN_DEPTH
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -7,6 +7,7 @@ Dagster side: ``build_definitions``, ``GraphbookWorkflow``, ``GraphbookWorkflowC
 ``run_workflow``, ``load_workflow``.
 """
 
+from ._moved import install_moved_modules
 from .authoring import (
     Graph,
     Note,
@@ -45,16 +46,18 @@ from .authoring.steps import (
     Step,
     StepOutput,
 )
-from .checks import StepCheck
-from .component import GraphbookWorkflowComponent
-from .definitions import GraphbookWorkflow, build_definitions
+from .cli.run import run_workflow
+from .defs.checks import StepCheck
+from .defs.component.component import GraphbookWorkflowComponent
+from .defs.definitions import GraphbookWorkflow, build_definitions
+from .defs.executor import graphbook_executor
+from .defs.schedules import FolderSensor, daily_partitions
 from .errors import GraphbookError
-from .executor import graphbook_executor
-from .registry import NodeRegistry
-from .runner import run_workflow
-from .schedules import FolderSensor, daily_partitions
-from .translator import GraphbookTranslator
-from .workflow import Workflow, WorkflowError, load_workflow
+from .model.registry import NodeRegistry
+from .model.workflow import Workflow, WorkflowError, load_workflow
+from .plan.translator import GraphbookTranslator
+
+install_moved_modules()  # old module paths keep working, with a warning
 
 __version__ = "0.1.0"
 

@@ -20,7 +20,7 @@ def job(
 ) -> dg.JobDefinition:
     """The workflow's job on ``executor`` (``dask`` or ``ray``) at ``address``."""
     if executor == "dask":
-        from dagster_graphbook.dask_executor import dask_executor
+        from dagster_graphbook.integrations.dask import dask_executor
 
         executor_def = dask_executor.configured({"cluster": {"existing": {"address": address}}})
     else:

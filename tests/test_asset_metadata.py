@@ -268,7 +268,7 @@ RST_DOC = """Loads a :class:`~torch.nn.Module` with :func:`the loader <pkg.load>
 
 
 def test_rst_docstrings_become_markdown():
-    from dagster_graphbook.docstrings import pin_docs, summary, to_markdown
+    from dagster_graphbook.plan.docstrings import pin_docs, summary, to_markdown
 
     assert to_markdown(RST_DOC).splitlines() == [
         "Loads a `Module` with `the loader`; see",

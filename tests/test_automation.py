@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
-from dagster_graphbook.runner import get_instance
-from dagster_graphbook.workflow import WorkflowError
+from dagster_graphbook.cli.run import get_instance
+from dagster_graphbook.model.workflow import WorkflowError
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
@@ -203,7 +203,7 @@ def test_component_automation_eager(tmp_path):
     for key in graph.get_all_asset_keys() - {incoming}:
         assert graph.get(key).automation_condition.get_label() == "eager"
     # automation's runs go through the implicit asset job: in one process, like the workflow's job
-    from dagster_graphbook.executor import graphbook_executor
+    from dagster_graphbook.defs.executor import graphbook_executor
 
     assert defs.resolve_implicit_global_asset_job_def().executor_def is graphbook_executor
     (tmp_path / "gb_automation_defs" / "nightly" / "incoming" / "2026-02-01").mkdir(parents=True)

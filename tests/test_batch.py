@@ -567,7 +567,7 @@ def test_on_end_runs_when_batch_step_fails():
 
 
 def _expected_parts(repo):
-    from dagster_graphbook.registry import _import_file
+    from dagster_graphbook.model.registry import _import_file
 
     module = _import_file((repo / "custom_nodes" / "word_split" / "nodes.py").resolve())
     base = repo / "sample_data" / "word_split"
@@ -902,7 +902,7 @@ def test_move_and_map_tensors_keep_container_types():
 def test_compact_and_tensor_bytes_walk_the_same_containers():
     from collections import OrderedDict
 
-    from dagster_graphbook.notes_codec import compact, tensor_bytes
+    from dagster_graphbook.store.codec import compact, tensor_bytes
 
     batch = torch.zeros(8, 100)
     args = (OrderedDict(view=batch[0]), Pair(batch[1], 1), "x")

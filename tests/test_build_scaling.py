@@ -16,8 +16,8 @@ from typing import Dict, List
 from conftest import CHAIN_NODES, chain_workflow, write_nodes
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from dagster_graphbook.registry import NodeRegistry
-from dagster_graphbook.workflow import load_workflow
+from dagster_graphbook.model.registry import NodeRegistry
+from dagster_graphbook.model.workflow import load_workflow
 
 
 class _CountedInputs(list):

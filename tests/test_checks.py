@@ -9,7 +9,7 @@ import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
-from dagster_graphbook.workflow import WorkflowError
+from dagster_graphbook.model.workflow import WorkflowError
 
 NODES = """
 from graphbook import step, param, source

@@ -13,9 +13,9 @@ import pytest
 from conftest import DAYS, PER_DAY, REPO
 
 from dagster_graphbook import GraphbookWorkflow, run_workflow
-from dagster_graphbook.definitions import build_workflow
-from dagster_graphbook.runner import _failure_message, _load_notes, run_config_for
-from dagster_graphbook.translator import GraphbookTranslator
+from dagster_graphbook.cli.run import _failure_message, _load_notes, run_config_for
+from dagster_graphbook.defs.definitions import build_workflow
+from dagster_graphbook.plan.translator import GraphbookTranslator
 
 pytestmark = pytest.mark.distributed
 distributed = pytest.importorskip(

@@ -201,7 +201,7 @@ def test_strict_setting_fails_dg_check_and_definitions_validate_on_a_broken_work
 
 def test_strict_defaults_to_the_environment(tmp_path, monkeypatch):
     from dagster_graphbook import build_definitions
-    from dagster_graphbook.workflow import WorkflowError
+    from dagster_graphbook.model.workflow import WorkflowError
 
     wf = tmp_path / "broken.json"
     wf.write_text((REPO / "workflows" / "sample.json").read_text().replace("Transform", "Tx"))

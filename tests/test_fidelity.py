@@ -21,9 +21,9 @@ import pytest
 from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import load_workflow, run_workflow
-from dagster_graphbook.registry import NodeRegistry
-from dagster_graphbook.runner import get_instance
-from dagster_graphbook.workflow import WorkflowError
+from dagster_graphbook.cli.run import get_instance
+from dagster_graphbook.model.registry import NodeRegistry
+from dagster_graphbook.model.workflow import WorkflowError
 
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 CASES = CONFORMANCE / "cases"
@@ -202,7 +202,7 @@ def test_validate_lists_ignored_export_nodes_and_idle_steps(tmp_path: Path) -> N
     )
     path = tmp_path / "PageScraper.json"
     path.write_text(json.dumps(data))
-    from dagster_graphbook.cli import main
+    from dagster_graphbook.cli.main import main
 
     done = subprocess.run(
         [

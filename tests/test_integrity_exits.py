@@ -71,7 +71,7 @@ def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path,
 def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
     """11.9: a 2,000-step chain validated, then failed to build with RecursionError."""
     from dagster_graphbook import GraphbookWorkflow, WorkflowError
-    from dagster_graphbook.definitions import build_workflow
+    from dagster_graphbook.defs.definitions import build_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
     wf = _chain(tmp_path, 1002)

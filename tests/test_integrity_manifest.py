@@ -7,7 +7,7 @@ import os
 import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 
-from dagster_graphbook.manifests import read_manifest
+from dagster_graphbook.store.manifests import read_manifest
 
 NODES = """
 import os

@@ -95,7 +95,7 @@ def _code_location(tmp_path: Path, notes: Path) -> str:
 
 RUNNER = """
 import json, sys
-from dagster_graphbook.runner import run_job
+from dagster_graphbook.cli.run import run_job
 tag, barrier, home = sys.argv[1], sys.argv[2], sys.argv[3]
 params = {"Emit.tag": tag, "Emit.count": 3 if tag == "a" else 5, "Barrier.folder": barrier,
           "Barrier.parties": 2, "Barrier.tag": tag}
@@ -168,7 +168,7 @@ def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recor
     tmp_path, dagster_home
 ):
     """Re-materializing Join alone reads Emit's recorded version, not a newer unrecorded file."""
-    from dagster_graphbook.runner import run_job
+    from dagster_graphbook.cli.run import run_job
 
     notes = tmp_path / "notes"
     module = _code_location(tmp_path, notes)
@@ -533,7 +533,14 @@ def test_damaged_notes_met_loading_a_runs_results_are_one_line_in_the_cli(
         f"defs = build_definitions([GraphbookWorkflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}])],"
         f" notes_dir={str(tmp_path / 'notes')!r})\n"
     )
-    cli = [sys.executable, "-m", "dagster_graphbook.cli", command, "--dagster-home", dagster_home]
+    cli = [
+        sys.executable,
+        "-m",
+        "dagster_graphbook.cli",
+        command,
+        "--dagster-home",
+        dagster_home,
+    ]
     if command == "run":
         cli += [str(wf), "--custom-nodes", str(nodes)]
     else:

@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 from upath import UPath
 
-from dagster_graphbook.tables import write_table
-from dagster_graphbook.versions import write_atomic
+from dagster_graphbook.store.tables import write_table
+from dagster_graphbook.store.versions import write_atomic
 
 # Writes half of a real Parquet file, then stalls: the parent kills it there.
 HALF_WRITER = textwrap.dedent("""
     import io, sys, time
     import pandas as pd
     from upath import UPath
-    from dagster_graphbook.tables import write_table
+    from dagster_graphbook.store.tables import write_table
 
     real = pd.DataFrame.to_parquet
 

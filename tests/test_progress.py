@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.cli import LiveDisplay
+from dagster_graphbook.cli.main import LiveDisplay
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.progress import PROGRESS_LINE, Progress
 from dagster_graphbook.plan.settings import BatchRuntime

@@ -17,8 +17,8 @@ import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import Graph, GraphbookWorkflow, build_definitions
-from dagster_graphbook.registry import NodeRegistry
-from dagster_graphbook.workflow import WorkflowError, load_workflow
+from dagster_graphbook.model.registry import NodeRegistry
+from dagster_graphbook.model.workflow import WorkflowError, load_workflow
 
 PROCESS_WORKERS = {"num_workers": 2, "worker_type": "process", "device": "cpu"}
 

@@ -21,9 +21,9 @@ import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 from upath import UPath
 
-from dagster_graphbook import cli
+from dagster_graphbook.cli.main import main as cli
 from dagster_graphbook.errors import RequestError
-from dagster_graphbook.versions import read_notes, stored_notes_path
+from dagster_graphbook.store.versions import read_notes, stored_notes_path
 
 NODES = """
 import os, time
@@ -243,7 +243,7 @@ def test_a_killed_cli_run_is_resumed_from_its_batch_step(tmp_path, dagster_home,
 def _api(api: str, tmp_path: Path, instance: dg.DagsterInstance):
     """(a call of ``run_workflow`` or ``run_job`` on the Items -> Slow workflow, counter, day)."""
     from dagster_graphbook import run_workflow
-    from dagster_graphbook.runner import run_job
+    from dagster_graphbook.cli.run import run_job
 
     nodes, wf, counter = _workflow(tmp_path)
     if api == "run_workflow":

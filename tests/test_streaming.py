@@ -21,7 +21,8 @@ import psutil
 import pytest
 from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
-from dagster_graphbook import GraphbookWorkflow, build_definitions, notes_codec
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+from dagster_graphbook.store import codec as notes_codec
 
 NODES = """
     import os
@@ -470,9 +471,9 @@ def test_streaming_asset_graph_shows_every_pin_with_its_edges(tmp_path, nodes):
 def test_yaml_component_cli_and_materialize_offer_streaming(
     tmp_path, nodes, dagster_home, monkeypatch
 ):
-    from dagster_graphbook.cli import main
-    from dagster_graphbook.component import GraphbookWorkflowComponent
-    from dagster_graphbook.runner import run_job
+    from dagster_graphbook.cli.main import main
+    from dagster_graphbook.cli.run import run_job
+    from dagster_graphbook.defs.component.component import GraphbookWorkflowComponent
 
     wf = _dfs_workflow(tmp_path, tmp_path / "trace.txt", n=2)
     component = GraphbookWorkflowComponent(

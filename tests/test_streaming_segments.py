@@ -15,7 +15,7 @@ from conftest import edge, step_node, write_workflow
 from test_streaming import NODES, _dfs_workflow, _lines
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from dagster_graphbook.workflow import WorkflowError
+from dagster_graphbook.model.workflow import WorkflowError
 
 CPU = {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}
 
@@ -150,9 +150,9 @@ DEFS = """
 
 
 def test_yaml_cli_and_materialize_take_a_segment(tmp_path, nodes, dagster_home, monkeypatch):
-    from dagster_graphbook.cli import main
-    from dagster_graphbook.component import GraphbookWorkflowComponent
-    from dagster_graphbook.runner import run_job
+    from dagster_graphbook.cli.main import main
+    from dagster_graphbook.cli.run import run_job
+    from dagster_graphbook.defs.component.component import GraphbookWorkflowComponent
 
     wf = _dfs_workflow(tmp_path, tmp_path / "trace.txt", n=2)
     component = GraphbookWorkflowComponent(

@@ -23,7 +23,7 @@ from dagster_graphbook import (
     build_definitions,
     load_workflow,
 )
-from dagster_graphbook.workflow import WorkflowError
+from dagster_graphbook.model.workflow import WorkflowError
 
 K = dg.AssetKey
 
@@ -743,8 +743,8 @@ def test_overridden_names_materialize_from_the_code_location(
     """``dagster-graphbook materialize`` of a code location whose translator renames keys and
     ops: ``--set`` reaches the step, materializations land on the translator's keys and the
     notes load back under the step names."""
-    from dagster_graphbook.cli import main
-    from dagster_graphbook.runner import run_job
+    from dagster_graphbook.cli.main import main
+    from dagster_graphbook.cli.run import run_job
 
     module = f"lake_location_{streaming}"
     (tmp_path / f"{module}.py").write_text(
@@ -888,7 +888,7 @@ def test_multiprocess_runs_rebuild_the_translator(repo, tmp_path, monkeypatch, b
 def test_cli_takes_a_translator(repo, tmp_path, monkeypatch, capsys, dagster_home):
     """``--translator MODULE:CLASS``: validate lists its keys, run records on them; a bad path is
     refused with a message naming it."""
-    from dagster_graphbook.cli import main
+    from dagster_graphbook.cli.main import main
 
     (tmp_path / "cli_translator.py").write_text(MP_TRANSLATOR)
     monkeypatch.syspath_prepend(str(tmp_path))

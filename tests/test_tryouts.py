@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 from conftest import REPO
 
-from dagster_graphbook.cli import main
+from dagster_graphbook.cli.main import main
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"

@@ -8,7 +8,7 @@ import pytest
 from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
-from dagster_graphbook.workflow import workflow_name
+from dagster_graphbook.model.workflow import workflow_name
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..authoring import steps as gb_steps
 from ..authoring.log import Emit
 from ..errors import Label
-from ..notes_codec import LOST_ITEMS_KEY, compact
 from ..plan.settings import BatchRuntime
+from ..store.codec import LOST_ITEMS_KEY, compact
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .progress import Progress

@@ -260,7 +260,7 @@ def _outputs(
     figures = dict(getattr(driver.step, "dagster_metadata", None) or {})  # e.g. accuracy, plotted
     meta = step_metadata(result.stats, result.files, result.errors, figures)
     if result.files and not op.streamed:  # which files this materialization wrote (issue 11.5)
-        from ..manifests import write_manifest
+        from ..store.manifests import write_manifest
 
         storage = context.instance.storage_directory()
         manifest = write_manifest(result.files, storage, op.name, context.run_id)

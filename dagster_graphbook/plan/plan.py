@@ -9,15 +9,15 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set,
 
 import dagster as dg
 
-from .. import params as ptypes
-from ..checks import BoundCheck, StepCheck
+from ..defs.checks import BoundCheck, StepCheck
 from ..errors import StepRef
-from ..io import NOTES_IO_MANAGER_KEY
-from ..streaming.segment import Streaming, segment_ids, stored_pins
-from ..translator import GraphbookTranslator, WorkflowNames
-from ..trust import code_params
-from ..workflow import Workflow, WorkflowError, WorkflowNode
+from ..model import params as ptypes
+from ..model.workflow import Workflow, WorkflowError, WorkflowNode
+from ..store.io_manager import NOTES_IO_MANAGER_KEY
+from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
+from .translator import GraphbookTranslator, WorkflowNames
+from .trust import code_params
 
 Pin = Tuple[str, str]  # (node id, pin)
 

@@ -1,0 +1,7 @@
+"""``python -m dagster_graphbook.cli``: the ``dagster-graphbook`` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

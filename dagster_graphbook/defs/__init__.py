@@ -1,0 +1,1 @@
+"""Dagster definitions from a compiled plan: assets, resources, jobs, checks, schedules, the component. No run logic."""

@@ -1,0 +1,150 @@
+"""A workflow as Dagster definitions: one multi-asset op per step (one asset per output pin),
+one resource per resource node, one job selecting all of the workflow's assets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import dagster as dg
+
+from ..errors import StepRef
+from ..execution.advice import warn_heavy_outputs
+from ..execution.dead_runs import join_run
+from ..execution.step_op import config_kwargs, execute_op, log_emitter
+from ..model.workflow import Workflow, WorkflowNode
+from ..plan.plan import (
+    OpPlan,
+    WorkflowPlan,
+    compile_workflow,
+    function_params,
+    overridable,
+    param_fields,
+)
+from ..plan.translator import GraphbookTranslator, WorkflowNames
+from ..plan.trust import locked_resource_params
+from .checks import StepCheck, with_checks
+
+
+@dataclass
+class WorkflowDefs:
+    """The Dagster pieces of one workflow."""
+
+    workflow: Workflow
+    assets: List[dg.AssetsDefinition]
+    resources: Dict[str, dg.ResourceDefinition]
+    job: Any
+    asset_keys: List[dg.AssetKey] = field(default_factory=list)
+    names: Optional[WorkflowNames] = None  # the translator's names, the one source of them
+    plan: Optional[WorkflowPlan] = None  # what every op runs, compiled once
+
+
+def build_workflow_defs(
+    workflow: Workflow,
+    translator: Optional[GraphbookTranslator] = None,
+    *,
+    partitions_def: Optional[dg.PartitionsDefinition] = None,
+    retry_policy: Optional[dg.RetryPolicy] = None,
+    op_tags: Optional[Dict[str, Any]] = None,
+    job_tags: Optional[Dict[str, str]] = None,
+    external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None,
+    executor_def: Optional[dg.ExecutorDefinition] = None,
+    streaming: Any = False,
+    checks: Optional[Dict[str, List[StepCheck]]] = None,
+    pool: Optional[str] = None,
+) -> WorkflowDefs:
+    """Translate one validated workflow (``streaming``: ``True`` runs all steps as one streaming
+    op, a list of step names runs those, a connected segment, as one op; see ``streaming``).
+
+    ``retry_policy`` and ``pool`` apply to every step op where set; else the translator's
+    ``get_retry_policy`` and ``get_pool`` decide per step.
+    """
+    translator = translator or GraphbookTranslator()
+    names = translator.names(workflow)
+    resource_keys = dict(names.resource_keys)
+    resources = {
+        resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator)
+        for n in workflow.resources()
+    }
+    plan = compile_workflow(
+        workflow,
+        translator,
+        streaming=streaming,
+        checks=checks,
+        external_deps=external_deps,
+        partitions_def=partitions_def,
+        retry_policy=retry_policy,
+        op_tags=op_tags,
+        pool=pool,
+    )
+    assets = [op_asset(op) for op in plan.ops]
+    keys = [key for asset in assets for key in asset.keys]
+    job = dg.define_asset_job(
+        names.job_name,
+        selection=dg.AssetSelection.assets(*keys),
+        description=translator.get_job_description(workflow),
+        tags=job_tags,
+        executor_def=executor_def,
+    )
+    return WorkflowDefs(workflow, assets, resources, job, keys, names, plan)
+
+
+def op_asset(op: OpPlan) -> dg.AssetsDefinition:
+    """The one builder: a ``multi_asset`` over the op's pins whose body is ``execute_op``, for a
+    step op and a streaming op alike."""
+    pin_of = {name: pin for (_, pin), name in op.outputs.items()}
+    label = op.steps[0].label
+
+    @dg.multi_asset(**op.asset_args)
+    def _op(context, **inputs):  # no annotation: `from __future__ import annotations` -> a string
+        with join_run(context.instance, context.run_id):
+            outputs = execute_op(context, op, inputs)
+            if not op.streamed:  # a streamed op stores no tensors between its steps
+                outputs = warn_heavy_outputs(context, label, outputs)
+            yield from with_checks(outputs, op.checks, pin_of)
+
+    return _op
+
+
+def _resource_def(
+    workflow: Workflow,
+    node: WorkflowNode,
+    resource_keys: Dict[str, str],
+    translator: GraphbookTranslator,
+) -> dg.ResourceDefinition:
+    fields = param_fields(workflow, node)
+    bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
+    functions = function_params(node)
+    # a resource whose value is compiled as code keeps the workflow's values
+    locked, why = locked_resource_params(workflow, node)
+    functions = {**locked, **functions}
+    label = StepRef(workflow.name, node.label or node.name, node.id, kind="resource")
+    replaceable = tuple(k for k in overridable(workflow, node) if k not in locked)
+
+    def build(init_context: dg.InitResourceContext) -> Any:
+        from ..authoring.log import LogTarget, log_target
+        from ..execution.errors import StepFailure
+
+        config = init_context.resource_config or {}
+        kwargs = config_kwargs(config, functions, replaceable, label, why=why)
+        for param, key in bound.items():
+            kwargs[param] = getattr(init_context.resources, key)
+
+        emit = log_emitter(init_context.log)
+        # a step process joins its run before building (a model load), not only in the op body
+        with join_run(init_context.instance, init_context.run_id):
+            with log_target(LogTarget(node.id, node.name, emit)):
+                try:
+                    value = node.cls(**kwargs).value()
+                except Exception as exc:
+                    raise StepFailure(
+                        label, f"could not build the resource: {type(exc).__name__}: {exc}"
+                    ) from exc
+            yield value
+
+    return dg.ResourceDefinition(
+        build,
+        config_schema=fields,
+        required_resource_keys=set(bound.values()),
+        description=translator.get_description(workflow, node),
+    )

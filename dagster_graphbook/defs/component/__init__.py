@@ -1,0 +1,1 @@
+"""The component: a workflow file declared in YAML, its translation and its scaffolder."""

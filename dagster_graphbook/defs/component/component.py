@@ -1,0 +1,310 @@
+"""`GraphbookWorkflowComponent`: a Graphbook workflow file declared in YAML (a Dagster component).
+
+```yaml
+# definitions/nightly_shapes/defs.yaml
+type: dagster_graphbook.GraphbookWorkflowComponent
+attributes:
+  workflow: ../../workflows/nightly_shapes.json      # paths are relative to this file's folder
+  custom_nodes: [../../custom_nodes/nightly]
+  partitions: {start_date: "2025-01-01"}             # daily partitions
+  schedule_hour: 2                                   # nightly at 02:00 UTC: the previous day
+  sensor_folder: ../../data/incoming                 # a run per new dated folder
+  sensor_asset: nightly_shapes/incoming              # ...recorded as a materialization of this
+  external asset external_deps: {IncomingImages: [nightly_shapes/incoming]}
+  op_tags: {team: vision}
+  gpus: 1                                            # batch steps request a GPU (op tags)
+  translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
+  retry_policy: {max_retries: 2, delay: 10}          # every step op (dg.RetryPolicy)
+  pool: vision                                       # every step op's concurrency pool
+  strict: true                                       # fail the load if the workflow does not
+```
+
+Like dagster-dbt's ``DbtProjectComponent``: the component points at an external file and builds
+the same definitions as ``build_definitions([GraphbookWorkflow(...)])`` in Python.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+
+import dagster as dg
+
+from ..checks import StepCheck
+from ..definitions import GraphbookWorkflow, NameClaims, build_definitions
+from ..schedules import FolderSensor, daily_partitions
+from .scaffold import GraphbookWorkflowScaffolder
+from .translation import TRANSLATION_RESOLVER, TranslationFn, translator_for
+
+
+def _doc(description: str, *examples: Any) -> dg.Resolver:
+    """A field's description and examples for ``dg`` and editors (the YAML schema)."""
+    return dg.Resolver.default(description=description, examples=list(examples) or None)
+
+
+class DailyPartitions(dg.Model, dg.Resolvable):
+    """Daily partitions keyed ``YYYY-MM-DD`` (the last is the previous, complete day)."""
+
+    start_date: str
+    end_offset: int = 0
+    timezone: Optional[str] = None
+
+
+class RetryPolicyModel(dg.Model, dg.Resolvable):
+    """Dagster's ``RetryPolicy`` for every step op: a failed step runs again from its inputs."""
+
+    max_retries: Annotated[int, _doc("times a failed step runs again", 2)] = 1
+    delay: Annotated[
+        Optional[float], _doc("seconds before a retry (the first, with a backoff)", 10)
+    ] = None
+    backoff: Annotated[
+        Optional[Literal["linear", "exponential"]],
+        _doc("how the delay grows from retry to retry", "exponential"),
+    ] = None
+    jitter: Annotated[
+        Optional[Literal["full", "plus_minus"]],
+        _doc("random change to each delay (full: 0 to delay; plus_minus: delay +- delay)", "full"),
+    ] = None
+
+    def policy(self) -> dg.RetryPolicy:
+        return dg.RetryPolicy(
+            max_retries=self.max_retries,
+            delay=self.delay,
+            backoff=dg.Backoff(self.backoff.upper()) if self.backoff else None,
+            jitter=dg.Jitter(self.jitter.upper()) if self.jitter else None,
+        )
+
+
+@dg.scaffold_with(GraphbookWorkflowScaffolder)
+class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
+    """A Graphbook workflow file (editor JSON, or a ``.py`` defining a ``Graph``) as a Dagster job,
+    its steps' assets, and optionally daily partitions, a schedule and a folder sensor."""
+
+    workflow: Annotated[
+        str,
+        _doc(
+            "workflow file (Graphbook editor JSON, or a .py defining a Graph), "
+            "relative to this file",
+            "../../workflows/nightly_shapes.json",
+            "workflow.json",
+        ),
+    ]
+    custom_nodes: Annotated[
+        List[str],
+        _doc(
+            "folders (or .py files) of the workflow's step and resource classes",
+            ["../../custom_nodes/nightly"],
+            ["nodes.py"],
+        ),
+    ] = []
+    name: Annotated[
+        Optional[str],
+        _doc(
+            "job and asset group name (default: the workflow file's stem in snake_case)",
+            "nightly_shapes",
+        ),
+    ] = None
+    partitions: Annotated[
+        Optional[DailyPartitions],
+        _doc(
+            "daily partitions keyed YYYY-MM-DD; steps read the day as {partition_key}",
+            {"start_date": "2025-01-01"},
+        ),
+    ] = None
+    cron_schedule: Annotated[
+        Optional[str],
+        _doc(
+            "schedule <job>_schedule (UTC); partitioned: each tick runs the latest partition",
+            "30 6 * * 1-5",
+        ),
+    ] = None
+    schedule_hour: Annotated[
+        Optional[int],
+        _doc("schedule <job>_nightly at this hour (UTC), running the previous day", 2),
+    ] = None
+    sensor_folder: Annotated[
+        Optional[str],
+        _doc(
+            "sensor <job>_new_folder: one run per new YYYY-MM-DD folder in this folder",
+            "../../data/incoming",
+        ),
+    ] = None
+    sensor_asset: Annotated[
+        Optional[str],
+        _doc(
+            "asset key (a/b) that the sensor records a materialization of for each new folder",
+            "nightly_shapes/incoming",
+        ),
+    ] = None
+    external_deps: Annotated[
+        Dict[str, List[str]],
+        _doc(
+            "step name or node id -> upstream asset keys (a/b) outside the workflow, for lineage",
+            {"IncomingImages": ["nightly_shapes/incoming"]},
+        ),
+    ] = {}
+    op_tags: Annotated[
+        Dict[str, Any],
+        _doc(
+            "tags on every step's op (executors read them, e.g. dagster-k8s/config)",
+            {"team": "vision"},
+        ),
+    ] = {}
+    job_tags: Annotated[Dict[str, str], _doc("tags on the job and its runs", {"owner": "ml"})] = {}
+    overridable_functions: Annotated[
+        List[str], _doc("function parameters whose code run config may replace", ["load_fn"])
+    ] = []
+    executor: Annotated[
+        Optional[Literal["in_process", "multiprocess"]],
+        _doc(
+            "default: in one process unless a run's execution config picks multiprocess; "
+            "multiprocess: one process per step by default",
+            "multiprocess",
+        ),
+    ] = None
+    notes_dir: Annotated[
+        Optional[str],
+        _doc(
+            "where steps' notes are stored: relative to this file's folder, or any fsspec URL "
+            "(default: the instance's storage); several components may share one",
+            "../../notes",
+            "s3://bucket/notes",
+        ),
+    ] = None
+    notes_keep: Annotated[
+        Optional[int], _doc("stored note versions kept per asset and partition (default 3)", 3)
+    ] = None
+    checks: Annotated[
+        List[StepCheck],
+        _doc(
+            "asset checks on steps' figures, evaluated on each run's own partition",
+            [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}],
+        ),
+    ] = []
+    streaming: Annotated[
+        Union[bool, List[str]],
+        _doc(
+            "true: run all steps as one op streaming notes step to step; a list of steps: "
+            "those (a connected segment) as one op (README: Streaming)",
+            True,
+            ["LoadImages", "ClassifyShapes"],
+        ),
+    ] = False
+    gpus: Annotated[
+        Optional[Union[int, Dict[str, int]]],
+        _doc(
+            "GPUs each batch step requests (op tags for k8s, Ray, Dask), or {step: N}",
+            1,
+            {"ClassifyShapes": 1},
+        ),
+    ] = None
+    translation: Annotated[Optional[TranslationFn], TRANSLATION_RESOLVER] = None
+    retry_policy: Annotated[
+        Optional[RetryPolicyModel],
+        _doc(
+            "retry policy of every step op (Python: GraphbookTranslator.get_retry_policy per step)",
+            {"max_retries": 2, "delay": 10, "backoff": "exponential", "jitter": "full"},
+        ),
+    ] = None
+    pool: Annotated[
+        Optional[str],
+        _doc(
+            "concurrency pool of every step op (default: batch steps share `gpu`); limit it with "
+            "`dagster instance concurrency set <pool> N`",
+            "vision_gpu",
+        ),
+    ] = None
+
+    automation: Annotated[
+        Literal["eager", "on_cron", "none"],
+        _doc(
+            "declarative automation instead of the schedule and the sensor's run requests: "
+            "eager runs each new day once sensor_asset records it; on_cron runs the latest day "
+            "after the cron (cron_schedule or schedule_hour) once its inputs are present; "
+            "sensor <job>_automation evaluates it",
+            "eager",
+            "on_cron",
+        ),
+    ] = "none"
+
+    strict: Annotated[
+        Optional[bool],
+        _doc(
+            "true: a workflow that fails to load fails the code location's load (dg check "
+            "defs, dagster definitions validate); false: it shows as a failing job and the "
+            "rest loads; default: $DAGSTER_GRAPHBOOK_STRICT (1 in CI), else false",
+            True,
+        ),
+    ] = None
+
+    def workflow_spec(self, base: Path) -> GraphbookWorkflow:
+        """The Python declaration this YAML stands for; relative paths resolve against ``base``.
+
+        Field by field: the YAML's names and shapes (``workflow``, ``partitions``,
+        ``sensor_folder`` with ``sensor_asset``, ``retry_policy`` as a model) are not
+        ``GraphbookWorkflow``'s, so one resolvable aligned with it (dbt's ``DbtProjectArgs``)
+        would change the YAML schema and the Python component's fields."""
+
+        def path(p: str) -> Path:
+            # Not dbt's context.resolve_source_relative_path: that needs the YAML's source
+            # positions, which only a field resolver sees (build_defs' context has none and gives
+            # the path back as it is), and a component built in Python has none either.
+            return (base / p).resolve()
+
+        partitions = None
+        if self.partitions is not None:
+            partitions = daily_partitions(
+                self.partitions.start_date,
+                end_offset=self.partitions.end_offset,
+                timezone=self.partitions.timezone,
+            )
+        return GraphbookWorkflow(
+            path(self.workflow),
+            custom_nodes=[path(p) for p in self.custom_nodes],
+            name=self.name,
+            partitions_def=partitions,
+            cron_schedule=self.cron_schedule,
+            schedule_hour=self.schedule_hour,
+            op_tags=dict(self.op_tags),
+            job_tags=dict(self.job_tags),
+            overridable_functions=tuple(self.overridable_functions),
+            external_deps={
+                step: [dg.AssetKey.from_user_string(k) for k in keys]
+                for step, keys in self.external_deps.items()
+            },
+            sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset)
+            if self.sensor_folder
+            else None,
+            executor=self.executor,
+            streaming=self.streaming,
+            gpus=self.gpus,
+            checks=list(self.checks),
+            notes_dir=str(path(self.notes_dir))
+            if self.notes_dir and "://" not in self.notes_dir
+            else self.notes_dir,
+            notes_keep=self.notes_keep,
+            retry_policy=self.retry_policy.policy() if self.retry_policy else None,
+            pool=self.pool,
+            automation=self.automation,
+        )
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        spec = self.workflow_spec(Path(context.path))
+        defs = build_definitions(
+            [spec], translator=translator_for(self.translation), strict=self.strict
+        )
+        claims = _claims_of(context.component_tree)
+        claims.claim(str(context.path), spec.source, list(defs.jobs or ()), list(defs.assets or ()))
+        return defs
+
+
+# The names claimed by the components of the code location being loaded (one component tree),
+# so two components of one name are refused naming both files (NameClaims). Only the latest
+# tree is held: loads of one location do not interleave.
+_LATEST_TREE: Dict[str, Any] = {}
+
+
+def _claims_of(tree: Any) -> NameClaims:
+    if _LATEST_TREE.get("tree") is not tree:
+        _LATEST_TREE.update(tree=tree, claims=NameClaims())
+    return _LATEST_TREE["claims"]

@@ -1,0 +1,400 @@
+"""One call from workflows to a ``dagster.Definitions``."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import dagster as dg
+
+from ..authoring.graph import Graph
+from ..model.registry import NodeRegistry
+from ..model.workflow import Workflow, WorkflowError, load_workflow
+from ..plan.translator import GraphbookTranslator
+from ..store.io_manager import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
+from .assets import WorkflowDefs, build_workflow_defs
+from .automation import Automation
+from .checks import StepCheck, bind_checks
+from .executor import graphbook_executor, resolve_executor
+from .load_errors import load_error_job
+
+logger = logging.getLogger("dagster_graphbook")
+
+WorkflowSource = Union[str, Path, Graph, Workflow]
+# Set to 1 (CI), a workflow that fails to load fails the code location's load (`dg check defs`,
+# `dagster definitions validate`) instead of showing as a failing job (issue 21.3).
+STRICT_ENV = "DAGSTER_GRAPHBOOK_STRICT"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+# One IO manager object for every workflow: Dagster merges Definitions (Python modules and YAML
+# components of one code location) only when a resource key maps to the very same object. Each
+# workflow's own notes_dir travels in its assets' definition metadata instead (see io.py).
+_NOTES_IO = notes_io_manager
+
+
+@dataclass(frozen=True)
+class GraphbookWorkflow:
+    """A workflow to expose, with how Dagster should run it.
+
+    ``source`` is a workflow JSON file, a ``.py`` file defining a ``Graph``, or a ``Graph``;
+    ``custom_nodes`` are folders (or files) of node classes for JSON workflows. Frozen: building
+    never changes it; derive a variant with ``dataclasses.replace(spec, ...)``.
+    """
+
+    source: WorkflowSource
+    custom_nodes: Sequence[Union[str, Path]] = ()
+    name: Optional[str] = None
+    partitions_def: Optional[dg.PartitionsDefinition] = None
+    cron_schedule: Optional[str] = None
+    schedule_hour: Optional[int] = None
+    retry_policy: Optional[dg.RetryPolicy] = None
+    op_tags: Dict[str, Any] = field(default_factory=dict)
+    job_tags: Dict[str, str] = field(default_factory=dict)
+    overridable_functions: Sequence[str] = ()
+    external_deps: Dict[str, List[Any]] = field(
+        default_factory=dict
+    )  # step name or node id -> upstream asset keys
+    sensor: Any = None  # a dagster_graphbook.defs.schedules.FolderSensor
+    # None: graphbook_executor (in one process unless a run's config picks multiprocess);
+    # "in_process" | "multiprocess" (one process per step) | an ExecutorDefinition (k8s, ray, ...)
+    executor: Union[None, str, dg.ExecutorDefinition] = None
+    checks: Sequence[
+        StepCheck
+    ] = ()  # asset checks on steps' figures (dagster_graphbook.defs.checks)
+    # True: all steps as one op passing notes step to step; a list of step names: those steps
+    # (a connected segment) as one op, the others an op each (README "Streaming")
+    streaming: Union[bool, Sequence[str]] = False
+    # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
+    gpus: Any = None
+    # where this workflow's notes go (default: build_definitions', else the instance's storage)
+    notes_dir: Optional[str] = None
+    notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
+    # concurrency pool of every step op (default: the translator's get_pool, batch steps in "gpu");
+    # retry_policy above likewise applies to every step op, else the translator's get_retry_policy
+    pool: Optional[str] = None
+    # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
+    # schedule and the sensor's run requests (dagster_graphbook.defs.automation); None/"none": off
+    automation: Automation = None
+
+
+def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
+    """The workflow ``spec`` names, with its overridable functions and GPUs; a ``Workflow``
+    given as ``spec.source`` is copied, not changed."""
+    if isinstance(spec.source, Workflow):
+        workflow = spec.source
+    else:
+        is_json = not isinstance(spec.source, Graph) and Path(spec.source).suffix != ".py"
+        try:
+            registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
+        except FileNotFoundError as exc:  # a mistyped --custom-nodes / custom_nodes folder
+            raise WorkflowError(str(Path(spec.source).resolve()), [str(exc)]) from exc
+        for error in registry.import_errors if registry else ():
+            logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
+        workflow = load_workflow(
+            spec.source, registry, name=spec.name, search_path=spec.custom_nodes
+        )
+    gpus = workflow.gpus
+    if spec.gpus is not None:
+        from ..plan.gpus import resolve_gpus
+
+        names = (translator or GraphbookTranslator()).step_names(workflow)
+        gpus = resolve_gpus(workflow, spec.gpus, names)
+    return replace(workflow, overridable_functions=tuple(spec.overridable_functions), gpus=gpus)
+
+
+def build_workflow(
+    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None
+) -> WorkflowDefs:
+    """Load, validate and translate one workflow."""
+    translator = translator or GraphbookTranslator()
+    workflow = load(spec, translator)
+    _check_depth(workflow)
+    names = translator.names(workflow)
+    deps = {}
+    for ref, keys in spec.external_deps.items():
+        step = names.resolve_step(ref)
+        if step is None:
+            raise WorkflowError(
+                workflow.source,
+                [
+                    f"external_deps names step {ref!r}, which is not in the workflow "
+                    f"(steps: {names.step_list()})"
+                ],
+            )
+        deps[step.node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
+    executor_def = resolve_executor(spec.executor, workflow.source)
+    checks = bind_checks(spec.checks, names, workflow)
+    defs = build_workflow_defs(
+        workflow,
+        translator,
+        partitions_def=spec.partitions_def,
+        retry_policy=spec.retry_policy,
+        op_tags=spec.op_tags,
+        job_tags=spec.job_tags,
+        external_deps=deps,
+        executor_def=executor_def,
+        checks=checks,
+        streaming=spec.streaming,
+        pool=spec.pool,
+    )
+    storage = notes_metadata(spec.notes_dir, spec.notes_keep)
+    if storage:
+        defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
+    _automate(spec, defs)
+    return defs
+
+
+def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
+    """Put the workflow's automation condition (if any) on its assets."""
+    from .automation import automation_condition, with_automation
+
+    condition = automation_condition(
+        spec.automation,
+        cron_schedule=spec.cron_schedule,
+        schedule_hour=spec.schedule_hour,
+        where=f"workflow {defs.workflow.name!r}",
+        source=defs.workflow.source,
+    )
+    if condition is not None and spec.sensor is not None and spec.sensor.asset_key is None:
+        raise WorkflowError(
+            defs.workflow.source,
+            [
+                f"workflow {defs.workflow.name!r}: with automation the folder sensor only "
+                "records new days as its asset: give it one (sensor_asset / asset_key)"
+            ],
+        )
+    if condition is not None:
+        defs.assets = with_automation(defs.assets, condition)
+
+
+# Dagster's asset job resolution recurses once per step of the longest dependency chain
+# (``create_adjacency_lists``, which walks up from wherever its set order starts): a chain of 2,000
+# steps failed with RecursionError, and one of 1,000 did too, about 1 build in 16. Deeper
+# workflows are refused here, at validate time; for the others this process's recursion limit is
+# raised to the depth plus RECURSION_HEADROOM frames (never lowered), also for Dagster's later
+# builds of the same job in this process (the code server's). Python 3.11 calls between Python
+# functions do not grow the C stack, so a few thousand frames are safe.
+MAX_CHAIN_DEPTH = 1000
+RECURSION_HEADROOM = 1000
+
+
+def _check_depth(workflow: Workflow) -> None:
+    """Refuse a workflow whose longest chain of steps Dagster cannot build, naming the chain's
+    end; make room for Dagster's recursion over the chains it can."""
+    depth: Dict[str, int] = {}
+    for node in workflow.steps():  # topological order: parents first
+        depth[node.id] = 1 + max((depth.get(src, 0) for src, _ in node.inputs), default=0)
+    deepest = max(depth.values(), default=0)
+    if deepest + RECURSION_HEADROOM > sys.getrecursionlimit() and deepest <= MAX_CHAIN_DEPTH:
+        sys.setrecursionlimit(deepest + RECURSION_HEADROOM)
+    if deepest > MAX_CHAIN_DEPTH:
+        end = max(depth, key=lambda k: depth[k])
+        raise WorkflowError(
+            workflow.source,
+            [
+                f"the longest chain of steps is {depth[end]} steps deep (ending at "
+                f"node {end}); Dagster builds jobs up to "
+                f"{MAX_CHAIN_DEPTH} steps deep: split the workflow into workflows "
+                "joined by external_deps, or merge steps"
+            ],
+        )
+
+
+def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.AssetsDefinition:
+    """The asset with its storage settings in each output's definition metadata."""
+    return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
+
+
+class NameClashError(dg.DagsterInvalidDefinitionError):
+    """Two workflows of a code location define one job name or asset key."""
+
+
+class NameClaims:
+    """The job names and asset keys defined so far, each with the workflow file that defined it.
+
+    Two workflows named alike (``MyFlow.json`` and ``sub/my_flow.json`` are both ``my_flow``)
+    define the same job and asset keys; Dagster then refuses the code location with a bare
+    ``Duplicate asset key``. Claiming every name as it is built names both files instead.
+    """
+
+    def __init__(self) -> None:
+        self._owners: Dict[Tuple[str, str], Tuple[Any, str]] = {}
+
+    def claim(self, owner: Any, source: Any, jobs: Sequence[Any], assets: Sequence[Any]) -> None:
+        """Claim the names of ``jobs`` and ``assets`` (``AssetsDefinition``s; specs of external
+        assets are shared, not claimed) for ``owner`` (one entry of a list, one component), the
+        workflow ``source``; raise if another owner holds one of them."""
+        names = [("job", job.name) for job in jobs] + [
+            ("asset", key.to_user_string())
+            for asset in assets
+            if isinstance(asset, dg.AssetsDefinition)
+            for key in asset.keys
+        ]
+        for kind, name in names:
+            taken = self._owners.get((kind, name))
+            if taken is not None and taken[0] != owner:
+                raise NameClashError(
+                    f"workflows {taken[1]} and {source} both define {kind} {name!r}: give one a "
+                    "name of its own, with GraphbookWorkflow(..., name='...') in Python or "
+                    "`name:` in the attributes of its component's defs.yaml"
+                )
+        self._owners.update(((kind, name), (owner, str(source))) for kind, name in names)
+
+
+def strict_from_env() -> bool:
+    """``$DAGSTER_GRAPHBOOK_STRICT`` as a flag (unset: off); a value it cannot read is refused."""
+    value = os.environ.get(STRICT_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(
+            f"{STRICT_ENV}={os.environ[STRICT_ENV]!r}: set it to 1 (a workflow that fails to "
+            "load fails the code location) or 0 / unset (it shows as a failing job)"
+        )
+    return value in _TRUE
+
+
+def build_definitions(
+    workflows: Sequence[Union[GraphbookWorkflow, WorkflowSource]],
+    *,
+    custom_nodes: Sequence[Union[str, Path]] = (),
+    translator: Optional[GraphbookTranslator] = None,
+    notes_dir: Optional[str] = None,
+    extra_resources: Optional[Mapping[str, Any]] = None,
+    notes_keep: Optional[int] = None,
+    strict: Optional[bool] = None,
+) -> dg.Definitions:
+    """Dagster definitions for ``workflows``.
+
+    A workflow that fails to load is logged and kept as a job of its name whose description and
+    run give the error (file, node, reason), so the other workflows stay loaded (what the UI
+    wants); with ``strict`` it raises instead, so ``dg check defs`` and ``dagster definitions
+    validate`` fail (what CI wants). ``strict=None`` reads ``$DAGSTER_GRAPHBOOK_STRICT``.
+    ``notes_dir``/``notes_keep`` apply to workflows that do not set their own.
+    """
+    from .schedules import schedules_and_sensors
+
+    if strict is None:
+        strict = strict_from_env()
+    translator = translator or GraphbookTranslator()
+    assets: List[Any] = []
+    jobs: List[Any] = []
+    automated: List[dg.ExecutorDefinition] = []  # executors of the workflows with automation
+    resources: Dict[str, Any] = {NOTES_IO_MANAGER_KEY: _NOTES_IO, **(extra_resources or {})}
+    schedules: List[Any] = []
+    sensors: List[Any] = []
+    external: List[dg.AssetSpec] = []
+    claims = NameClaims()
+    for index, item in enumerate(workflows):
+        spec = _with_defaults(
+            item
+            if isinstance(item, GraphbookWorkflow)
+            else GraphbookWorkflow(item, custom_nodes=custom_nodes),
+            custom_nodes=custom_nodes,
+            notes_dir=notes_dir,
+            notes_keep=notes_keep,
+        )
+        try:
+            defs = build_workflow(spec, translator)
+        except WorkflowError as exc:
+            if strict:
+                raise
+            logger.error(
+                "%s\n(the other workflows are loaded; this one shows as a job that fails)", exc
+            )
+            broken = load_error_job(spec, exc, translator)
+            claims.claim(index, spec.source, [broken], [])
+            jobs.append(broken)
+            continue
+        claims.claim(index, defs.workflow.source, [defs.job], defs.assets)
+        assets += defs.assets
+        if spec.automation not in (None, "none"):
+            automated.append(resolve_executor(spec.executor, defs.workflow.source))
+        defs.job = _with_own_resources(defs, extra_resources or {})
+        jobs.append(defs.job)
+        resources.update(defs.resources)
+        for keys in spec.external_deps.values():
+            external += [
+                dg.AssetSpec(
+                    dg.AssetKey.from_coercible(k),
+                    description="external input of a Graphbook workflow",
+                    group_name=translator.get_group_name(defs.workflow),
+                    partitions_def=spec.partitions_def,  # the day of the input is the run's day
+                )
+                for k in keys
+            ]
+        new_schedules, new_sensors = schedules_and_sensors(spec, defs, translator)
+        schedules += new_schedules
+        sensors += new_sensors
+    # Automation's runs go through Dagster's implicit asset job, which takes the Definitions'
+    # executor: without one, a process per step (what graphbook_executor avoids for our jobs).
+    executor = automated[0] if len({id(e) for e in automated}) == 1 else graphbook_executor
+    return dg.Definitions(
+        assets=[*assets, *_unique_specs(external)],
+        jobs=jobs,
+        resources=resources,
+        schedules=schedules,
+        sensors=sensors,
+        executor=executor if automated else None,
+    )
+
+
+def _with_defaults(
+    spec: GraphbookWorkflow,
+    *,
+    custom_nodes: Sequence[Union[str, Path]],
+    notes_dir: Optional[str],
+    notes_keep: Optional[int],
+) -> GraphbookWorkflow:
+    """``spec`` with ``build_definitions``' settings where it has none of its own (a copy: the
+    caller's ``spec`` stays as it was)."""
+    defaults: Dict[str, Any] = {}
+    if not spec.custom_nodes and custom_nodes:
+        defaults["custom_nodes"] = custom_nodes
+    if spec.notes_dir is None and notes_dir is not None:
+        defaults["notes_dir"] = notes_dir
+    if spec.notes_keep is None and notes_keep is not None:
+        defaults["notes_keep"] = notes_keep
+    return replace(spec, **defaults) if defaults else spec
+
+
+def _with_own_resources(defs: WorkflowDefs, extra: Mapping[str, Any]) -> dg.JobDefinition:
+    """The workflow's job resolved with its own resources only.
+
+    The Launchpad's run config schema lists every resource a job holds, and an asset job left to
+    the Definitions to resolve holds all of theirs (every workflow's). Resolved beside its own
+    resources, each job lists only those (with the notes and default IO managers); Dagster binds
+    the Definitions' resources only to jobs that miss some, or keep the default ``io_manager``
+    while the Definitions set one: so a user's ``io_manager`` is resolved with the job too."""
+    io_manager = {"io_manager": extra["io_manager"]} if "io_manager" in extra else {}
+    own = dg.Definitions(
+        assets=defs.assets,
+        jobs=[defs.job],
+        resources={NOTES_IO_MANAGER_KEY: _NOTES_IO, **io_manager, **defs.resources},
+    )
+    with _gc_paused():
+        return own.resolve_job_def(defs.job.name)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Dagster's job resolution topologically sorts the steps level by level, a new set per step
+    and level (steps x depth): short-lived objects that made the cyclic GC walk the whole heap
+    again and again, a quarter of a 1,000-step chain's build. Reference counting frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _unique_specs(specs: List[dg.AssetSpec]) -> List[dg.AssetSpec]:
+    seen: Dict[dg.AssetKey, dg.AssetSpec] = {}
+    for s in specs:
+        seen.setdefault(s.key, s)
+    return list(seen.values())

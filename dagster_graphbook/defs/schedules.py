@@ -1,0 +1,294 @@
+"""Schedules and sensors for workflows: nightly runs of daily partitions, runs (or recorded
+arrivals) for new dated folders."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import dagster as dg
+
+from .automation import automation_on, automation_sensor
+
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def daily_partitions(
+    start_date: str, *, end_offset: int = 0, timezone: Optional[str] = None
+) -> dg.DailyPartitionsDefinition:
+    """Daily partitions keyed ``YYYY-MM-DD``; the last one is yesterday (``end_offset=0``), a
+    complete day."""
+    return dg.DailyPartitionsDefinition(
+        start_date=start_date, end_offset=end_offset, timezone=timezone
+    )
+
+
+def schedules_and_sensors(
+    spec: Any, defs: Any, translator: Any = None
+) -> Tuple[List[Any], List[Any]]:
+    """The schedule (and sensor) a workflow declares, named by the translator.
+
+    Daily partitions without a cron: a nightly schedule at ``schedule_hour`` (UTC, default 0) that
+    runs the previous day. Partitions with a cron: each tick runs the latest complete partition.
+    A cron alone: an unpartitioned schedule.
+    """
+    from ..plan.translator import GraphbookTranslator
+
+    translator = translator or GraphbookTranslator()
+    schedules: List[Any] = []
+    sensors: List[Any] = []
+
+    def schedule_name(kind: str) -> str:
+        return translator.get_schedule_name(defs.workflow, kind)
+
+    def sensor_name(kind: str) -> str:
+        return translator.get_sensor_name(defs.workflow, kind)
+
+    if automation_on(spec.automation):  # the condition runs the days, not a schedule
+        return [], _automation_sensors(spec, defs, sensor_name)
+    if spec.partitions_def is not None and spec.cron_schedule is None:
+        if isinstance(spec.partitions_def, dg.TimeWindowPartitionsDefinition):
+            schedules.append(
+                dg.build_schedule_from_partitioned_job(
+                    defs.job, name=schedule_name("nightly"), hour_of_day=spec.schedule_hour or 0
+                )
+            )
+    elif spec.cron_schedule is not None:
+        if spec.partitions_def is not None:
+            schedules.append(
+                latest_partition_schedule(
+                    defs.job,
+                    spec.partitions_def,
+                    spec.cron_schedule,
+                    name=schedule_name("schedule"),
+                )
+            )
+        else:
+            schedules.append(
+                dg.ScheduleDefinition(
+                    name=schedule_name("schedule"), job=defs.job, cron_schedule=spec.cron_schedule
+                )
+            )
+    if spec.sensor is not None:
+        sensors.append(
+            spec.sensor.build(defs.job, spec.partitions_def, name=sensor_name("new_folder"))
+        )
+    return schedules, sensors
+
+
+def _automation_sensors(spec: Any, defs: Any, sensor_name: Any) -> List[Any]:
+    """With an automation condition: its sensor, and the folder sensor recording new days only
+    (the condition, not the folder sensor, requests the runs; a schedule would run days twice)."""
+    sensors: List[Any] = [
+        automation_sensor(
+            defs.job.name,
+            defs.asset_keys,
+            name=sensor_name("automation"),
+            run_tags=dict(spec.job_tags or {}),
+        )
+    ]
+    if spec.sensor is not None:
+        sensors.append(
+            spec.sensor.build(
+                defs.job, spec.partitions_def, request_runs=False, name=sensor_name("new_folder")
+            )
+        )
+    return sensors
+
+
+def latest_partition_schedule(
+    job: Any,
+    partitions_def: dg.PartitionsDefinition,
+    cron_schedule: str,
+    *,
+    name: str,
+    timezone: str = "UTC",
+) -> dg.ScheduleDefinition:
+    """A cron schedule whose ticks run the latest partition that exists at tick time
+    (Dagster's ``build_schedule_from_partitioned_job`` takes no cron for time partitions)."""
+
+    def latest(context: dg.ScheduleEvaluationContext) -> Any:
+        with dg.partition_loading_context(effective_dt=context.scheduled_execution_time):
+            key = partitions_def.get_last_partition_key()
+        if key is None:
+            return dg.SkipReason("no partition exists yet")
+        return dg.RunRequest(run_key=key, partition_key=key)
+
+    return dg.ScheduleDefinition(
+        name=name,
+        job=job,
+        cron_schedule=cron_schedule,
+        execution_fn=latest,
+        execution_timezone=timezone,
+        description=f"Runs the latest partition of {job.name} on '{cron_schedule}' ({timezone})",
+    )
+
+
+def day_folders(folder: Union[str, Path]) -> Tuple[List[str], List[str]]:
+    """``(days, problems)``: the ``YYYY-MM-DD`` folders of ``folder``, oldest first, and why others
+    that look like days were left out (an impossible date, a link that leads outside ``folder``).
+
+    Hidden folders (a day still being written under a temporary name) are not listed.
+    """
+    days, problems = [], []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return [], []
+    root = os.path.realpath(folder)
+    for e in entries:
+        if not _DAY.match(e.name) or not e.is_dir():
+            continue
+        try:
+            dt.date.fromisoformat(e.name)
+        except ValueError:
+            problems.append(f"{e.name}: not a date")
+            continue
+        if e.is_symlink() and os.path.dirname(os.path.realpath(e.path)) != root:
+            problems.append(f"{e.name}: a link to {os.path.realpath(e.path)}, outside {root}")
+            continue
+        days.append(e.name)
+    return sorted(days), sorted(problems)
+
+
+def done_days(cursor: Optional[str]) -> set:
+    """The days a sensor cursor says were requested (a JSON list). A cursor of an older version
+    (one day: the latest requested) stands for every day up to it."""
+    if not cursor:
+        return set()
+    if cursor.startswith("["):
+        return set(json.loads(cursor))
+    return _UpTo(cursor)
+
+
+class _UpTo(set):
+    """An old-style cursor: every day up to and including ``last`` counts as done."""
+
+    def __init__(self, last: str):
+        super().__init__()
+        self.last = last
+
+    def __contains__(self, day: object) -> bool:
+        return (isinstance(day, str) and day <= self.last) or set.__contains__(self, day)
+
+
+@dataclass
+class FolderSensor:
+    """Starts a run of a workflow when a new dated folder (``YYYY-MM-DD``) appears in ``folder``.
+
+    The cursor is the latest day already requested, so each day starts one run (the run key is
+    the day too). With daily partitions the run processes that day's partition; a folder for a
+    day whose partition does not exist yet (today, before midnight) waits until it does.
+    Like Dagster's sensors, it is stopped until turned on in the UI (or ``default_status``).
+    With ``asset_key`` (the workflow's external input, e.g. ``nightly_shapes/incoming``) each new
+    day is also recorded as a materialization of that asset (of the day's partition when the
+    workflow is partitioned; its folder and file count as metadata), so the UI shows when data
+    arrived and automation conditions see it.
+    """
+
+    folder: Union[str, Path]
+    asset_key: Optional[Union[str, Sequence[str], dg.AssetKey]] = None
+    name: Optional[str] = None
+    minimum_interval_seconds: int = 30
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+
+    def build(
+        self,
+        job: Any,
+        partitions_def: Optional[dg.PartitionsDefinition] = None,
+        *,
+        request_runs: bool = True,
+        name: Optional[str] = None,
+    ) -> dg.SensorDefinition:
+        """The sensor; ``request_runs=False`` only records the asset (an automation condition on
+        the workflow's assets requests the runs)."""
+        folder = Path(self.folder)
+        if not request_runs and self.asset_key is None:
+            raise ValueError(
+                f"{job.name}: with automation the folder sensor only records new days as its "
+                "asset; give it one (sensor_asset / FolderSensor(asset_key=...))"
+            )
+        asset_key = (
+            None
+            if self.asset_key is None
+            else (
+                dg.AssetKey.from_user_string(self.asset_key)
+                if isinstance(self.asset_key, str)
+                else dg.AssetKey.from_coercible(self.asset_key)
+            )
+        )
+
+        def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+            requests: List[dg.RunRequest] = []
+            arrived: List[dg.AssetMaterialization] = []
+            done = done_days(context.cursor)
+            days, problems = day_folders(folder)
+            for problem in problems:
+                context.log.warning(f"{self.name or job.name}: skipping {folder}/{problem}")
+            for day in (d for d in days if d not in done):
+                partition_key = None
+                if partitions_def is not None:
+                    if not partitions_def.has_partition_key(day):
+                        if day >= (partitions_def.get_first_partition_key() or ""):
+                            continue  # no partition yet (today): ask again on a later tick
+                        context.log.info(f"skipping {folder / day}: before the first partition")
+                        done.add(day)
+                        continue
+                    partition_key = day
+                if request_runs:
+                    requests.append(
+                        dg.RunRequest(
+                            run_key=day,
+                            partition_key=partition_key,
+                            tags={"dagster_graphbook/folder": str(folder / day)},
+                        )
+                    )
+                if asset_key is not None:
+                    files = [e for e in os.scandir(folder / day) if e.is_file()]
+                    arrived.append(
+                        dg.AssetMaterialization(
+                            asset_key,
+                            partition=partition_key,
+                            description=f"new folder {folder / day}",
+                            metadata={
+                                "day": day,
+                                "path": dg.MetadataValue.path(str(folder / day)),
+                                "files": len(files),
+                                "bytes": sum(e.stat().st_size for e in files),
+                            },
+                        )
+                    )
+                done.add(day)
+            done_here = sorted(d for d in days if d in done)
+            cursor = json.dumps(done_here, separators=(",", ":")) if done_here else context.cursor
+            skip = (
+                None
+                if requests or arrived
+                else f"no new dated folder in {folder}"
+                + (f" after {context.cursor}" if context.cursor else "")
+            )
+            return dg.SensorResult(
+                run_requests=requests or None,
+                cursor=cursor,
+                skip_reason=skip,
+                asset_events=arrived or None,
+            )
+
+        return dg.SensorDefinition(
+            name=self.name or name or f"{job.name}_new_folder",
+            evaluation_fn=evaluate,
+            job=job,
+            minimum_interval_seconds=self.minimum_interval_seconds,
+            default_status=self.default_status,
+            description=(
+                f"Runs {job.name} for each new dated folder (YYYY-MM-DD) in {folder}"
+                if request_runs
+                else f"Records each new dated folder (YYYY-MM-DD) in {folder} as "
+                f"{asset_key.to_user_string()} (the automation condition of {job.name} runs it)"
+            ),
+        )

@@ -1,0 +1,1 @@
+"""Other engines: the Dask executor."""

@@ -1,0 +1,161 @@
+"""Code versions and code references of a workflow node's assets.
+
+Dagster marks an asset "Unsynced" when its definition's ``code_version`` differs from the one its
+latest materialization recorded. A node's version is a hash of what decides its output: the
+step class's source, the file that defines it (helpers the step calls usually live there too),
+and the parameter values the workflow sets. Code references point the UI at the class's file
+and line and at the node in the workflow file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import dagster as dg
+
+from ..model.workflow import Workflow, WorkflowNode
+
+
+# Per class, not per node: a workflow uses one class for many nodes, and ``inspect`` parses the
+# class's whole module to find it (building a 1,000-step chain parsed it 2,000 times).
+@functools.lru_cache(maxsize=256)
+def _source_file(cls: type) -> Optional[Path]:
+    try:
+        name = inspect.getsourcefile(cls)
+    except TypeError:  # built-in or generated without a file
+        return None
+    return Path(name) if name and Path(name).is_file() else None
+
+
+def _user_functions(cls: type) -> List[Any]:
+    """The functions a decorated step was made from (Graphbook's ``@step`` builds the class)."""
+    path = _source_file(cls)
+    found = []
+    for value in vars(cls).values():
+        code = getattr(value, "__code__", None)
+        if code is not None and path is not None and Path(code.co_filename) == path:
+            found.append(value)
+    return sorted(found, key=lambda f: f.__code__.co_firstlineno)
+
+
+def _file_stamp(path: Optional[Path]) -> Tuple[int, int]:
+    """A file's mtime and size: what caches of its contents are keyed by, so an edit (which a
+    reload of the code location may not turn into a new class) is read anew."""
+    if path is None:
+        return (0, 0)
+    stat = path.stat()
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def class_source(cls: type) -> str:
+    """The class's source (cached per class and file version)."""
+    return _class_source(cls, _file_stamp(_source_file(cls)))
+
+
+@functools.lru_cache(maxsize=256)
+def _class_source(cls: type, stamp: Tuple[int, int]) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):  # built by a decorator: the functions it was made from
+        parts = []
+        for fn in _user_functions(cls):
+            try:
+                parts.append(inspect.getsource(fn))
+            except (OSError, TypeError):
+                parts.append(fn.__qualname__)
+        return "\n".join(parts) or f"{cls.__module__}.{cls.__qualname__}"
+
+
+def node_code_version(node: WorkflowNode) -> str:
+    """A short hash of the class source, its module file and the node's parameter values."""
+    digest = hashlib.sha256()
+    path = _source_file(node.cls)
+    digest.update(_class_source(node.cls, _file_stamp(path)).encode())
+    if path is not None:
+        digest.update(_file_bytes(path, _file_stamp(path)))
+    values = json.dumps(node.values, sort_keys=True, default=repr)
+    digest.update(values.encode())
+    digest.update(json.dumps(sorted(node.resource_params.items())).encode())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=16)
+def _file_bytes(path: Path, stamp: Tuple[int, int]) -> bytes:
+    """A node file's bytes (``stamp``: its mtime and size, so an edit is read anew)."""
+    return path.read_bytes()
+
+
+@functools.lru_cache(maxsize=256)
+def _class_line(cls: type, stamp: Tuple[int, int]) -> int:
+    try:
+        return inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        functions = _user_functions(cls)
+        return functions[0].__code__.co_firstlineno if functions else 1
+
+
+_ID = re.compile(r'"id"\s*:\s*"?([^"\n,}]*?)"?\s*[,}\n]')
+
+
+@functools.lru_cache(maxsize=16)
+def _id_lines(path: Path, stamp: Tuple[int, int]) -> Tuple[str, Dict[str, int]]:
+    """The text of a JSON workflow and the line of each ``"id"`` value's first occurrence, in one
+    pass (``stamp``: the file's mtime and size; a search per node made big workflows quadratic)."""
+    text = path.read_text(encoding="utf-8")
+    lines: Dict[str, int] = {}
+    line, pos = 1, 0
+    for match in _ID.finditer(text):
+        line += text.count("\n", pos, match.start())
+        pos = match.start()
+        lines.setdefault(match.group(1), line)
+    return text, lines
+
+
+def _node_line(workflow: Workflow, node: WorkflowNode) -> int:
+    """The line of the node's ``"id"`` in a JSON workflow (1 when not found)."""
+    path = workflow.path
+    if path is None or path.suffix != ".json":
+        return 1
+    stat = path.stat()
+    text, lines = _id_lines(path, (stat.st_mtime_ns, stat.st_size))
+    if node.id in lines:
+        return lines[node.id]
+    # an id the one-pass pattern cannot hold (a quote, comma, brace or newline in it)
+    match = re.search(r'"id"\s*:\s*"?' + re.escape(node.id) + r'"?\s*[,}\n]', text)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
+def node_code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReferencesMetadataValue:
+    """References to the step class (file and line) and to the node in the workflow file."""
+    with warnings.catch_warnings():  # beta in Dagster 1.13; the UI shows them all the same
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return _code_references(workflow, node)
+
+
+def _code_references(workflow: Workflow, node: WorkflowNode) -> dg.CodeReferencesMetadataValue:
+    refs: List[Any] = []
+    path = _source_file(node.cls)
+    if path is not None:
+        refs.append(
+            dg.LocalFileCodeReference(
+                file_path=str(path.resolve()),
+                line_number=_class_line(node.cls, _file_stamp(path)),
+                label=f"{node.name} (step class)",
+            )
+        )
+    if workflow.path is not None:
+        refs.append(
+            dg.LocalFileCodeReference(
+                file_path=str(workflow.path.resolve()),
+                line_number=_node_line(workflow, node),
+                label=f"{workflow.path.name}: node {node.id}",
+            )
+        )
+    return dg.CodeReferencesMetadataValue(code_references=refs)

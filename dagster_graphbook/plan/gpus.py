@@ -1,0 +1,67 @@
+"""GPU requests: one setting (``gpus: N`` per workflow or step) as the op tags executors read.
+
+- Kubernetes (``k8s_job_executor``, ``K8sRunLauncher``): ``dagster-k8s/config`` container limits
+  ``nvidia.com/gpu`` (the NVIDIA device plugin's resource name);
+- Ray (``dagster-ray``'s executor): ``dagster-ray/config`` ``num_gpus``;
+- Dask (``dagster-dask``'s executor): ``dagster-dask/resource_requirements`` ``{"GPU": N}``, which
+  needs workers started with ``--resources GPU=<n>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Union
+
+from ..model.workflow import Workflow, WorkflowError
+from .refs import resolve_refs, step_refs_of
+
+GpuSetting = Union[None, int, Mapping[str, int]]
+
+
+def gpu_op_tags(gpus: int) -> Dict[str, Any]:
+    """The op tags requesting ``gpus`` GPUs on Kubernetes, Ray and Dask ({} for 0)."""
+    if gpus <= 0:
+        return {}
+    return {
+        "dagster-k8s/config": {
+            "container_config": {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+        },
+        "dagster-ray/config": {"num_gpus": gpus},
+        "dagster-dask/resource_requirements": {"GPU": gpus},
+    }
+
+
+def resolve_gpus(
+    workflow: Workflow, setting: GpuSetting, step_names: Mapping[str, str]
+) -> Dict[str, int]:
+    """Node id -> GPUs. An int applies to every batch step; a mapping names steps (step name,
+    label, class name or node id). Unknown steps and negative counts are load errors."""
+    if setting is None:
+        return {}
+    if isinstance(setting, bool) or not isinstance(setting, (int, Mapping)):
+        raise WorkflowError(
+            workflow.source,
+            [f"gpus must be a whole number or a mapping of step -> number, got {setting!r}"],
+        )
+    if isinstance(setting, int):
+        _check_count(workflow, "gpus", setting)
+        return {n.id: setting for n in workflow.steps() if n.step_kind == "batch"}
+    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in workflow.steps())
+    out: Dict[str, int] = {}
+    for ref, count in setting.items():
+        node = refs.get(str(ref))
+        if node is None:
+            steps = ", ".join(step_names[n.id] for n in workflow.steps())
+            raise WorkflowError(
+                workflow.source,
+                [f"gpus names step {ref!r}, which is not in the workflow (steps: {steps})"],
+            )
+        _check_count(workflow, f"gpus[{ref!r}]", count)
+        out[node.id] = count
+    return out
+
+
+def _check_count(workflow: Workflow, where: str, count: Any) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise WorkflowError(
+            workflow.source, [f"{where} must be a whole number of GPUs (0 or more), got {count!r}"]
+        )

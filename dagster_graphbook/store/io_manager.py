@@ -1,0 +1,242 @@
+"""The notes IO manager: each materialization pickles its pin's notes as a new immutable version
+under its run id (see ``versions``), so runs never read each other's data and any step can be
+re-materialized from its parents' recorded versions. Sink pins whose notes are flat dicts are also
+written as a Parquet table (through pandas) that users can open.
+
+Where notes live comes from the code location (``notes_dir`` on ``build_definitions``,
+``GraphbookWorkflow`` or the YAML component, carried in each asset's definition metadata) or the
+instance (``<storage>/graphbook``), never from run config: the IO manager has no config.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any, Dict, List, Mapping, Optional
+
+import dagster as dg
+from upath import UPath
+
+from ..errors import StoredNotesError
+from ..execution.job_steps import read_node_info
+from . import codec as notes_codec
+from . import versions
+
+NOTES_IO_MANAGER_KEY = "graphbook_notes"
+NOTES_DIR_META = "dagster_graphbook/notes_dir"
+NOTES_KEEP_META = "dagster_graphbook/notes_keep"
+DEFAULT_KEEP = 3
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def is_flat_table(notes: List[Any]) -> bool:
+    """Notes that make a table: dicts whose values are scalars or lists of scalars."""
+
+    def flat(v: Any) -> bool:
+        return isinstance(v, _SCALARS) or (
+            isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v)
+        )
+
+    return bool(notes) and all(
+        isinstance(n, dict) and all(flat(v) for v in n.values()) for n in notes
+    )
+
+
+def pickle_notes(obj: Any, f: Any) -> None:
+    """The one place notes are pickled: a tensor view costs its own bytes (notes_codec)."""
+    notes_codec.dump(obj, f)
+
+
+def _unpicklable(notes: Any) -> str:
+    """Which note and key cannot be pickled, as the start of an error message ('' if not found)."""
+    for index, note in enumerate(notes if isinstance(notes, list) else []):
+        for key, value in note.items() if isinstance(note, dict) else [(None, note)]:
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                where = f"note {index}" + (f", key {key!r}" if key is not None else "")
+                return f"{where} ({type(value).__name__}) "
+    return ""
+
+
+def _partition(context: Any) -> Optional[str]:
+    if not context.has_asset_partitions:
+        return None
+    keys = list(context.asset_partition_keys)
+    if len(keys) != 1:
+        raise dg.Failure(
+            f"{context.asset_key.to_user_string()}: notes are stored per partition; a run over "
+            f"{len(keys)} partitions at once is not supported (run one partition per run)"
+        )
+    return keys[0]
+
+
+class NotesStore(dg.IOManager):
+    """Versioned, run-isolated note lists (see the module docstring)."""
+
+    def __init__(self, default_base: str) -> None:
+        self.default_base = default_base
+
+    def _base(self, metadata: Optional[Mapping[str, Any]]) -> UPath:
+        return UPath((metadata or {}).get(NOTES_DIR_META) or self.default_base)
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        partition = _partition(context)
+        folder = versions.version_folder(
+            self._base(context.definition_metadata), context.asset_key, partition
+        )
+        path = versions.notes_path(folder, context.run_id)
+        try:
+            versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+        except Exception as exc:
+            raise dg.Failure(
+                f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        meta: Dict[str, Any] = {  # the version is the run id, in the path
+            "dagster/row_count": dg.MetadataValue.int(len(obj)),
+            versions.NOTES_URI_META: dg.MetadataValue.path(str(path)),
+        }
+        lost = sum(1 for n in obj if isinstance(n, dict) and n.get(notes_codec.LOST_ITEMS_KEY))
+        if lost:
+            meta["notes_with_lost_items"] = dg.MetadataValue.int(lost)
+        if read_node_info(context.definition_metadata).get("sink") and is_flat_table(obj):
+            from .tables import write_table
+
+            meta.update(write_table(obj, folder / f"{context.run_id}{versions.TABLE_SUFFIX}"))
+        context.add_output_metadata(meta)
+        instance = _instance(context)
+        others = versions.other_runs_in_progress(
+            instance, context.run_id, _job_name(context), partition
+        )
+        if others:
+            context.log.warning(
+                f"{context.asset_key.to_user_string()}"
+                f"{f' (partition {partition})' if partition else ''}: run(s) {', '.join(others)} "
+                "of this job are in progress too; each run reads and writes only its own notes, "
+                "and "
+                "the asset's "
+                "latest materialization is whichever run writes last"
+            )
+        keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
+        versions.prune(folder, keep, instance, protect=[context.run_id])
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        key = context.asset_key
+        partition = _partition(context)
+        upstream = context.upstream_output
+        metadata = upstream.definition_metadata if upstream else None
+        folder = versions.version_folder(self._base(metadata), key, partition)
+        instance = _instance(context)
+        this_run = _run_id(context)
+        path = self._lineage_path(instance, this_run, folder, key, partition, metadata)
+        if path is None and instance is not None:
+            recorded = versions.recorded_path(instance, key, partition)
+            path = UPath(recorded) if recorded else None
+        if path is None:
+            raise dg.Failure(
+                f"no stored notes for {versions.describe(key, partition)}: materialize it first "
+                "(its step has not run for this partition)"
+            )
+        notes = versions.read_notes(path, key, partition)
+        # which version this run read, so that a re-execution of it reads the same one
+        context.add_input_metadata({versions.READ_META: dg.MetadataValue.path(str(path))})
+        return notes
+
+    @staticmethod
+    def _lineage_path(
+        instance: Optional[dg.DagsterInstance],
+        this_run: Optional[str],
+        folder: UPath,
+        key: dg.AssetKey,
+        partition: Optional[str],
+        metadata: Optional[Mapping[str, Any]],
+    ) -> Optional[UPath]:
+        """The parent's notes from this run, else the version the run it re-executes (parent,
+        grandparent, ...) materialized or read; None when none of them did either. A
+        re-execution never falls back to another run's notes when that version was pruned."""
+        for run_id in versions.run_lineage(instance, this_run) if this_run else []:
+            candidate = versions.notes_path(folder, run_id)
+            if candidate.exists():
+                return candidate
+            used = (
+                None
+                if run_id == this_run
+                else versions.version_used_by(instance, run_id, key, partition)
+            )
+            if used is None:
+                continue
+            path, materialized = UPath(used[0]), used[1]
+            if path.exists():
+                return path
+            how = "materialized" if materialized else f"read the version {path.stem} of"
+            keep = int((metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
+            raise StoredNotesError(
+                f"run {this_run} re-executes run {run_id}, which {how} "
+                f"{versions.describe(key, partition)}, but that version is gone ({path}): "
+                f"pruned by the notes_keep={keep} retention after newer runs of this partition "
+                "(or deleted by hand). A re-execution reads only what its parent run read, so it "
+                f"stops instead of reading another run's notes. Re-execute run {run_id} with all "
+                f"its steps (or materialize {key.to_user_string()} and what follows it for this "
+                "partition), or keep more versions (notes_keep)",
+                asset=key.to_user_string(),
+                partition=partition,
+                run_id=path.stem,
+                path=str(path),
+            )
+        return None
+
+
+def _instance(context: Any) -> Optional[dg.DagsterInstance]:
+    for get in (lambda: context.instance, lambda: context.step_context.instance):
+        try:
+            return get()
+        except Exception:  # OutputContext has no .instance; contexts built by hand have none
+            continue
+    return None
+
+
+def _run_id(context: dg.InputContext) -> Optional[str]:
+    """The run loading the input; None outside a run (``Definitions.get_asset_value_loader``)."""
+    try:
+        return context.step_context.run_id
+    except Exception:
+        return None
+
+
+def _job_name(context: dg.OutputContext) -> Optional[str]:
+    try:
+        return context.job_name
+    except Exception:
+        return None
+
+
+def instance_notes_dir(instance: dg.DagsterInstance) -> str:
+    """Where notes go when the code location sets no notes_dir: ``<instance storage>/graphbook``."""
+    return os.path.join(instance.storage_directory(), "graphbook")
+
+
+def _default_base(init_context: dg.InitResourceContext) -> str:
+    if init_context.instance is not None:
+        return instance_notes_dir(init_context.instance)
+    return os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage", "graphbook")
+
+
+@dg.io_manager(
+    config_schema={},
+    description="Graphbook notes: one immutable version per materialization, under "
+    "the code location's notes_dir or <instance storage>/graphbook",
+)
+def notes_io_manager(init_context: dg.InitResourceContext) -> NotesStore:
+    """No config on purpose: storage locations come from the code location or the instance."""
+    return NotesStore(_default_base(init_context))
+
+
+def notes_metadata(notes_dir: Optional[str] = None, keep: Optional[int] = None) -> Dict[str, Any]:
+    """Asset definition metadata that places a workflow's notes (set by the code location)."""
+    meta: Dict[str, Any] = {}
+    if notes_dir is not None:
+        meta[NOTES_DIR_META] = str(notes_dir)
+    if keep is not None:
+        meta[NOTES_KEEP_META] = int(keep)
+    return meta

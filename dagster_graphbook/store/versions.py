@@ -1,0 +1,224 @@
+"""Where each materialization's notes live, and which version a step reads.
+
+Layout: ``<base>/<asset key path>/[<partition>/]<run id>.pkl`` (and ``<run id>.parquet`` for sink
+tables). A version is written once by one run and never changed, so two runs of one partition
+never see each other's data. A step reads its parent's notes from its own run when the parent ran
+in it (or in the run it re-executes), else the version that the parent's latest materialization
+of the partition recorded in its ``dagster/uri`` metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Tuple
+
+import dagster as dg
+from upath import UPath
+
+from ..authoring._tempfiles import own_prefix, sweep_local_temporaries
+from ..errors import StoredNotesError
+from . import codec as notes_codec
+
+NOTES_SUFFIX = ".pkl"
+TABLE_SUFFIX = ".parquet"
+
+
+def version_folder(base: UPath, key: dg.AssetKey, partition: Optional[str]) -> UPath:
+    """The folder holding every stored version of one asset (partition)."""
+    folder = base.joinpath(*key.path)
+    return folder / partition if partition is not None else folder
+
+
+NOTES_URI_META = "dagster/uri"  # where the notes are: the key of Dagster's UriMetadataSet
+LEGACY_NOTES_PATH_META = "notes_path"  # the same, in materializations recorded before
+
+
+def stored_notes_path(metadata: Mapping[str, Any]) -> Optional[str]:
+    """The notes file a materialization recorded (``dagster/uri``, or an older ``notes_path``)."""
+    for key in (NOTES_URI_META, LEGACY_NOTES_PATH_META):
+        if key in metadata:
+            return str(getattr(metadata[key], "value", metadata[key]))
+    return None
+
+
+def notes_path(folder: UPath, run_id: str) -> UPath:
+    return folder / f"{run_id}{NOTES_SUFFIX}"
+
+
+def describe(key: dg.AssetKey, partition: Optional[str]) -> str:
+    """``workflow/Step (partition 2025-06-01)``, as messages name a stored asset."""
+    return f"{key.to_user_string()}{f' (partition {partition})' if partition else ''}"
+
+
+def read_notes(path: UPath, key: dg.AssetKey, partition: Optional[str] = None) -> Any:
+    """The one reader of stored notes: a missing or damaged file fails naming the asset, the
+    partition, the run that wrote it and the file, and how to get the notes back."""
+    run_id = path.name[: -len(NOTES_SUFFIX)] if path.name.endswith(NOTES_SUFFIX) else None
+    where = describe(key, partition)
+    written = f" written by run {run_id}" if run_id else ""
+    try:
+        with path.open("rb") as f:
+            return notes_codec.load(f)
+    except FileNotFoundError as exc:
+        headline = (
+            f"the notes of {where}{written} are gone ({path}): deleted by hand, or by the "
+            f"notes_keep retention; materialize {key.to_user_string()} again"
+        )
+        cause: BaseException = exc
+    except Exception as exc:  # truncated, overwritten, empty: whatever pickle makes of it
+        headline = (
+            f"the notes of {where}{written} cannot be read ({path}): {type(exc).__name__}: "
+            f"{exc}. The file is damaged (cut short or overwritten); materialize "
+            f"{key.to_user_string()} again for this partition to write a new version"
+        )
+        cause = exc
+    raise StoredNotesError(
+        headline, asset=key.to_user_string(), partition=partition, run_id=run_id, path=str(path)
+    ) from cause
+
+
+def _is_local(path: UPath) -> bool:
+    return path.protocol in ("", "file", "local")
+
+
+def write_atomic(path: UPath, write: Callable[[IO[bytes]], None]) -> None:
+    """Write through ``write(file)`` to a temporary name beside ``path``, then rename over it.
+
+    A kill at any moment leaves either the old file or the new one under the final name; the
+    temporary file is removed on every failure this process sees (a ``kill -9`` leaves it, and the
+    next write in the folder sweeps it, see ``sweep_temporaries``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not _is_local(path):  # object stores publish whole objects only
+        with path.open("wb") as f:
+            write(f)
+        return
+    final = path.path
+    sweep_temporaries(path.parent)
+    name = f"{own_prefix()}{uuid.uuid4().hex[:8]}-{os.path.basename(final)}"
+    tmp = os.path.join(os.path.dirname(final), name)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def sweep_temporaries(folder: UPath) -> None:
+    """Remove temporary files that a killed writer on this machine left (its pid is gone)."""
+    if _is_local(folder):
+        sweep_local_temporaries(folder.path)
+
+
+def recorded_path(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: Optional[str]
+) -> Optional[str]:
+    """The notes path of the latest materialization of ``key`` (in ``partition``), if any."""
+    partitions = [partition] if partition is not None else None
+    records_filter = dg.AssetRecordsFilter(asset_key=key, asset_partitions=partitions)
+    for record in instance.fetch_materializations(records_filter, limit=1).records:
+        materialization = record.asset_materialization
+        path = stored_notes_path(materialization.metadata) if materialization else None
+        if path is not None:
+            return path
+    return None
+
+
+READ_META = "dagster_graphbook/read_notes"  # input metadata: the notes version a step read
+
+
+def version_used_by(
+    instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey, partition: Optional[str]
+) -> Optional[Tuple[str, bool]]:
+    """The notes version of ``key`` (in ``partition``) that run ``run_id`` materialized (then
+    ``(path, True)``) or else read (``(path, False)``, from ``READ_META`` input metadata); None
+    when it did neither."""
+    kinds = {dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_OBSERVATION}
+    read = None
+    for record in instance.all_logs(run_id, of_type=kinds):
+        event = record.asset_materialization or record.asset_observation
+        if event is None or event.asset_key != key:
+            continue
+        if partition is not None and event.partition != partition:
+            continue
+        if record.asset_materialization is not None:
+            written = stored_notes_path(event.metadata)
+            if written is not None:
+                return written, True
+        elif READ_META in event.metadata:
+            read = str(event.metadata[READ_META].value)
+    return (read, False) if read is not None else None
+
+
+def run_lineage(instance: Optional[dg.DagsterInstance], run_id: str) -> List[str]:
+    """This run, then the runs it re-executes (parent, grandparent, ...)."""
+    ids = [run_id]
+    while instance is not None:
+        run = instance.get_run_by_id(ids[-1])
+        if run is None or not run.parent_run_id or run.parent_run_id in ids:
+            break
+        ids.append(run.parent_run_id)
+    return ids
+
+
+def prune(
+    folder: UPath, keep: int, instance: Optional[dg.DagsterInstance], protect: Iterable[str] = ()
+) -> List[str]:
+    """Delete all but the ``keep`` newest versions in ``folder``; never one of an unfinished run.
+
+    Returns the run ids whose versions were deleted.
+    """
+    if keep <= 0 or not folder.exists():
+        return []
+    versions = [p for p in folder.iterdir() if _is_version(p.name)]
+    versions.sort(key=_mtime, reverse=True)
+    kept = set(protect)
+    deleted = []
+    for path in versions[keep:]:
+        run_id = path.name[: -len(NOTES_SUFFIX)]
+        if run_id in kept or _unfinished(instance, run_id):
+            continue
+        for suffix in (NOTES_SUFFIX, TABLE_SUFFIX):
+            try:
+                (folder / f"{run_id}{suffix}").unlink()
+            except FileNotFoundError:
+                pass
+        deleted.append(run_id)
+    return deleted
+
+
+def _is_version(name: str) -> bool:
+    return name.endswith(NOTES_SUFFIX) and not name.startswith(".")
+
+
+def _mtime(path: UPath) -> float:
+    return path.stat().st_mtime if _is_local(path) else float(path.stat().get("mtime", 0) or 0)
+
+
+def _unfinished(instance: Optional[dg.DagsterInstance], run_id: str) -> bool:
+    if instance is None:
+        return False
+    run = instance.get_run_by_id(run_id)
+    return run is not None and not run.is_finished
+
+
+def other_runs_in_progress(
+    instance: Optional[dg.DagsterInstance],
+    run_id: str,
+    job_name: Optional[str],
+    partition: Optional[str],
+) -> List[str]:
+    """Ids of other unfinished runs of this job (and partition)."""
+    if instance is None or not job_name:
+        return []
+    tags = {"dagster/partition": partition} if partition is not None else {}
+    statuses = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(job_name=job_name, statuses=statuses, tags=tags), limit=20
+    )
+    return [r.run_id for r in runs if r.run_id != run_id]
