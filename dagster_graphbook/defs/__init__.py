@@ -1,1 +1,2 @@
-"""Dagster definitions from a compiled plan: assets, resources, jobs, checks, schedules, the component. No run logic."""
+"""Dagster definitions from a compiled plan: assets, resources, jobs, checks, schedules and the
+component. No run logic."""

@@ -1,1 +1,2 @@
-"""What a workflow file says: the workflow model, its parameters, flattening, custom nodes. Builds no Dagster definition."""
+"""What a workflow file says: the workflow model, its parameters, flattening and custom
+nodes. Builds no Dagster definition."""
