@@ -9,7 +9,7 @@ Run by hand, never in CI (CI compares against the committed golden files only)::
 Each case folder under ``cases/`` holds a workflow (``.json`` or a ``.py`` Graph), its
 ``custom_nodes/`` and ``case.json``. A JSON workflow runs as the UI's "Run all" does: the file is
 flattened the way the editor flattens it before posting (``serializeForAPI``; our Python port
-in ``dagster_graphbook/flatten.py``, loaded by path since that function lives in Graphbook's
+in ``dagster_graphbook/model/flatten.py``, loaded by path since that function lives in Graphbook's
 TypeScript), then ``WebInstanceProcessor`` runs the ``run_all`` command in this process. A
 ``.py`` workflow runs as ``Graph.run()`` does (``GraphProcessor``). Every note a step emits is
 recorded per step id and pin, in emission order, as JSON at the moment it is emitted (steps
@@ -40,7 +40,7 @@ REPO = HERE.parents[1]
 
 def _load_flatten():
     spec = importlib.util.spec_from_file_location(
-        "_gb_flatten", REPO / "dagster_graphbook" / "flatten.py"
+        "_gb_flatten", REPO / "dagster_graphbook" / "model" / "flatten.py"
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
