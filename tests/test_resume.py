@@ -21,7 +21,7 @@ import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 from upath import UPath
 
-from dagster_graphbook.cli.main import main as cli
+from dagster_graphbook.cli import main as cli
 from dagster_graphbook.errors import RequestError
 from dagster_graphbook.store.versions import read_notes, stored_notes_path
 

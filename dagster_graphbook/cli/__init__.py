@@ -1,6 +1,2 @@
 """The command line and the Python runners: ``dagster-graphbook run / materialize / validate``
 (``main``) and ``run_workflow`` / ``run_job`` (``run``)."""
-
-from .main import main
-
-__all__ = ["main"]
