@@ -23,7 +23,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
 from .batch import run_batch_step
 from .errors import ItemError, StepFailure, short_repr
-from .routing import Pins, StepResult, normalize_yield
+from .routing import Pins, StepResult, dropped_stats, normalize_yield
 from .stall import StallWatchdog
 
 
@@ -234,7 +234,7 @@ class StepDriver:
         for routed in self.source():
             out.add(routed, "the source")
         stats = {"notes_out": self.produced, "seconds": round(time.perf_counter() - start, 4)}
-        return StepResult(out.notes, {**stats, **_dropped_stats(self.dropped)})
+        return StepResult(out.notes, {**stats, **dropped_stats(self.dropped)})
 
 
 def run_step(
@@ -276,10 +276,6 @@ def _call_hook(step: Any, hook: str, label: Label) -> None:
             f"{hook} failed: {type(exc).__name__}: {exc}",
             ItemError(hook, -1, None, "", "", traceback.format_exc()),
         ) from exc
-
-
-def _dropped_stats(dropped: Dict[str, int]) -> Dict[str, int]:
-    return {f"notes_dropped_{pin}": n for pin, n in dropped.items()}
 
 
 def check_skipped_share(label: Label, skipped: int, total: int, limit: Optional[float]) -> None:

@@ -90,7 +90,12 @@ class Pins:
 
     def dropped_stats(self) -> Dict[str, int]:
         """``notes_dropped_<pin>`` per undeclared pin, for the asset metadata."""
-        return {f"notes_dropped_{pin}": n for pin, n in self.dropped.items()}
+        return dropped_stats(self.dropped)
+
+
+def dropped_stats(dropped: Dict[str, int]) -> Dict[str, int]:
+    """``notes_dropped_<pin>`` per undeclared pin (a step's counts over all its feeds)."""
+    return {f"notes_dropped_{pin}": n for pin, n in dropped.items()}
 
 
 def normalize_yield(

@@ -22,7 +22,7 @@ from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .guard import check_code_config, check_partition_key
 from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
-from .routing import StepResult
+from .routing import StepResult, dropped_stats
 from .step_metadata import step_metadata
 from .stream import StreamingRun, StreamStep
 
@@ -238,7 +238,7 @@ def _run_streamed(
             "seconds": round(driver.seconds, 4),
             **driver.batch,
             "max_notes_queued": run.max_queued,
-            **{f"notes_dropped_{p}": n for p, n in driver.dropped.items()},
+            **dropped_stats(driver.dropped),
         }
         if plan.kind == "source":
             del stats["notes_in"]  # a source reads no notes: no flat curve of zeros

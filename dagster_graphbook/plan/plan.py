@@ -69,10 +69,6 @@ class WorkflowPlan:
     segment: Tuple[str, ...]
     ops: Tuple[OpPlan, ...]
 
-    def op_of(self, node_id: str) -> OpPlan:
-        """The op that runs step ``node_id``."""
-        return next(op for op in self.ops if any(s.node_id == node_id for s in op.steps))
-
 
 def compile_workflow(
     workflow: Workflow,
