@@ -106,6 +106,9 @@ class DumpPool:
         self.pending: Dict[Future, Any] = {}
         size, nice = max(1, settings.dump_pool_size), settings.worker_nice
         self.threads = settings.worker_type == "thread" or settings.num_workers == 0
+        self.size = size
+        # the worker processes, kept here: a broken pool may forget its own before we look
+        self.workers: Dict[int, Any] = {}
         if self.threads:
             self.executor: Any = ThreadPoolExecutor(
                 size,
@@ -132,6 +135,8 @@ class DumpPool:
         except BrokenProcessPool as exc:  # a worker died before its call's result was seen
             raise self._died(exc) from exc
         self.pending[future] = key
+        if not self.threads and len(self.workers) < self.size:  # started on the first calls
+            self.workers.update((p.pid, p) for p in pool_processes(self.executor))
         return done
 
     def poll(self, block: bool = False) -> List[DumpDone]:
@@ -154,7 +159,8 @@ class DumpPool:
     def _died(self, exc: BrokenProcessPool) -> WorkerDied:
         """The pool broke because a worker died: name it (the pool terminates the others with
         SIGTERM once it saw the death, so those are named only when no other is gone)."""
-        gone = [(p.pid, p.exitcode) for p in pool_processes(self.executor) if not p.is_alive()]
+        procs = {**self.workers, **{p.pid: p for p in pool_processes(self.executor)}}
+        gone = [(p.pid, p.exitcode) for p in procs.values() if not p.is_alive()]
         dead = [(pid, code) for pid, code in gone if code != -signal.SIGTERM] or gone
         return WorkerDied(
             self.label,
