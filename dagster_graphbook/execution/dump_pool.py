@@ -200,4 +200,14 @@ class DumpPool:
             shut_down_threads(self.executor, "graphbook-dump", grace_s=0 if abort else None)
         else:
             self.executor.shutdown(wait=True, cancel_futures=True)
+            self._release_workers()
         self.pending.clear()
+
+    def _release_workers(self) -> None:
+        """Close the kept worker handles: each holds a sentinel pipe until closed."""
+        for proc in self.workers.values():
+            if proc.is_alive():  # a broken pool may leave one behind: nothing outlives the step
+                proc.kill()
+            proc.join()
+            proc.close()
+        self.workers.clear()
