@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from dagster_graphbook import BatchStep  # noqa: E402
+from dagster_graphbook.authoring.steps import BatchStep  # noqa: E402
 from dagster_graphbook.execution.batch import run_batch_step  # noqa: E402
 from dagster_graphbook.plan.settings import BatchRuntime  # noqa: E402
 

@@ -57,7 +57,7 @@ GRAPHBOOK_PY = HERE / ".venv-graphbook" / "bin" / "python"
 
 # the project's step base class; the benchmark still imports while the package is being written
 try:
-    from dagster_graphbook import BatchStep
+    from dagster_graphbook.authoring.steps import BatchStep
 except ImportError:
     try:
         from dagster_graphbook.authoring.steps import BatchStep

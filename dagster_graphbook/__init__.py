@@ -1,51 +1,14 @@
 """dagster-graphbook: Graphbook-style steps and workflows as Dagster jobs, assets and resources.
 
-Authoring (Graphbook's API): ``step``, ``param``, ``source``, ``output``, ``batch``, ``resource``,
-``event``, ``Note``, ``log``, ``Graph``, ``steps``, ``resources``, ``utils``.
-Dagster side: ``build_definitions``, ``GraphbookWorkflow``, ``GraphbookWorkflowComponent`` (YAML),
-``daily_partitions``, ``FolderSensor``, ``GraphbookTranslator``,
-``run_workflow``, ``load_workflow``.
+This top level is the Dagster face: build definitions from workflows, run them, inspect them.
+Graphbook's authoring API (``step``, ``param``, ``source``, ``batch``, ``Note``, ``Graph``,
+``steps``, ``resources``, ...) lives in :mod:`dagster_graphbook.authoring`, which is also what
+``import graphbook`` resolves to. Names that used to be exported here still import, with a
+``DeprecationWarning`` naming their new place.
 """
 
-from ._moved import install_moved_modules
-from .authoring import (
-    Graph,
-    Note,
-    batch,
-    event,
-    log,
-    output,
-    param,
-    prompt,
-    prompts,
-    resource,
-    resources,
-    source,
-    step,
-    steps,
-    utils,
-)
-from .authoring.files import atomic_path
-from .authoring.resources import (
-    DictResource,
-    FunctionResource,
-    ListResource,
-    NumberResource,
-    Resource,
-)
-from .authoring.steps import (
-    BatchStep,
-    Copy,
-    DumpJSONL,
-    GeneratorSourceStep,
-    LoadJSONL,
-    SourceStep,
-    Split,
-    SplitByItems,
-    SplitItemField,
-    Step,
-    StepOutput,
-)
+from ._moved import install_moved_modules as _install_moved_modules
+from ._moved import moved_name as _moved_name
 from .cli.run import run_workflow
 from .defs.checks import StepCheck
 from .defs.component.component import GraphbookWorkflowComponent
@@ -57,54 +20,28 @@ from .model.registry import NodeRegistry
 from .model.workflow import Workflow, WorkflowError, load_workflow
 from .plan.translator import GraphbookTranslator
 
-install_moved_modules()  # old module paths keep working, with a warning
+_install_moved_modules()  # old module paths keep working, with a warning
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BatchStep",
-    "Copy",
-    "DictResource",
-    "DumpJSONL",
-    "FunctionResource",
-    "GeneratorSourceStep",
-    "Graph",
+    "FolderSensor",
+    "GraphbookError",
     "GraphbookTranslator",
     "GraphbookWorkflow",
     "GraphbookWorkflowComponent",
-    "FolderSensor",
-    "ListResource",
-    "LoadJSONL",
-    "Note",
     "NodeRegistry",
-    "NumberResource",
-    "Resource",
-    "SourceStep",
-    "Split",
-    "SplitByItems",
-    "SplitItemField",
-    "Step",
-    "StepOutput",
+    "StepCheck",
     "Workflow",
     "WorkflowError",
-    "atomic_path",
-    "batch",
     "build_definitions",
     "daily_partitions",
-    "event",
+    "graphbook_executor",
     "load_workflow",
-    "log",
-    "output",
-    "param",
-    "prompt",
-    "prompts",
-    "resource",
-    "resources",
     "run_workflow",
-    "source",
-    "step",
-    "steps",
-    "utils",
 ]
-__all__ += ["StepCheck", "graphbook_executor"]  # issue 14: asset checks, the jobs' executor
-__all__ += ["GraphbookError"]  # issue 14.6: failures whose message is the run's headline
+
+
+def __getattr__(name: str) -> object:
+    """Names moved off the top level (the authoring API) still resolve, with a warning."""
+    return _moved_name(name)

@@ -1,6 +1,10 @@
-"""Old module paths: the package was laid out by stage (model, plan, defs, execution, store,
-cli, integrations); ``import dagster_graphbook.workflow`` and the like keep working, with a
-``DeprecationWarning`` naming the module's new place."""
+"""Old paths keep working, with a ``DeprecationWarning`` naming the new place.
+
+Modules: the package was laid out by stage (model, plan, defs, execution, store, cli,
+integrations), so ``import dagster_graphbook.workflow`` and the like are redirected.
+Names: ``dagster_graphbook`` itself exports only its Dagster face; the Graphbook authoring names
+it used to export (``step``, ``BatchStep``, ...) live in ``dagster_graphbook.authoring``, as they
+do in ``graphbook``, and reach the old spelling through the package's ``__getattr__``."""
 
 from __future__ import annotations
 
@@ -45,6 +49,40 @@ _MOVED = {
     "versions": "store.versions",
     "workflow": "model.workflow",
 }
+
+
+_AUTHORING = f"{_PACKAGE}.authoring"
+_AUTHORING_NAMES = (
+    "Graph Note batch event log output param prompt prompts resource resources source"
+)
+# names the package's top level exported before its surface became the Dagster face
+MOVED_NAMES = {
+    **{name: _AUTHORING for name in (_AUTHORING_NAMES + " step steps utils").split()},
+    **{
+        name: f"{_AUTHORING}.steps"
+        for name in "BatchStep Copy DumpJSONL GeneratorSourceStep LoadJSONL SourceStep Split "
+        "SplitByItems SplitItemField Step StepOutput".split()
+    },
+    **{
+        name: f"{_AUTHORING}.resources"
+        for name in "DictResource FunctionResource ListResource NumberResource Resource".split()
+    },
+    "atomic_path": f"{_AUTHORING}.files",
+}
+
+
+def moved_name(name: str) -> Any:
+    """The object a moved top-level name now lives at, with a warning saying where."""
+    if name not in MOVED_NAMES:
+        raise AttributeError(f"module {_PACKAGE!r} has no attribute {name!r}")
+    where = MOVED_NAMES[name]
+    warnings.warn(
+        f"{_PACKAGE}.{name} moved: import it from {where} (the package's top level is its "
+        f"Dagster face)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return getattr(importlib.import_module(where), name)
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -8,19 +8,10 @@ import textwrap
 
 import pytest
 
-import dagster_graphbook as gb
-from dagster_graphbook import (
-    BatchStep,
-    Copy,
-    DumpJSONL,
-    GeneratorSourceStep,
+import dagster_graphbook.authoring as gb
+from dagster_graphbook.authoring import (
     Graph,
-    LoadJSONL,
     Note,
-    Resource,
-    SourceStep,
-    Split,
-    Step,
     batch,
     event,
     output,
@@ -30,6 +21,17 @@ from dagster_graphbook import (
     step,
 )
 from dagster_graphbook.authoring.log import LogTarget, log_target
+from dagster_graphbook.authoring.resources import Resource
+from dagster_graphbook.authoring.steps import (
+    BatchStep,
+    Copy,
+    DumpJSONL,
+    GeneratorSourceStep,
+    LoadJSONL,
+    SourceStep,
+    Split,
+    Step,
+)
 
 # ---------------------------------------------------------------------------------------------
 # @step: the class it builds
@@ -366,10 +368,13 @@ def test_resource_decorator_value():
 
 
 def test_builtin_resources():
-    assert gb.NumberResource(val="2.5").value() == 2.5
-    assert gb.FunctionResource(val="def f(x):\n    return x").value() == "def f(x):\n    return x"
-    assert gb.ListResource(val=("a", "b")).value() == ["a", "b"]
-    assert gb.DictResource(val=[("k", 1)]).value() == {"k": 1}
+    assert gb.resources.NumberResource(val="2.5").value() == 2.5
+    assert (
+        gb.resources.FunctionResource(val="def f(x):\n    return x").value()
+        == "def f(x):\n    return x"
+    )
+    assert gb.resources.ListResource(val=("a", "b")).value() == ["a", "b"]
+    assert gb.resources.DictResource(val=[("k", 1)]).value() == {"k": 1}
     assert Resource(val="text").value() == "text"
 
 
@@ -543,7 +548,7 @@ class _Mid(Step):
 def test_graph_ids_params_and_bind():
     g = Graph()
     s = g.step(_Src)
-    r = g.resource(gb.NumberResource)
+    r = g.resource(gb.resources.NumberResource)
     m = g.step(_Mid)
     assert [s.id, r.id, m.id] == ["0", "1", "2"]
     m.param("res", r).bind(s, "extra")
@@ -563,7 +568,8 @@ def test_graph_ids_params_and_bind():
 def test_graph_decorator_injects_workflow_global(tmp_path):
     code = textwrap.dedent(
         """
-        from dagster_graphbook import Graph, Split
+        from dagster_graphbook.authoring import Graph
+        from dagster_graphbook.authoring.steps import Split
         g = Graph()
         calls = []
 
@@ -594,8 +600,8 @@ def test_graph_decorator_injects_workflow_global(tmp_path):
 def test_graph_get_subgraph_keeps_ancestors_and_their_resources():
     g = Graph()
     src = g.step(_Src)  # 0
-    r_used = g.resource(gb.NumberResource)  # 1
-    r_unused = g.resource(gb.NumberResource)  # 2
+    r_used = g.resource(gb.resources.NumberResource)  # 1
+    r_unused = g.resource(gb.resources.NumberResource)  # 2
     a = g.step(_Mid).param("res", r_used).bind(src)  # 3
     b = g.step(_Mid).bind(a)  # 4
     c = g.step(_Mid).param("res", r_unused).bind(src)  # 5

@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import edge, step_node, write_workflow
 
-from dagster_graphbook import BatchStep, batch, param, step
+from dagster_graphbook.authoring import batch, param, step
+from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.driver import run_step
 from dagster_graphbook.execution.errors import StepFailure
@@ -765,7 +766,7 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
 
 _SIGCHLD_PROBE = r"""
 import json, logging, signal, sys, threading, time
-from dagster_graphbook import BatchStep
+from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from dagster_graphbook.execution.errors import StepFailure

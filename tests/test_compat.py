@@ -88,13 +88,13 @@ def test_graphbook_alias_modules():
     import graphbook.steps
     import graphbook.utils
 
-    assert graphbook.step is dagster_graphbook.step
-    assert graphbook.steps.BatchStep is dagster_graphbook.BatchStep
+    assert graphbook.step is dagster_graphbook.authoring.step
+    assert graphbook.steps.BatchStep is dagster_graphbook.authoring.steps.BatchStep
     assert sys.modules["graphbook.core.steps"] is sys.modules["graphbook.steps"]
     assert graphbook.utils.image("p") == {"type": "image", "value": "p"}
     from graphbook.resources import Resource
 
-    assert Resource is dagster_graphbook.Resource
+    assert Resource is dagster_graphbook.authoring.resources.Resource
 
 
 def test_dotted_access_to_graphbook_core_submodules():
@@ -105,8 +105,11 @@ def test_dotted_access_to_graphbook_core_submodules():
     import graphbook.core.resources
     import graphbook.core.steps
 
-    assert graphbook.core.steps.Step is dagster_graphbook.Step
-    assert graphbook.core.resources.NumberResource is dagster_graphbook.NumberResource
+    assert graphbook.core.steps.Step is dagster_graphbook.authoring.steps.Step
+    assert (
+        graphbook.core.resources.NumberResource
+        is dagster_graphbook.authoring.resources.NumberResource
+    )
 
 
 def test_graphbook_style_file_loads_and_runs(tmp_path, run_wf):

@@ -225,7 +225,9 @@ def test_sample_graph_py(repo, run_wf):
 
 
 def test_graph_object_run(repo, run_wf):
-    from dagster_graphbook import Graph, NodeRegistry, Split, resources
+    from dagster_graphbook import NodeRegistry
+    from dagster_graphbook.authoring import Graph, resources
+    from dagster_graphbook.authoring.steps import Split
 
     registry = NodeRegistry.load([repo / "custom_nodes" / "sample"])
     g = Graph()
@@ -447,7 +449,7 @@ def _drive(step_obj, kind, notes=(), pins=("out",), **kw):
 
 
 def test_driver_hook_order_and_once_per_run():
-    from dagster_graphbook import Step
+    from dagster_graphbook.authoring.steps import Step
 
     calls = []
 
@@ -473,7 +475,7 @@ def test_driver_hook_order_and_once_per_run():
 
 def test_driver_route_to_undeclared_pin_drops_with_warning_and_count():
     """Graphbook completes the run, dropping notes sent to an undeclared pin; we say so (#10.6)."""
-    from dagster_graphbook import Step
+    from dagster_graphbook.authoring.steps import Step
 
     class Wrong(Step):
         Outputs = ["A", "B"]
@@ -489,7 +491,7 @@ def test_driver_route_to_undeclared_pin_drops_with_warning_and_count():
 
 
 def test_driver_on_start_failure_and_on_end_failure():
-    from dagster_graphbook import Step
+    from dagster_graphbook.authoring.steps import Step
     from dagster_graphbook.execution.errors import StepFailure
 
     class BadStart(Step):
@@ -519,7 +521,7 @@ def test_driver_on_start_failure_and_on_end_failure():
 
 
 def test_dump_jsonl_keeps_previous_file_when_the_run_fails(tmp_path):
-    from dagster_graphbook import DumpJSONL
+    from dagster_graphbook.authoring.steps import DumpJSONL
     from dagster_graphbook.execution.errors import StepFailure
 
     path = tmp_path / "out.jsonl"
@@ -535,7 +537,7 @@ def test_dump_jsonl_keeps_previous_file_when_the_run_fails(tmp_path):
 
 
 def test_source_yield_forms():
-    from dagster_graphbook import output, source, step
+    from dagster_graphbook.authoring import output, source, step
 
     @step("Yields")
     @source()
@@ -568,7 +570,7 @@ def test_source_yield_forms():
 def test_class_source_with_a_generator_attribute():
     """A non-generator SourceStep is run through ``load()`` even if it keeps an RNG named
     ``generator``."""
-    from dagster_graphbook import SourceStep
+    from dagster_graphbook.authoring.steps import SourceStep
 
     class Seeded(SourceStep):
         def __init__(self):
@@ -607,7 +609,7 @@ def test_dump_jsonl_removes_what_a_killed_run_left(tmp_path):
     proc.wait()
     assert [p.name for p in tmp_path.iterdir()] == leftovers  # the kill left it
 
-    from dagster_graphbook import DumpJSONL
+    from dagster_graphbook.authoring.steps import DumpJSONL
 
     _drive(DumpJSONL(str(path)), "step", [{"i": 1}])
     assert path.read_text().splitlines() == ['{"i": 1}']

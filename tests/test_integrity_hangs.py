@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dagster_graphbook import BatchStep
+from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import LOST_ITEMS_KEY, run_batch_step
 from dagster_graphbook.execution.driver import run_step
 from dagster_graphbook.execution.errors import StepFailure

@@ -82,7 +82,7 @@ import os
 
 import pytest
 from graphbook.steps import SourceStep, BatchStep
-from dagster_graphbook import atomic_path
+from dagster_graphbook.authoring.files import atomic_path
 
 class Names(SourceStep):
     RequiresInput = False

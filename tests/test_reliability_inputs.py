@@ -16,7 +16,8 @@ import dagster as dg
 import pytest
 from conftest import edge, step_node, write_nodes, write_workflow
 
-from dagster_graphbook import Graph, GraphbookWorkflow, build_definitions
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+from dagster_graphbook.authoring import Graph
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError, load_workflow
 

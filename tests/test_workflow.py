@@ -498,7 +498,7 @@ def test_all_problems_reported_at_once(tmp_path, sample_registry):
 
 
 def test_python_graph_validation_errors(repo, sample_registry):
-    from dagster_graphbook import Graph
+    from dagster_graphbook.authoring import Graph
 
     g = Graph()
     src = g.step(sample_registry.steps["GenerateNumbers"])

@@ -101,7 +101,8 @@ def step_metadata(
     elif stats.get("dumps"):  # say why there is no files_written rather than leave it out
         meta[FILES_NOTE] = dg.MetadataValue.text(
             f"dump_fn ran {stats['dumps']} times and no file was recorded: only the paths it "
-            "returns and the files it writes through dagster_graphbook.atomic_path() are "
+            "returns and the files it writes through "
+            "dagster_graphbook.authoring.files.atomic_path() are "
             "(files_written, files_bytes, files_manifest)"
         )
     meta.update(error_metadata(errors))
