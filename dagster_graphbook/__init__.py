@@ -10,7 +10,6 @@ Graphbook's authoring API (``step``, ``param``, ``source``, ``batch``, ``Note``,
 from ._moved import install_moved_modules as _install_moved_modules
 from ._moved import moved_name as _moved_name
 from .cli.run import run_workflow
-from .defs.checks import StepCheck
 from .defs.component.component import GraphbookWorkflowComponent
 from .defs.definitions import GraphbookWorkflow, build_definitions
 from .defs.executor import graphbook_executor
@@ -18,6 +17,7 @@ from .defs.schedules import FolderSensor, daily_partitions
 from .errors import GraphbookError
 from .model.registry import NodeRegistry
 from .model.workflow import Workflow, WorkflowError, load_workflow
+from .plan.checks import StepCheck
 from .plan.translator import GraphbookTranslator
 
 _install_moved_modules()  # old module paths keep working, with a warning

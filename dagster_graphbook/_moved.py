@@ -21,7 +21,7 @@ _PACKAGE = __name__.rpartition(".")[0]
 _MOVED = {
     "assets": "defs.assets",
     "automation": "defs.automation",
-    "checks": "defs.checks",
+    "checks": "plan.checks",
     "code_version": "plan.code_version",
     "component": "defs.component.component",
     "component_translation": "defs.component.translation",

@@ -34,9 +34,9 @@ def _module(name: str, doc: str, **attrs: object) -> types.ModuleType:
 
 def _alias_modules() -> Dict[str, types.ModuleType]:
     """Module name -> module for each ``graphbook`` path node files, plugins, workflows use."""
-    from .. import authoring
     from . import decorators, executors, graph, note, plugins, prompts, resources, steps, utils
 
+    authoring = sys.modules[__package__]  # this package, whose public names graphbook's are
     # ``authoring.log`` is the function; the module is needed here
     log_module = importlib.import_module(__package__ + ".log")
 

@@ -27,22 +27,23 @@ from ..dagster_internals import (
 from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..errors import RequestError
 from ..execution.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
-from ..execution.job_steps import (
+from ..model import params as ptypes
+from ..model.workflow import Workflow, WorkflowError
+from ..plan.job_steps import (
+    NOTES_IO_MANAGER_KEY,
     TaggedStep,
     job_source,
     placeholder_message,
     read_steps_tag,
     unfilled_in_job,
 )
-from ..model import params as ptypes
-from ..model.workflow import Workflow, WorkflowError
 from ..plan.translator import (
     GraphbookTranslator,
     import_translator,
     path_of_translator,
     resolve_refs,
 )
-from ..store.io_manager import NOTES_IO_MANAGER_KEY, notes_io_manager
+from ..store.io_manager import notes_io_manager
 from ..store.versions import read_notes, run_lineage, stored_notes_path
 
 _log = logging.getLogger("dagster_graphbook")

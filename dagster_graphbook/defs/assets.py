@@ -10,9 +10,11 @@ import dagster as dg
 
 from ..errors import StepRef
 from ..execution.advice import warn_heavy_outputs
+from ..execution.checks import with_checks
 from ..execution.dead_runs import join_run
 from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
+from ..plan.checks import StepCheck
 from ..plan.plan import (
     OpPlan,
     WorkflowPlan,
@@ -23,7 +25,6 @@ from ..plan.plan import (
 )
 from ..plan.translator import GraphbookTranslator, WorkflowNames
 from ..plan.trust import locked_resource_params
-from .checks import StepCheck, with_checks
 
 
 @dataclass

@@ -16,11 +16,12 @@ import dagster as dg
 from ..authoring.graph import Graph
 from ..model.registry import NodeRegistry
 from ..model.workflow import Workflow, WorkflowError, load_workflow
+from ..plan.checks import StepCheck, bind_checks
+from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.translator import GraphbookTranslator
-from ..store.io_manager import NOTES_IO_MANAGER_KEY, notes_io_manager, notes_metadata
+from ..store.io_manager import notes_io_manager, notes_metadata
 from .assets import WorkflowDefs, build_workflow_defs
 from .automation import Automation
-from .checks import StepCheck, bind_checks
 from .executor import graphbook_executor, resolve_executor
 from .load_errors import load_error_job
 

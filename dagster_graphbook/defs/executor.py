@@ -18,8 +18,8 @@ from typing import Any, Iterator, Optional, Union
 import dagster as dg
 
 from ..execution.dead_runs import own_run
-from ..execution.job_steps import job_source, placeholder_message, unfilled_in_job
 from ..model.workflow import WorkflowError
+from ..plan.job_steps import job_source, placeholder_message, unfilled_in_job
 
 _DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the run config says
 

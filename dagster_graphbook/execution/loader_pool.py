@@ -22,7 +22,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSample
 
 from ..errors import Label
 from ..plan.settings import BatchRuntime
-from .device import map_tensors
+from ..store.tensors import map_tensors
 from .errors import WorkerDied, cuda_fork_hint, exit_hint
 from .torch_internals import (
     BatchNotReady,

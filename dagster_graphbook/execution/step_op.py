@@ -16,12 +16,12 @@ import dagster as dg
 
 from ..authoring.log import Emit
 from ..errors import Label
+from ..plan.job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import RUNTIME_KEY, STREAM_KEY, StepRuntime, StreamSettings, read_runtime
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .guard import check_code_config, check_partition_key
-from .job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from .routing import StepResult, dropped_stats
 from .step_metadata import step_metadata
 from .stream import StreamingRun, StreamStep

@@ -9,11 +9,11 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set,
 
 import dagster as dg
 
-from ..defs.checks import BoundCheck, StepCheck
 from ..errors import StepRef
 from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
-from ..store.io_manager import NOTES_IO_MANAGER_KEY
+from .checks import BoundCheck, StepCheck
+from .job_steps import NOTES_IO_MANAGER_KEY
 from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
 from .translator import GraphbookTranslator, WorkflowNames

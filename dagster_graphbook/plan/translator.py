@@ -20,10 +20,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
-from ..execution.job_steps import GRAPHBOOK_META, STEPS_TAG
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .code_version import node_code_references, node_code_version
 from .docstrings import pin_docs, to_markdown
+from .job_steps import GRAPHBOOK_META, STEPS_TAG
 from .node_info import node_info
 from .refs import resolve_refs, step_refs_of
 from .step_kinds import step_kinds

@@ -14,7 +14,7 @@ import pickle
 import sys
 from typing import Any, Set
 
-from ..execution.device import map_tensors
+from .tensors import map_tensors
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 # a note's entry listing the positions of its items lost under ``on_item_error: skip`` (set by

@@ -18,11 +18,10 @@ import dagster as dg
 from upath import UPath
 
 from ..errors import StoredNotesError
-from ..execution.job_steps import read_node_info
+from ..plan.job_steps import read_node_info
 from . import codec as notes_codec
 from . import versions
 
-NOTES_IO_MANAGER_KEY = "graphbook_notes"
 NOTES_DIR_META = "dagster_graphbook/notes_dir"
 NOTES_KEEP_META = "dagster_graphbook/notes_keep"
 DEFAULT_KEEP = 3

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 import dagster as dg
 
-from ..checks import StepCheck
+from ...plan.checks import StepCheck
 from ..definitions import GraphbookWorkflow, NameClaims, build_definitions
 from ..schedules import FolderSensor, daily_partitions
 from .scaffold import GraphbookWorkflowScaffolder

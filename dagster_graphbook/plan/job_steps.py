@@ -1,5 +1,6 @@
 """What a job says of the workflow steps its ops run, read from the job alone (a code location's
-job, whose workflow and translator are not at hand): the ``dagster_graphbook/steps`` op tag the
+job, whose workflow and translator are not at hand; the store, execution and the CLI read these
+names, which the plan writes): the ``dagster_graphbook/steps`` op tag the
 translator writes, and which step parameters hold a ``{partition_key}`` a run must fill in."""
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ..errors import quoted
 STEPS_TAG = "dagster_graphbook/steps"
 PARTITION_PLACEHOLDER = "{partition_key}"
 GRAPHBOOK_META = "graphbook"  # a step asset's definition metadata entry (``node_info``)
+# resource key of the IO manager that stores every step asset's notes (store/io_manager.py)
+NOTES_IO_MANAGER_KEY = "graphbook_notes"
 
 
 @dataclass(frozen=True)
