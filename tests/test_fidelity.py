@@ -29,7 +29,7 @@ CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 CASES = CONFORMANCE / "cases"
 
 # Names of graphbook 0.13.3's surface modules that are Graphbook's server, not its authoring API,
-# or broken there; README "Differences from Graphbook" lists them as not supported.
+# or broken there; docs/graphbook-differences.md lists them as not supported.
 NOT_PROVIDED = {
     "graphbook.core": {
         "clients",

@@ -4,7 +4,7 @@ succeed; then the views of asset checks, progress lines, "Unsynced" and a broken
 Chromium and chromedriver come from Debian (`apt-get install chromium chromium-driver`, which
 `scripts/test.sh` does when they are missing); Selenium is pointed at them (its Selenium
 Manager cannot download a browser here). `CHROMIUM` and `CHROMEDRIVER` override the paths.
-Set `UPDATE_UI_SCREENSHOTS=1` to also copy the screenshots into docs/ for the README.
+Set `UPDATE_UI_SCREENSHOTS=1` to also copy the screenshots into docs/ for docs/ui.md.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def browser():
 
 def _save(driver, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
     """A screenshot under the test's folder; with ``docs``, also a 256-colour copy in docs/ for
-    the README, only when asked for with UPDATE_UI_SCREENSHOTS=1 (never in CI)."""
+    docs/ui.md, only when asked for with UPDATE_UI_SCREENSHOTS=1 (never in CI)."""
     path = tmp_path / name
     assert driver.save_screenshot(str(path)), f"could not save {path}"
     if docs and os.environ.get("UPDATE_UI_SCREENSHOTS") == "1":

@@ -111,7 +111,7 @@ class TransformsLogger:
             "by dagster-graphbook: there is no such viewer here. Apply the transforms without it "
             "(drop the logger.log(transforms) wrapping); to look at transformed images, write "
             "them to files from a step, e.g. a BatchStep's dump_fn "
-            "(README: Differences from Graphbook 0.13.3)"
+            "(docs/graphbook-differences.md)"
         )
 
 
@@ -125,6 +125,6 @@ def __getattr__(name: str) -> Any:
         raise ImportError(
             f"graphbook.logging.{name} (Graphbook's DAG log files and their viewer) is not "
             "supported by dagster-graphbook: a step's log() goes to the Dagster event log "
-            "(README: Differences from Graphbook 0.13.3)"
+            "(docs/graphbook-differences.md)"
         )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,8 @@ _DEF = re.compile(r"^\s*def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", re.MULTILINE)
 def transform_function_string(func_str: str) -> Callable[..., Any]:
     """Compile a ``def f(...): ...`` source string and return the function it defines.
 
-    This runs the code: function strings are trusted input (see the README's trust section).
+    This runs the code: function strings are trusted input (see the trust rule in
+    docs/reliability.md).
     """
     if callable(func_str):
         return func_str

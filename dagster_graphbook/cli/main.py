@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--streaming",
         action="store_true",
-        help="run all steps as one op passing notes step to step (README: Streaming)",
+        help="run all steps as one op passing notes step to step (docs/streaming.md)",
     )
     run.add_argument(
         "--stream-steps",

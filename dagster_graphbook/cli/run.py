@@ -276,7 +276,7 @@ def run_workflow(
 
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
-    steps as one op, or a list of step names those steps (README "Streaming"); only the pins no
+    steps as one op, or a list of step names those steps (docs/streaming.md); only the pins no
     step of the segment reads keep notes. ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
 

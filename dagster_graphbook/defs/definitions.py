@@ -68,7 +68,7 @@ class GraphbookWorkflow:
         StepCheck
     ] = ()  # asset checks on steps' figures (dagster_graphbook.defs.checks)
     # True: all steps as one op passing notes step to step; a list of step names: those steps
-    # (a connected segment) as one op, the others an op each (README "Streaming")
+    # (a connected segment) as one op, the others an op each (docs/streaming.md)
     streaming: Union[bool, Sequence[str]] = False
     # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
     gpus: Any = None

@@ -185,7 +185,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         Union[bool, List[str]],
         _doc(
             "true: run all steps as one op streaming notes step to step; a list of steps: "
-            "those (a connected segment) as one op (README: Streaming)",
+            "those (a connected segment) as one op (docs/streaming.md)",
             True,
             ["LoadImages", "ClassifyShapes"],
         ),
