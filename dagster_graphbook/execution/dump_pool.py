@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 import traceback
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -31,6 +32,7 @@ from .workers import init_worker, lower_priority
 _DUMP_FN: Optional[Callable[..., Any]] = None
 _CALL_TIMEOUT_S: Optional[float] = None
 ABORT_GRACE_S = 5.0  # how long a failing step lets dump calls under way finish
+DEATH_WAIT_S = 2.0  # how long a broken pool's dead worker may take to be reaped
 
 
 class DumpDone(NamedTuple):
@@ -85,6 +87,18 @@ def _call(
             return None, _written(result, through_helper)
     except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
         return traceback.format_exc() + exit_hint(exc, "dump_fn") + cuda_fork_hint(exc), []
+
+
+def _exited(procs: List[Any], wait_s: float = DEATH_WAIT_S) -> List[Tuple[int, int]]:
+    """(pid, exit code) of the processes that exited. The pool sees a death when the worker's
+    pipe closes, a moment before the kernel lets it be reaped: wait that moment for a worker
+    that died by itself (not by the pool's SIGTERM) to show."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        gone = [(p.pid, p.exitcode) for p in procs if not p.is_alive()]
+        if any(code != -signal.SIGTERM for _, code in gone) or time.monotonic() >= deadline:
+            return gone
+        time.sleep(0.01)
 
 
 class DumpPool:
@@ -160,7 +174,7 @@ class DumpPool:
         """The pool broke because a worker died: name it (the pool terminates the others with
         SIGTERM once it saw the death, so those are named only when no other is gone)."""
         procs = {**self.workers, **{p.pid: p for p in pool_processes(self.executor)}}
-        gone = [(p.pid, p.exitcode) for p in procs.values() if not p.is_alive()]
+        gone = _exited(list(procs.values()))
         dead = [(pid, code) for pid, code in gone if code != -signal.SIGTERM] or gone
         return WorkerDied(
             self.label,
