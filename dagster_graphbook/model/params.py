@@ -298,7 +298,6 @@ def _type_words(snap: Any) -> str:
         return "a list"
     if snap.kind in (
         ConfigTypeKind.STRICT_SHAPE,
-        ConfigTypeKind.SHAPE,
         ConfigTypeKind.PERMISSIVE_SHAPE,
     ):
         return "a mapping"
