@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Type, Union
 
 import dagster as dg
 
@@ -69,7 +69,7 @@ class RequestError(ValueError):
     starts."""
 
 
-def _restore(cls: type, description: str, state: Dict[str, Any]) -> GraphbookError:
+def _restore(cls: Type[GraphbookError], description: str, state: Dict[str, Any]) -> GraphbookError:
     error = cls.__new__(cls)
     Exception.__init__(error, description)
     error.__dict__.update(state)

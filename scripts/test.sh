@@ -30,5 +30,7 @@ fi
 # Dagster's formatter and linter settings (ruff, 100 columns; [tool.ruff] in pyproject.toml).
 .venv/bin/ruff format --check --quiet . || { echo "[test] ruff format: run .venv/bin/ruff format ."; exit 1; }
 .venv/bin/ruff check --quiet . || { echo "[test] ruff check failed (see above)"; exit 1; }
+# The type checker on the package ([tool.mypy] in pyproject.toml; the package ships py.typed).
+.venv/bin/python -m mypy || { echo "[test] mypy failed (see above)"; exit 1; }
 
 exec .venv/bin/python -m pytest -q "$@"

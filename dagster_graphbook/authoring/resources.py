@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .log import log
+from .log import LogType, log
 
 __all__ = ["Resource", "NumberResource", "FunctionResource", "ListResource", "DictResource"]
 
@@ -18,7 +18,7 @@ class Resource:
     def __init__(self, val: Any = ""):
         self.val = val
 
-    def log(self, message: Any, type: str = "info") -> None:
+    def log(self, message: Any, type: LogType = "info") -> None:
         log(message, type)
 
     def value(self) -> Any:

@@ -10,10 +10,10 @@ import json
 import os
 import tempfile
 import warnings
-from typing import Any, Dict, Generator, List, Optional, Tuple, Union
+from typing import IO, Any, Dict, Generator, List, Optional, Tuple, Union
 
 from ._tempfiles import own_prefix, sweep_local_temporaries
-from .log import log
+from .log import LogType, log
 from .utils import transform_function_string
 
 StepOutput = Dict[str, List[Any]]
@@ -62,7 +62,7 @@ class Step:
         for key, value in context.items():
             setattr(self, key, value)
 
-    def log(self, message: Any, type: str = "info") -> None:
+    def log(self, message: Any, type: LogType = "info") -> None:
         log(message, type)
 
     def on_start(self) -> None:
@@ -122,7 +122,8 @@ class SourceStep(Step):
     def load(self) -> StepOutput:
         raise NotImplementedError("load must be implemented for a SourceStep")
 
-    def __call__(self) -> StepOutput:
+    # Graphbook's API: a source is called with no note (Liskov does not hold, on purpose)
+    def __call__(self) -> StepOutput:  # type: ignore[override]
         result = self.load()
         return {
             pin: value if isinstance(value, list) else [value]
@@ -138,13 +139,14 @@ class GeneratorSourceStep(SourceStep):
         super().__init__()
         self.generator = self.load()
 
-    def load(self) -> Generator[Any, None, None]:
+    # Graphbook's API: this source's load() is a generator, not a StepOutput
+    def load(self) -> Generator[Any, None, None]:  # type: ignore[override]
         raise NotImplementedError("load must be implemented for a GeneratorSourceStep")
 
     def on_clear(self) -> None:
         self.generator = self.load()
 
-    def __call__(self) -> Any:
+    def __call__(self) -> Any:  # type: ignore[override]  # no note, as SourceStep.__call__
         try:
             return next(self.generator)
         except StopIteration:
@@ -300,7 +302,8 @@ class SplitItemField(Step):
         self.should_delete_original = should_delete_original
 
     def on_after_item(self, data: Any) -> None:
-        a_items, b_items = [], []
+        a_items: List[Any] = []
+        b_items: List[Any] = []
         for item in data[self.item_key]:
             (a_items if self.fn(item=item) else b_items).append(item)
         data[self.a_key] = a_items
@@ -370,7 +373,7 @@ class DumpJSONL(Step):
     def __init__(self, jsonl_path: str):
         super().__init__()
         self.jsonl_path = jsonl_path
-        self._file = None
+        self._file: Optional[IO[str]] = None
 
     def on_start(self) -> None:
         folder = os.path.dirname(os.path.abspath(self.jsonl_path))
@@ -381,6 +384,7 @@ class DumpJSONL(Step):
         self._file = os.fdopen(fd, "w", encoding="utf-8")
 
     def on_after_item(self, data: Any) -> None:
+        assert self._file is not None, "on_start opens the file"
         self._file.write(json.dumps(data) + "\n")
 
     def on_end(self) -> None:

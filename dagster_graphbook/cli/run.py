@@ -198,7 +198,7 @@ def _reconstruct_job(
     the ``module:Class`` of the run's translator."""
     spec = GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name, streaming=streaming)
     defs = _definitions(spec, notes_dir, import_translator(translator))[0]
-    return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]
+    return defs.resolve_job_def(list(defs.jobs or ())[0].name)
 
 
 def _definitions(
@@ -421,7 +421,9 @@ def _workflow_recon(
         path_of_translator(translator),
     )
     return dg.build_reconstructable_job(
-        "dagster_graphbook.cli.run", "_reconstruct_job", reconstructable_args=args
+        "dagster_graphbook.cli.run",
+        "_reconstruct_job",
+        reconstructable_args=args,  # type: ignore[arg-type]  # dagster annotates tuple[object]
     )
 
 
@@ -577,7 +579,7 @@ def run_job(
         recon=lambda: dg.build_reconstructable_job(
             "dagster_graphbook.cli.run",
             "_reconstruct_location_job",
-            reconstructable_args=(module, job_name),
+            reconstructable_args=(module, job_name),  # type: ignore[arg-type]  # as above
             reconstructor_working_directory=os.getcwd(),
         ),
         request=_Request(params, partition_key, run_config, tags, quiet, from_failure),
@@ -735,7 +737,8 @@ def _materializations(
     found: Dict[dg.AssetKey, dg.AssetMaterialization] = {}
     for lineage_id in run_lineage(instance, run_id):
         records = instance.all_logs(lineage_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
-        ran = {r.asset_materialization.asset_key: r.asset_materialization for r in records}
+        found_in_run = (r.asset_materialization for r in records)
+        ran = {m.asset_key: m for m in found_in_run if m is not None}  # None: other event types
         found = {**ran, **found}  # a run's last, the nearest run's first
     return found
 
@@ -809,7 +812,9 @@ def _failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     messages: List[str] = []
     for record in instance.get_records_for_run(run_id, of_type=set(_RETURNED)).records:
         event = record.event_log_entry.dagster_event
-        data = event.event_specific_data if event else None
+        if event is None:
+            continue
+        data = event.event_specific_data
         error = getattr(data, "error", None)
         while (
             error is not None
@@ -856,5 +861,5 @@ def _raised_at(traceback_text: str) -> Optional[str]:
         for m in frames
         if not m["file"].startswith("<") and not os.path.realpath(m["file"]).startswith(_LIBRARIES)
     ]
-    found = (own or frames or [None])[-1]
+    found = (own or frames)[-1] if frames else None
     return f"{found['file']}, line {found['line']}, in {found['func']}" if found else None

@@ -68,9 +68,12 @@ def on_cron_when_present(cron: str, timezone: str = "UTC") -> dg.AutomationCondi
     arrived before the tick). Dagster's ``on_cron`` waits for inputs updated *after* the tick, so a
     day the folder sensor recorded at 00:01 would never run on a 02:00 cron."""
     ac = dg.AutomationCondition
+    # an asset's or a check's (as Dagster's on_cron): mypy cannot solve cron_tick_passed's type
+    tick: dg.AutomationCondition[Union[dg.AssetKey, dg.AssetCheckKey]]
+    tick = ac.cron_tick_passed(cron, timezone)
     return (
         ac.in_latest_time_window()
-        & ac.cron_tick_passed(cron, timezone).since_last_handled()
+        & tick.since_last_handled()
         & ~ac.any_deps_missing()
         & ~ac.any_deps_in_progress()
         & ~ac.in_progress()

@@ -89,11 +89,7 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
-        is_json = not isinstance(spec.source, Graph) and Path(spec.source).suffix != ".py"
-        try:
-            registry = NodeRegistry.load(spec.custom_nodes) if is_json else None
-        except FileNotFoundError as exc:  # a mistyped --custom-nodes / custom_nodes folder
-            raise WorkflowError(str(Path(spec.source).resolve()), [str(exc)]) from exc
+        registry = _registry(spec)
         for error in registry.import_errors if registry else ():
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(
@@ -106,6 +102,17 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
         names = (translator or GraphbookTranslator()).step_names(workflow)
         gpus = resolve_gpus(workflow, spec.gpus, names)
     return replace(workflow, overridable_functions=tuple(spec.overridable_functions), gpus=gpus)
+
+
+def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
+    """The custom nodes a JSON workflow file uses; None for a Python workflow or a ``Graph``."""
+    source = spec.source
+    if isinstance(source, (Graph, Workflow)) or Path(source).suffix == ".py":
+        return None
+    try:
+        return NodeRegistry.load(spec.custom_nodes)
+    except FileNotFoundError as exc:  # a mistyped --custom-nodes / custom_nodes folder
+        raise WorkflowError(str(Path(source).resolve()), [str(exc)]) from exc
 
 
 def build_workflow(

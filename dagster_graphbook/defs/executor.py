@@ -13,7 +13,7 @@ steps execute, so a run worker killed from outside is found dead by the next run
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Union
 
 import dagster as dg
 
@@ -37,7 +37,9 @@ _DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the ru
 def graphbook_executor(init_context: dg.InitExecutorContext) -> Any:
     """Dagster's ``multi_or_in_process_executor`` with in-process as its default (a model is
     loaded once per run), run while this process owns the run."""
-    return _OwnedExecutor(_DAGSTER_DEFAULT.executor_creation_fn(init_context))
+    create = _DAGSTER_DEFAULT.executor_creation_fn
+    assert create is not None  # Dagster's default executor has one
+    return _OwnedExecutor(create(init_context))
 
 
 class _OwnedExecutor(dg.Executor):
@@ -76,7 +78,7 @@ def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> Non
 
 def resolve_executor(
     choice: Union[None, str, dg.ExecutorDefinition], source: str = "<workflow>"
-) -> Optional[dg.ExecutorDefinition]:
+) -> dg.ExecutorDefinition:
     """The executor a workflow's job gets: ``None`` -> ``graphbook_executor``, a name -> Dagster's
     executor of that name, an ``ExecutorDefinition`` (e.g. ``k8s_job_executor``) as given.
 

@@ -177,6 +177,16 @@ class _UpTo(set):
         return (isinstance(day, str) and day <= self.last) or set.__contains__(self, day)
 
 
+def _sensor_description(job_name: str, folder: Path, recorded: Optional[dg.AssetKey]) -> str:
+    """A folder sensor's description: it runs the job, or only records new days as ``recorded``."""
+    if recorded is None:
+        return f"Runs {job_name} for each new dated folder (YYYY-MM-DD) in {folder}"
+    return (
+        f"Records each new dated folder (YYYY-MM-DD) in {folder} as "
+        f"{recorded.to_user_string()} (the automation condition of {job_name} runs it)"
+    )
+
+
 @dataclass
 class FolderSensor:
     """Starts a run of a workflow when a new dated folder (``YYYY-MM-DD``) appears in ``folder``.
@@ -285,10 +295,5 @@ class FolderSensor:
             job=job,
             minimum_interval_seconds=self.minimum_interval_seconds,
             default_status=self.default_status,
-            description=(
-                f"Runs {job.name} for each new dated folder (YYYY-MM-DD) in {folder}"
-                if request_runs
-                else f"Records each new dated folder (YYYY-MM-DD) in {folder} as "
-                f"{asset_key.to_user_string()} (the automation condition of {job.name} runs it)"
-            ),
+            description=_sensor_description(job.name, folder, None if request_runs else asset_key),
         )

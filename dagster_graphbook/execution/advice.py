@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
+from ..errors import Label
 from ..store.codec import tensor_bytes
 
 WARN_ENV = "DAGSTER_GRAPHBOOK_TENSOR_WARN_MB"
@@ -17,7 +18,7 @@ def warn_limit_bytes() -> int:
     return int(float(os.environ.get(WARN_ENV, DEFAULT_WARN_MB)) * 1_000_000)
 
 
-def warn_heavy_outputs(context: Any, label: str, outputs: Iterator[Any]) -> Iterator[Any]:
+def warn_heavy_outputs(context: Any, label: Label, outputs: Iterator[Any]) -> Iterator[Any]:
     """Pass ``outputs`` on; warn for each whose notes hold more tensor bytes than the set size."""
     limit = warn_limit_bytes()
     for output in outputs:

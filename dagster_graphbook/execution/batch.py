@@ -70,7 +70,7 @@ def count_items(note: Any, item_key: Any) -> int:
     run reports it)."""
     get = getattr(note, "get", None)
     value = get(item_key, None) if get is not None else None
-    if isinstance(value, list) or type(value).__name__ == "Tensor":
+    if isinstance(value, list) or (value is not None and type(value).__name__ == "Tensor"):
         return len(value)
     return 1
 
@@ -93,7 +93,7 @@ def _items_of(note: Any, item_key: str) -> List[Any]:
     return [value]
 
 
-def _dump_calls(dumps: Any, n: int, label: str) -> List[Tuple[int, Tuple[Any, ...]]]:
+def _dump_calls(dumps: Any, n: int, label: Label) -> List[Tuple[int, Tuple[Any, ...]]]:
     """``(position in batch, dump_fn args)`` for what ``on_item_batch`` returned."""
     if dumps is None:
         return []

@@ -139,7 +139,7 @@ def join_run(instance: Optional[dg.DagsterInstance], run_id: Optional[str]) -> I
     resources' start to its end), so the run is not judged dead while one of its steps still
     works (its orchestrator killed). Outside a run (no instance or run id) it does nothing."""
     folder = _owners_dir(instance) if instance is not None and run_id else None
-    if folder is None or run_id in _held:
+    if folder is None or instance is None or not run_id or run_id in _held:
         yield
         return
     try:

@@ -13,10 +13,11 @@ watchdog are this module's.
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 from ..authoring.log import Emit, LogTarget, log_target
 from ..errors import Label
@@ -43,6 +44,10 @@ class _Where:
 
     def text(self) -> str:
         return self.where() if callable(self.where) else self.where
+
+
+def _feeding(index: int, note: Any) -> str:
+    return f"note {index} {short_repr(note)} (on_data, on_item, route)"
 
 
 class StepDriver:
@@ -181,9 +186,7 @@ class StepDriver:
         errors: List[ItemError] = []
         for k, note in enumerate(notes):
             index = offset + k
-            self.at.set(
-                lambda i=index, n=note: f"note {i} {short_repr(n)} (on_data, on_item, route)"
-            )
+            self.at.set(functools.partial(_feeding, index, note))
             try:
                 routed = self.step(note)
             except Exception as exc:
@@ -210,11 +213,12 @@ class StepDriver:
         emit = self.emit
         if self.chunked:  # the stream reports per step; a chunk's own progress lines would flood
             emit = lambda level, msg: self.emit(level, msg) if level != "info" else None  # noqa: E731
+        runtime = cast(BatchRuntime, self.runtime)  # kind "batch": read_runtime made a BatchRuntime
         start = time.perf_counter()
         try:
             with log_target(self.log):
                 result = run_batch_step(
-                    self.step, notes, self.runtime, pins=self.pins, label=self.label,
+                    self.step, notes, runtime, pins=self.pins, label=self.label,
                     node=self.node, emit=emit, dropped=self.dropped, note_offset=offset,
                 )  # fmt: skip
         finally:

@@ -82,8 +82,10 @@ def _call(
 
     try:
         with recording_files() as through_helper:
+            call = fn or _DUMP_FN
+            assert call is not None, "the pool's initializer sets _DUMP_FN"
             with time_limit(_CALL_TIMEOUT_S if fn is None else None, "dump_fn"):
-                result = (fn or _DUMP_FN)(*args)
+                result = call(*args)
             return None, _written(result, through_helper)
     except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
         return traceback.format_exc() + exit_hint(exc, "dump_fn") + cuda_fork_hint(exc), []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
@@ -94,7 +94,7 @@ class StepFailure(GraphbookError, RuntimeError):
         super().__init__(headline, detail=detail, allow_retries=allow_retries)
 
     @property
-    def metadata(self) -> Dict[str, dg.MetadataValue]:
+    def metadata(self) -> Mapping[str, dg.MetadataValue]:
         """What failed, read when Dagster records the failure (after ``raise ... from``)."""
         workflow, step, node = self.where
         entries: Dict[str, Any] = {"workflow": workflow, "step": step, "node": node}

@@ -47,5 +47,5 @@ def interrupt_latch() -> Iterator[Callable[[], None]]:
     try:
         yield check
     finally:
-        for sig, original in originals.items():
-            signal.signal(sig, original if original is not None else signal.SIG_DFL)
+        for signo, original in originals.items():
+            signal.signal(signo, original if original is not None else signal.SIG_DFL)

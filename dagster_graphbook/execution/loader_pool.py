@@ -237,7 +237,6 @@ class _WorkerCollate:
             return LoadedBatch(indices, None, torch.stack(values), errors)
         if _RING is None:
             _RING = _SlabRing(self.slots, self.budget)
-        # type: ignore[arg-type]
         return LoadedBatch(indices, None, _RING.put(info.id, values), errors)
 
 
@@ -261,10 +260,11 @@ def _drop_frame_locals(exc: BaseException) -> None:
     DataLoader iterator, and with it the pipes of its worker queues, alive after the op ended.
     """
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        traceback.clear_frames(exc.__traceback__)
-        exc = exc.__cause__ or exc.__context__
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
 
 
 class ProcessLoader:
@@ -299,6 +299,7 @@ class ProcessLoader:
         self.loaded = 0  # items of the batches handed out (the step has finished with them)
         self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
+        self.dataset = dataset
         self.loader = DataLoader(
             dataset,
             batch_sampler=_batches(len(dataset), batch_size),
@@ -343,7 +344,7 @@ class ProcessLoader:
     def _died(self, dead: List[Tuple[int, Optional[int]]]) -> WorkerDied:
         return WorkerDied(
             self.label,
-            f"{_DIED} while loading items {self.loaded}.. of {len(self.loader.dataset)}: "
+            f"{_DIED} while loading items {self.loaded}.. of {len(self.dataset)}: "
             f"{WorkerDied.describe(dead)}",
             pids=[pid for pid, _ in dead],
             stage="load_fn",

@@ -11,6 +11,8 @@ import re
 import time
 from typing import Callable, Dict, Optional
 
+from ..errors import Label
+
 FIRST_REPORT_S = 1.0
 PROGRESS_LINE = re.compile(r"^\d+/\d+ \(\d+%\) · ")
 
@@ -20,7 +22,7 @@ class Progress:
 
     def __init__(
         self,
-        label: str,
+        label: Label,
         total_items: int,
         total_notes: int,
         device: str,

@@ -4,7 +4,7 @@ step's pins."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..authoring.steps import route_to_output
 from .errors import ItemError
@@ -14,7 +14,7 @@ from .errors import ItemError
 class StepResult:
     """What one step run produced: notes per pin, figures, skipped errors, files written."""
 
-    outputs: Dict[str, List[Any]]
+    outputs: Mapping[str, List[Any]]
     stats: Dict[str, Any] = field(default_factory=dict)
     errors: List[ItemError] = field(default_factory=list)
     files: List[Tuple[str, int]] = field(default_factory=list)
@@ -52,7 +52,7 @@ class Pins:
         self.pins = list(pins)
         self.label = label
         self.warn = warn
-        self.notes: Dict[str, List[Any]] = {p: PinNotes() for p in self.pins}
+        self.notes: Dict[str, PinNotes] = {p: PinNotes() for p in self.pins}
         self.dropped: Dict[str, int] = dropped if dropped is not None else {}  # shared by a step
         self._emitted = 0
 

@@ -10,7 +10,7 @@ import heapq
 import itertools
 import traceback
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
 import dagster as dg
 
@@ -22,7 +22,7 @@ from ..plan.settings import RUNTIME_KEY, STREAM_KEY, StepRuntime, StreamSettings
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .guard import check_code_config, check_partition_key
-from .routing import StepResult, dropped_stats
+from .routing import PinNotes, StepResult, dropped_stats
 from .step_metadata import step_metadata
 from .stream import StreamingRun, StreamStep
 
@@ -53,11 +53,14 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
     """The run's partition key, checked against the asset's partitions (None when unpartitioned)."""
     partitions_def = context.assets_def.partitions_def
     tagged = context.run.tags.get("dagster/partition")
-    if partitions_def is None and tagged is None:
+    if partitions_def is not None:
+        if not context.has_partition_key:
+            return None  # a partition range run: no single key to fill in
+        key = context.partition_key
+    elif tagged is not None:
+        key = tagged
+    else:
         return None
-    if partitions_def is not None and not context.has_partition_key:
-        return None  # a partition range run: no single key to fill in
-    key = context.partition_key if partitions_def is not None else tagged
     return check_partition_key(key, partitions_def, context.instance, plan.label)
 
 
@@ -146,8 +149,9 @@ def _emission_order(streams: List[List[Any]]) -> List[Any]:
     if len(streams) == 1:
         return list(streams[0])
     if all(len(getattr(s, "order", ())) == len(s) for s in streams):
+        pinned = cast(List[PinNotes], streams)  # each has an order (a step's pins)
         tagged = heapq.merge(
-            *[zip(s.order, range(len(s)), [k] * len(s)) for k, s in enumerate(streams)]
+            *[zip(s.order, range(len(s)), [k] * len(s)) for k, s in enumerate(pinned)]
         )
         return [streams[k][i] for _, i, k in tagged]
     turns = itertools.zip_longest(*streams, fillvalue=_GAP)
@@ -264,7 +268,8 @@ def _outputs(
 
         storage = context.instance.storage_directory()
         manifest = write_manifest(result.files, storage, op.name, context.run_id)
-        meta["files_manifest"] = dg.MetadataValue.path(manifest)
+        if manifest is not None:  # None only without files
+            meta["files_manifest"] = dg.MetadataValue.path(manifest)
     for pin in plan.pins:
         stored = (plan.node_id, pin) in op.stored
         pin_meta = meta
@@ -275,6 +280,6 @@ def _outputs(
                 "stored": dg.MetadataValue.bool(stored),
             }
         notes = result.outputs.get(pin, []) if stored else None
-        if hasattr(notes, "source"):
+        if isinstance(notes, PinNotes):
             notes.source = plan.node_id  # children fed by several of its pins merge by emission
         yield dg.Output(notes, output_name=op.outputs[(plan.node_id, pin)], metadata=pin_meta)

@@ -167,7 +167,8 @@ class StreamingRun:
     # -- serving a step --------------------------------------------------------------------------
     def _serve(self, node: _Node) -> None:
         """Hand the step its next note (a plain step) or its next chunk (a batch step)."""
-        chunk, items = [], 0
+        chunk: List[Any] = []
+        items = 0
         while node.inbox and (not chunk or node.spec.kind == "batch"):
             if chunk and items >= self.settings.queue_items:
                 break
@@ -181,7 +182,7 @@ class StreamingRun:
         result = node.spec.driver.feed(chunk)  # type: ignore[union-attr]
         self._deliver(node, result.outputs)
 
-    def _deliver(self, node: _Node, outputs: Dict[str, List[Any]]) -> None:
+    def _deliver(self, node: _Node, outputs: Mapping[str, List[Any]]) -> None:
         """Notes leaving ``node``: counted, kept where the pin is stored, and put on the stack in
         Graphbook's order (per pin, per note, per child) so the first delivery is made first."""
         tasks: List[Tuple[str, Any]] = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Mapping, Tuple, cast
 
 import dagster as dg
 import dask.distributed
@@ -115,10 +115,12 @@ class RunScopedDaskExecutor(DaskExecutor):
 
 @dg.executor(
     name="dask",
-    config_schema=_upstream.config_schema,
+    # dagster's overloads take no IDefinitionConfigSchema, which executor() itself accepts
+    config_schema=_upstream.config_schema,  # type: ignore[call-overload]
     requirements=dg.multiple_process_executor_requirements(),
 )
 def dask_executor(init_context: dg.InitExecutorContext) -> RunScopedDaskExecutor:
     """dagster-dask's ``dask_executor``, safe for partitioned runs and concurrent runs."""
-    ((cluster_type, cluster_configuration),) = init_context.executor_config["cluster"].items()
+    cluster = cast(Mapping[str, Any], init_context.executor_config["cluster"])  # schema: a selector
+    ((cluster_type, cluster_configuration),) = cluster.items()
     return RunScopedDaskExecutor(cluster_type, cluster_configuration)

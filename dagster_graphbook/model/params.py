@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import dagster as dg
 import yaml
@@ -71,7 +71,7 @@ _CONFIG_TYPES = {
 }
 
 
-def unset_value(cls: type, key: str, spec: Dict[str, Any]) -> Any:
+def unset_value(cls: Type[Any], key: str, spec: Dict[str, Any]) -> Any:
     """What a parameter the workflow leaves unset is given: nothing (None) when the class's own
     ``__init__`` has a default for it, as Graphbook passes no kwarg then (the editor drops a
     value-less parameter, ``Graph.run()`` passes only ``param()`` values), so e.g. a tuple
@@ -298,7 +298,6 @@ def _type_words(snap: Any) -> str:
         return "a list"
     if snap.kind in (
         ConfigTypeKind.STRICT_SHAPE,
-        ConfigTypeKind.SHAPE,
         ConfigTypeKind.PERMISSIVE_SHAPE,
     ):
         return "a mapping"
@@ -333,6 +332,12 @@ def _fields_at(config_type: Any, parts: Sequence[str]) -> List[str]:
     return sorted(getattr(config_type, "fields", None) or {})
 
 
+def _field_names(data: Any) -> Sequence[str]:
+    """The field names a config error's data names (``field_names``, or its ``field_name``)."""
+    names: Optional[Sequence[str]] = getattr(data, "field_names", None)
+    return names or [data.field_name]
+
+
 def config_error_lines(
     exc: dg.DagsterInvalidConfigError,
     config_type: Any,
@@ -358,7 +363,7 @@ def config_error_lines(
                 value = f"{value[:40]}... ({len(value)} characters)"
             lines.append(f"{name} takes {_type_words(data.config_type_snap)}, not {value}")
         elif isinstance(data, (FieldNotDefinedErrorData, FieldsNotDefinedErrorData)):
-            unknown = getattr(data, "field_names", None) or [data.field_name]
+            unknown = _field_names(data)
             known = ", ".join(_fields_at(config_type, parts)) or "none"
             kind = "parameter" if not rest else "setting"
             lines.append(
@@ -366,7 +371,7 @@ def config_error_lines(
                 f"{', '.join(map(repr, unknown))} (it has: {known})"
             )
         elif isinstance(data, (MissingFieldErrorData, MissingFieldsErrorData)):
-            missing = getattr(data, "field_names", None) or [data.field_name]
+            missing = _field_names(data)
             lines.append(
                 "; ".join(f"{name}.{m} needs a value (--set {name}.{m}=VALUE)" for m in missing)
             )

@@ -94,7 +94,7 @@ def _import_file(path: Path) -> object:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    module.__graphbook_file_module__ = True  # spawned workers cannot import it by name
+    vars(module)["__graphbook_file_module__"] = True  # spawned workers cannot import it by name
     sys.modules[name] = module  # pickling by reference (dataclasses, fork-free pools) needs it
     folder = str(path.parent)
     added = folder not in sys.path

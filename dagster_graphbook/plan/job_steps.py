@@ -105,7 +105,9 @@ def read_node_info(metadata: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
 def job_source(job: dg.JobDefinition) -> str:
     """``job NAME (workflow FILE)``: the file its steps' assets name (``graphbook`` metadata)."""
     graph = job.asset_layer.asset_graph if job.asset_layer else None
-    for node in job.graph.nodes if graph else ():
+    if not graph:
+        return f"job {job.name}"
+    for node in job.graph.nodes:
         for step in read_steps_tag(node.definition.tags):
             for key in step.pins:
                 found = read_node_info(graph.get(key).metadata if graph.has(key) else None)

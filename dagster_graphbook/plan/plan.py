@@ -344,7 +344,7 @@ def spec_deps(
     external: Sequence[Any],
 ) -> Tuple[List[dg.AssetDep], Dict[str, Set[dg.AssetKey]]]:
     """Non-data deps (external inputs, deps an overridden spec adds) and each output's deps."""
-    inputs = {i.key for i in ins.values()}
+    inputs = {i.key for i in ins.values() if i.key is not None}  # input_assets sets every key
     extra: Dict[dg.AssetKey, dg.AssetDep] = {}
     for dep in (dg.AssetDep(k) for k in external):
         extra.setdefault(dep.asset_key, dep)

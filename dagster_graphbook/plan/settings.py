@@ -8,7 +8,7 @@ these objects, never a dict with defaults of its own.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Mapping, Optional, Union, get_args, get_origin
+from typing import Any, Dict, Literal, Mapping, Optional, Type, Union, get_args, get_origin
 
 import dagster as dg
 from pydantic import Field
@@ -132,7 +132,7 @@ def _config_type(name: str, annotation: Any) -> Any:
     return annotation
 
 
-def runtime_class(kind: str) -> type:
+def runtime_class(kind: str) -> Type[StepRuntime]:
     """The settings class of a step of ``kind`` (source | step | batch)."""
     return BatchRuntime if kind == "batch" else StepRuntime
 

@@ -160,7 +160,7 @@ class NotesStore(dg.IOManager):
                 return candidate
             used = (
                 None
-                if run_id == this_run
+                if run_id == this_run or instance is None  # no instance: the lineage is this run
                 else versions.version_used_by(instance, run_id, key, partition)
             )
             if used is None:

@@ -82,7 +82,7 @@ def _is_local(path: UPath) -> bool:
     return path.protocol in ("", "file", "local")
 
 
-def write_atomic(path: UPath, write: Callable[[IO[bytes]], None]) -> None:
+def write_atomic(path: UPath, write: Callable[[IO[bytes]], object]) -> None:
     """Write through ``write(file)`` to a temporary name beside ``path``, then rename over it.
 
     A kill at any moment leaves either the old file or the new one under the final name; the
@@ -197,7 +197,10 @@ def _is_version(name: str) -> bool:
 
 
 def _mtime(path: UPath) -> float:
-    return path.stat().st_mtime if _is_local(path) else float(path.stat().get("mtime", 0) or 0)
+    if _is_local(path):
+        return path.stat().st_mtime
+    # the fsspec info dict (what UPath's stat() wraps; its dict-style .get is deprecated)
+    return float(path.fs.info(path.path).get("mtime", 0) or 0)
 
 
 def _unfinished(instance: Optional[dg.DagsterInstance], run_id: str) -> bool:
