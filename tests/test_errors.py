@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookError, GraphbookWorkflow, WorkflowError, build_definitions
 from dagster_graphbook.execution.errors import StepFailure
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 import os

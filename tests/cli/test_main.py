@@ -1,16 +1,22 @@
-"""`dagster-graphbook run / validate` as a user types them."""
+"""`dagster-graphbook run / validate` as a user types them, and the live display of a run's
+progress lines."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import dagster as dg
 
-REPO = Path(__file__).resolve().parent.parent
+from dagster_graphbook.cli.main import LiveDisplay
+from tests.conftest import REPO
+
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 
 
@@ -213,3 +219,42 @@ def test_partition_on_a_workflow_without_partitions_is_one_line(tmp_path):
         ], proc.stderr
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         assert instance.get_runs() == []  # refused before any run
+
+
+# ---------------------------------------------------------------------------------------------
+# The live display: progress lines rewritten in place on a terminal
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _entry(message=None, kind=None, step="job__Slow"):
+    event = SimpleNamespace(event_type_value=kind) if kind else None
+    return SimpleNamespace(
+        dagster_event=event, step_key=step, user_message=message, level=20, timestamp=time.time()
+    )
+
+
+def test_terminal_rewrites_progress_lines_in_place_and_ends_them():
+    out = _Terminal()
+    display = LiveDisplay(instance=None, token="t", out=out)
+    display._show(_entry("10/20 (50%) · 5.0 items/s · ETA 2 s · 0 failed · queues: x"))
+    display._show(_entry("20/20 (100%) · 5.0 items/s · ETA 0 s · 0 failed · queues: x"))
+    display._show(_entry(kind="STEP_SUCCESS"))
+    text = out.getvalue()
+    assert text.count("\r\x1b[K") == 2 and text.count("\n") == 2, repr(text)
+    assert text.index("20/20") < text.index("\n") < text.index("✔")
+
+    piped = io.StringIO()  # not a terminal: one line each, as before
+    display = LiveDisplay(instance=None, token="t", out=piped)
+    display._show(_entry("10/20 (50%) · 5.0 items/s · ETA 2 s · 0 failed · queues: x"))
+    display._show(_entry("20/20 (100%) · 5.0 items/s · ETA 0 s · 0 failed · queues: x"))
+    assert "\r" not in piped.getvalue() and piped.getvalue().count("\n") == 2
+
+
+def test_a_message_of_no_step_has_no_empty_label():
+    out = io.StringIO()
+    LiveDisplay(instance=None, token="t", out=out)._show(_entry("model: loaded", step=None))
+    assert out.getvalue() == "  model: loaded\n"

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import load_workflow, run_workflow
 from dagster_graphbook.cli.run import get_instance
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError
+from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
-CONFORMANCE = Path(__file__).resolve().parent / "conformance"
+CONFORMANCE = Path(__file__).resolve().parent
 CASES = CONFORMANCE / "cases"
 
 # Names of graphbook 0.13.3's surface modules that are Graphbook's server, not its authoring API,

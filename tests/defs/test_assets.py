@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
+from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook import param, resource, source, step

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import REPO
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
 from dagster_graphbook.cli.run import get_instance
 from dagster_graphbook.model.workflow import WorkflowError
+from tests.conftest import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
@@ -187,7 +187,8 @@ def test_automation_needs_the_sensors_asset(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
 def test_component_automation_eager(tmp_path):
-    from test_component import NIGHTLY_YAML, _load_defs_folder
+    from tests.conftest import _load_defs_folder
+    from tests.defs.conftest import NIGHTLY_YAML
 
     text = NIGHTLY_YAML.replace("      schedule_hour: 3\n", "      automation: eager\n")
     defs = _load_defs_folder(tmp_path, "gb_automation_defs", {"nightly": text})

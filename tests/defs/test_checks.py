@@ -6,10 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
 from dagster_graphbook.model.workflow import WorkflowError
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook import step, param, source

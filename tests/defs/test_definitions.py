@@ -13,11 +13,10 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from conftest import CHAIN_NODES, chain_workflow, write_nodes
-
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import load_workflow
+from tests.conftest import CHAIN_NODES, chain_workflow, write_nodes
 
 
 class _CountedInputs(list):

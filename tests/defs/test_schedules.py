@@ -9,9 +9,9 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import REPO
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
+from tests.conftest import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"

@@ -27,9 +27,10 @@ def job(
         from dagster_ray import ray_executor
 
         # the step runs as a Ray job (`dagster api execute_step`), which imports this module
-        here = os.path.dirname(os.path.abspath(__file__))
+        # (tests.e2e.distributed_jobs) from the repository root
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         executor_def = ray_executor.configured(
-            {"ray": {"address": address, "env_vars": [f"PYTHONPATH={here}"]}}
+            {"ray": {"address": address, "env_vars": [f"PYTHONPATH={root}"]}}
         )
     partitions = daily_partitions("2026-01-01") if partitioned else None
     spec = GraphbookWorkflow(

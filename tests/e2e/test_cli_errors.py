@@ -18,7 +18,8 @@ from typing import List
 import dagster as dg
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
+
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 

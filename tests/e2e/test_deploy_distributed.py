@@ -10,12 +10,12 @@ from typing import Any, Dict, Optional
 
 import dagster as dg
 import pytest
-from conftest import DAYS, PER_DAY, REPO
 
 from dagster_graphbook import GraphbookWorkflow, run_workflow
 from dagster_graphbook.cli.run import _failure_message, _load_notes, run_config_for
 from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
+from tests.conftest import DAYS, PER_DAY, REPO
 
 pytestmark = pytest.mark.distributed
 distributed = pytest.importorskip(
@@ -55,7 +55,7 @@ def _run_on(
 ) -> Any:
     source, nodes = workflow
     recon = dg.build_reconstructable_job(
-        "distributed_jobs",
+        "tests.e2e.distributed_jobs",
         "job",
         reconstructable_args=(executor, address, source, nodes, notes, partition is not None),
     )
@@ -145,7 +145,7 @@ def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, da
         }
     }
     recon = dg.build_reconstructable_job(
-        "distributed_jobs",
+        "tests.e2e.distributed_jobs",
         "job",
         reconstructable_args=(executor, address, source, nodes, str(tmp_path / "notes"), True),
     )
@@ -208,7 +208,7 @@ def ray_cluster():
     dashboard = _free_port()
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "RAY_USAGE_STATS_ENABLED": "0",
         "PATH": os.pathsep.join([str(ray.parent), os.environ.get("PATH", "")]),
     }  # the step's entrypoint is `dagster api ...`

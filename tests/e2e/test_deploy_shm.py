@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests.e2e.conftest import _can_unshare
 
 SCRIPT = textwrap.dedent("""
     import os, sys, torch
@@ -42,29 +43,6 @@ SCRIPT = textwrap.dedent("""
     print("WARNINGS:", warnings)
     print("OK")
 """)
-
-
-def _can_unshare() -> str:
-    if shutil.which("unshare") is None:
-        return "unshare is not installed"
-    probe = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            "mount -t tmpfs -o size=1m tmpfs /mnt",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    return (
-        ""
-        if probe.returncode == 0
-        else f"cannot make a private mount namespace here (not root?): {probe.stderr.strip()}"
-    )
 
 
 def test_process_batch_step_works_with_a_64_mib_dev_shm(tmp_path):

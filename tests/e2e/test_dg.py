@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from conftest import REPO
+
+from tests.conftest import REPO
 
 DG = Path(sys.executable).parent / "dg"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook.store.manifests import read_manifest
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 import os

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
+
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = '''
 import os, time

@@ -17,7 +17,8 @@ import time
 
 import dagster as dg
 import pytest
-from conftest import edge, serve_webserver, step_node, write_nodes, write_workflow
+
+from tests.conftest import edge, serve_webserver, step_node, write_nodes, write_workflow
 
 NODES = """
 import time

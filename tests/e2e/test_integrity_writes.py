@@ -116,8 +116,9 @@ RESIZE_WRITER = textwrap.dedent("""
 def test_kill_9_while_the_demo_writes_a_copy_leaves_no_image_named_file(tmp_path):
     """SaveResized's temporary file was ``<name>.png.tmp-<pid>.png``: a kill -9 left a half image
     under a ``.png`` name in the day's outputs, and nothing ever removed it."""
-    from conftest import REPO
     from PIL import Image
+
+    from tests.conftest import REPO
 
     nodes = REPO / "custom_nodes" / "nightly" / "nightly_nodes.py"
     src = tmp_path / "src.png"
@@ -180,8 +181,8 @@ def test_a_full_disk_under_dump_jsonl_keeps_the_previous_file_and_no_temporary(
 ):
     """DumpJSONL on a full disk (a real 16 KiB tmpfs): closing its temporary file failed and left
     it behind, holding the space of the disk that was already full."""
-    from conftest import write_nodes
-    from test_deploy_shm import _can_unshare
+    from tests.conftest import write_nodes
+    from tests.e2e.conftest import _can_unshare
 
     why = _can_unshare()
     if why:

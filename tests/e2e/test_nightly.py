@@ -18,7 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import DAYS, PER_DAY, REPO, _shapes_data
+
+from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"

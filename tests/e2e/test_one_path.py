@@ -11,10 +11,10 @@ from typing import get_args
 import dagster as dg
 import dagster._config as dg_config
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSettings
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = """
     import time

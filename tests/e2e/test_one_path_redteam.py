@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook.authoring.steps import BatchStep, Step
 from dagster_graphbook.errors import RequestError
@@ -19,6 +18,7 @@ from dagster_graphbook.execution.driver import StepDriver, run_all
 from dagster_graphbook.execution.errors import StepFailure, WorkerDied
 from dagster_graphbook.execution.stream import StreamingRun, StreamStep
 from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSettings
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 MODES = [pytest.param(False, id="default"), pytest.param(True, id="streaming")]
 

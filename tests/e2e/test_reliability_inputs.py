@@ -1,6 +1,7 @@
-"""Reliability under bad input: bad workflows not covered in test_workflow/test_compat, bad items
-through real runs (real JPEGs decoded in DataLoader worker processes), and the trust rule for
-``function`` parameters (run config may replace code only where the workflow marks it)."""
+"""Reliability under bad input: bad workflows not covered in tests/model/ and
+tests/authoring/test_compat.py, bad items through real runs (real JPEGs decoded in DataLoader
+worker processes), and the trust rule for ``function`` parameters (run config may replace code
+only where the workflow marks it)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.authoring import Graph
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError, load_workflow
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 PROCESS_WORKERS = {"num_workers": 2, "worker_type": "process", "device": "cpu"}
 
@@ -41,7 +42,7 @@ def _skipped_rows(md: dict) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# Bad workflows (the cases test_workflow.py and test_compat.py do not already cover)
+# Bad workflows (the cases tests/model/ and tests/authoring/test_compat.py do not already cover)
 
 GOOD_AND_BROKEN = {
     "good.py": """
@@ -155,8 +156,8 @@ def test_node_file_ending_the_program_at_import_is_a_load_error_everywhere(tmp_p
     """A node file calling ``sys.exit(0)`` at import made ``validate`` exit 0 printing nothing
     (nothing was validated) and ``run`` end silently. Any BaseException short of
     KeyboardInterrupt is a load error naming the file and line: in ``validate``, ``run``, a
-    code location (``build_definitions``; the component: test_component.py); the other files
-    still load."""
+    code location (``build_definitions``; the component:
+    tests/defs/component/test_component.py); the other files still load."""
     folder = _nodes_folder(tmp_path)
     write_nodes(folder, "quits.py", EXITING_NODES.replace("{exit}", exit))
     quits = folder / "quits.py"

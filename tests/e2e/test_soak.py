@@ -13,8 +13,9 @@ from collections import Counter
 import dagster as dg
 import psutil
 import pytest
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
-from test_reliability_faults import Leaks
+
+from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.e2e.conftest import Leaks
 
 NOTES, ITEMS_PER_NOTE = 1000, 50  # 50 000 items
 

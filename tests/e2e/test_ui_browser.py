@@ -17,10 +17,10 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import serve_webserver
-from ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO, serve_webserver
+from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
+
 DEMO = "nightly_shapes"
 
 
@@ -47,7 +47,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def ui_project(tmp_path_factory) -> Path:
-    """The UI cases' location (tests/ui_cases.py), in a folder the test edits."""
+    """The UI cases' location (tests/e2e/ui_cases.py), in a folder the test edits."""
     return make_ui_project(tmp_path_factory.mktemp("ui_cases"), with_repository=True).parent
 
 
@@ -267,7 +267,7 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
 
 
 def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_project, tmp_path):
-    """The views of issue 14 on the UI cases' location (tests/ui_cases.py): a run's progress
+    """The views of issue 14 on the UI cases' location (tests/e2e/ui_cases.py): a run's progress
     lines, an asset's failed blocking check, "Unsynced" after a parameter edit, and the job of a
     workflow that failed to load, with its error."""
     from selenium.common.exceptions import TimeoutException

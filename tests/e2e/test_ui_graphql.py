@@ -1,8 +1,8 @@
 """What the UI reads, through a real dagster-webserver's GraphQL: asset checks, code versions and
 "Unsynced", progress lines in a run's log, and a broken workflow beside working ones.
 
-The location (tests/ui_cases.py) is written to a temporary folder that the tests edit like a user
-would (a parameter in the workflow file, a step's source) before reloading it as the UI's
+The location (tests/e2e/ui_cases.py) is written to a temporary folder that the tests edit like a
+user would (a parameter in the workflow file, a step's source) before reloading it as the UI's
 *Reload* button does.
 """
 
@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
-from conftest import serve_webserver
-from ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
+
+from tests.conftest import serve_webserver
+from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
 
 pytestmark = pytest.mark.ui
 

@@ -24,7 +24,8 @@ from typing import Dict, List, Tuple
 
 import dagster as dg
 import pytest
-from conftest import REPO
+
+from tests.conftest import REPO
 
 SECTION = "## Use it in your project"
 # what a wheel build reads (copied out, so the build leaves nothing in the checkout)

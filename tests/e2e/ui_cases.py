@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-from conftest import REPO, edge, step_node, write_nodes, write_workflow
+from tests.conftest import REPO, edge, step_node, write_nodes, write_workflow
 
 LOCATION = "ui_cases"
 BROKEN_STEP = "NoSuchStep"

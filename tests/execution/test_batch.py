@@ -11,7 +11,6 @@ import time
 import dagster as dg
 import pytest
 import torch
-from conftest import edge, step_node, write_workflow
 
 from dagster_graphbook.authoring import batch, param, step
 from dagster_graphbook.authoring.steps import BatchStep
@@ -19,6 +18,7 @@ from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.driver import run_step
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.plan.settings import BatchRuntime
+from tests.conftest import edge, step_node, write_workflow
 
 CPU0 = dict(num_workers=0, device="cpu")
 
@@ -824,7 +824,8 @@ def test_no_sigchld_handler_raises_into_the_step(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Container types through the device move, worker death as WorkerDied, the CUDA-in-fork hint
+# Container types through the device move (tests/execution/test_device.py: the move itself),
+# worker death as WorkerDied
 
 Pair = __import__("collections").namedtuple("Pair", "image label")
 
@@ -869,58 +870,6 @@ def test_load_fn_containers_reach_on_item_batch_with_their_types(pool, device):
     assert step_obj.seen == [
         ("OrderedDict", "Pair", "tuple", ["pair", "plain"], i, device) for i in (1, 2, 3)
     ]
-
-
-def test_move_and_map_tensors_keep_container_types():
-    from collections import OrderedDict, defaultdict
-
-    from dagster_graphbook.authoring.note import Note
-    from dagster_graphbook.execution.device import contains_cuda, map_tensors, move
-
-    t = torch.ones(2)
-    value = OrderedDict(
-        a=Pair(t, [t, (t, "s")]),
-        b=defaultdict(list, k=t),
-        c=Note({"x": t}),
-        d="text",
-    )
-    moved = move(value, "cpu")
-    assert type(moved) is OrderedDict and list(moved) == ["a", "b", "c", "d"]
-    assert type(moved["a"]) is Pair and type(moved["a"].label[1]) is tuple
-    assert type(moved["b"]) is defaultdict and moved["b"].default_factory is list
-    assert type(moved["c"]) is Note and moved["c"]["missing"] is None
-    assert moved is value  # nothing moved: nothing copied
-    doubled = map_tensors(lambda x: x * 2, value)
-    assert doubled is not value and type(doubled["a"]) is Pair
-    assert torch.equal(doubled["a"].image, t * 2) and torch.equal(doubled["c"]["x"], t * 2)
-    assert doubled["d"] == "text" and value["a"].image is t  # the input is left as it was
-    loop = [t]
-    loop.append(loop)  # a list inside itself is not entered again
-    assert map_tensors(lambda x: x + 1, loop)[1] is loop
-    assert not contains_cuda(value)
-
-
-def test_compact_and_tensor_bytes_walk_the_same_containers():
-    from collections import OrderedDict
-
-    from dagster_graphbook.store.codec import compact, tensor_bytes
-
-    batch = torch.zeros(8, 100)
-    args = (OrderedDict(view=batch[0]), Pair(batch[1], 1), "x")
-    out = compact(args)
-    assert type(out[0]) is OrderedDict and type(out[1]) is Pair
-    assert out[0]["view"].untyped_storage().nbytes() == 400
-    assert out[1].image.untyped_storage().nbytes() == 400
-    plain = (torch.zeros(3), [1, 2])
-    assert compact(plain) is plain  # no view: the object itself
-    shared = torch.zeros(10)
-    assert tensor_bytes({"a": shared, "b": [shared, torch.zeros(5)]}) == 60
-    assert tensor_bytes([torch.zeros(100)] * 1 + [torch.zeros(100)], limit=500) == 800
-    nested = current = {}
-    for _ in range(12):
-        current["next"] = current = {}
-    current["t"] = torch.zeros(10)  # deeper than the walk looks
-    assert tensor_bytes(nested) == 0
 
 
 class DiesInLoad(BatchStep):
@@ -968,38 +917,3 @@ def test_dead_worker_fails_the_step_with_worker_died(step_cls, stage):
         assert " of 12: " in first
     else:
         assert "a dump worker process died (killed by a signal" in first
-
-
-def _starts_cuda(item):
-    torch.cuda._lazy_init()  # what a CUDA tensor in a forked worker does first
-    return item
-
-
-def _bad_fork():
-    return True
-
-
-def test_cuda_in_a_forked_worker_gets_the_hint(monkeypatch):
-    """torch refuses CUDA in a fork of a process that started it, with a plain RuntimeError; the
-    worker adds the hint (here the fork state is faked: it needs a GPU)."""
-    from dagster_graphbook.execution.dump_pool import _call
-    from dagster_graphbook.execution.errors import CUDA_FORK_HINT, cuda_fork_hint
-    from dagster_graphbook.execution.loader_pool import ItemDataset
-
-    if torch.cuda.is_initialized():
-        pytest.skip("CUDA already started in this process: _lazy_init raises nothing")
-
-    def raises_other(item):
-        raise RuntimeError("unrelated")
-
-    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", _bad_fork)
-    _, _, tb = ItemDataset([1], _starts_cuda, {})[0]
-    assert "RuntimeError" in tb and tb.endswith(f"\nHint: {CUDA_FORK_HINT}\n")
-    error, _ = _call((1,), _starts_cuda)
-    assert error.endswith(f"\nHint: {CUDA_FORK_HINT}\n")
-    _, _, other = ItemDataset([1], raises_other, {})[0]
-    assert CUDA_FORK_HINT not in other  # another error in a bad fork: no hint
-    with pytest.raises(RuntimeError) as info:
-        _starts_cuda(1)
-    monkeypatch.undo()  # not a forked worker: no hint
-    assert cuda_fork_hint(info.value) == ""

@@ -1,13 +1,11 @@
-"""Progress of a batch step: the short line of issue 14.6, its timing, and the terminal display."""
+"""Progress of a batch step: the short line of issue 14.6 and its timing (the terminal display:
+tests/cli/test_main.py)."""
 
 from __future__ import annotations
 
-import io
 import time
-from types import SimpleNamespace
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.cli.main import LiveDisplay
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.progress import PROGRESS_LINE, Progress
 from dagster_graphbook.plan.settings import BatchRuntime
@@ -78,61 +76,3 @@ def test_a_batch_step_reports_progress_lines_in_the_short_form():
     assert all("/20 (" in m and "items/s" in m and "ETA" in m for m in progress)
     done = [m.split(" ", 1)[0] for m in progress]
     assert done[-1] == "20/20" and len(set(done)) == len(done), progress  # no line twice
-
-
-class _Terminal(io.StringIO):
-    def isatty(self):
-        return True
-
-
-def _entry(message=None, kind=None, step="job__Slow"):
-    event = SimpleNamespace(event_type_value=kind) if kind else None
-    return SimpleNamespace(
-        dagster_event=event, step_key=step, user_message=message, level=20, timestamp=time.time()
-    )
-
-
-def test_terminal_rewrites_progress_lines_in_place_and_ends_them():
-    out = _Terminal()
-    display = LiveDisplay(instance=None, token="t", out=out)
-    display._show(_entry("10/20 (50%) · 5.0 items/s · ETA 2 s · 0 failed · queues: x"))
-    display._show(_entry("20/20 (100%) · 5.0 items/s · ETA 0 s · 0 failed · queues: x"))
-    display._show(_entry(kind="STEP_SUCCESS"))
-    text = out.getvalue()
-    assert text.count("\r\x1b[K") == 2 and text.count("\n") == 2, repr(text)
-    assert text.index("20/20") < text.index("\n") < text.index("✔")
-
-    piped = io.StringIO()  # not a terminal: one line each, as before
-    display = LiveDisplay(instance=None, token="t", out=piped)
-    display._show(_entry("10/20 (50%) · 5.0 items/s · ETA 2 s · 0 failed · queues: x"))
-    display._show(_entry("20/20 (100%) · 5.0 items/s · ETA 0 s · 0 failed · queues: x"))
-    assert "\r" not in piped.getvalue() and piped.getvalue().count("\n") == 2
-
-
-def test_a_message_of_no_step_has_no_empty_label():
-    out = io.StringIO()
-    LiveDisplay(instance=None, token="t", out=out)._show(_entry("model: loaded", step=None))
-    assert out.getvalue() == "  model: loaded\n"
-
-
-def test_launchpad_config_shows_the_runtime_block_with_its_defaults():
-    """The Launchpad scaffolds a step's config from the schema's defaults: ``runtime`` must have
-    one, or its settings (workers, device, on_item_error, timeouts) stay hidden."""
-    import dagster as dg
-
-    from dagster_graphbook import GraphbookWorkflow, build_definitions
-
-    root = __import__("pathlib").Path(__file__).resolve().parent.parent
-    defs = build_definitions(
-        [
-            GraphbookWorkflow(
-                root / "workflows/nightly_shapes.json", custom_nodes=[root / "custom_nodes/nightly"]
-            )
-        ]
-    )
-    job = defs.resolve_job_def("nightly_shapes")
-    config = dg.validate_run_config(job, {})
-    runtime = config["ops"]["nightly_shapes__ClassifyShapes"]["config"]["runtime"]
-    assert runtime["num_workers"] == 2 and runtime["device"] == "auto"
-    assert runtime["on_item_error"] == "raise"
-    assert config["ops"]["nightly_shapes__ReviewSplit"]["config"]["runtime"]["retries"] == 0

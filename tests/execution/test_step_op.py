@@ -15,9 +15,9 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
-from conftest import edge, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
+from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 NODES = """
     import os

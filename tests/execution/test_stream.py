@@ -8,7 +8,6 @@ makes image-sized tensors in loader processes and whose dump_fn runs in dump pro
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -19,10 +18,9 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from dagster_graphbook.store import codec as notes_codec
+from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 NODES = """
     import os
@@ -149,27 +147,6 @@ def _lines(trace: Path) -> list:
 
 # ---------------------------------------------------------------------------------------------
 # Part 1: a stored tensor costs its own bytes
-
-
-def test_codec_stores_a_batch_view_as_its_own_bytes():
-    import numpy as np
-    import torch
-
-    batch = torch.rand(8, 3, 64, 64)
-    notes = [{"tensor": [batch[i]], "i": i} for i in range(8)]
-    raw = 8 * batch[0].numel() * 4
-    assert (
-        len(pickle.dumps(notes[:1])) > 7 * raw / 8
-    )  # what plain pickle does: the whole batch per view
-    stored = notes_codec.dumps(notes)
-    assert len(stored) <= 1.1 * raw
-    back = notes_codec.loads(stored)
-    assert all(torch.equal(b["tensor"][0], batch[i]) for i, b in enumerate(back))
-    view = batch[2]
-    shared = notes_codec.loads(notes_codec.dumps([view, view]))  # one object stays one object
-    assert shared[0].data_ptr() == shared[1].data_ptr()
-    array = np.zeros((8, 1000))
-    assert len(notes_codec.dumps([array[1]])) < 1.1 * 8000
 
 
 @pytest.fixture(scope="module")
@@ -601,32 +578,3 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         (run,) = instance.get_runs()
         assert run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), run.status
-
-
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_interrupt_latch_raises_a_terminate_that_python_swallowed():
-    """Dagster's handler raises; raised inside ``__del__`` (or an at-fork hook, where the stream
-    forks its pools) Python only prints it. The latch lets the loop raise it again."""
-    from dagster_graphbook.execution.interrupts import interrupt_latch
-
-    class Stop(Exception):
-        pass
-
-    def raising(signo, frame):
-        raise Stop()
-
-    class Swallows:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(10_000):  # the handler runs here, where its exception is ignored
-                pass
-
-    old = signal.signal(signal.SIGTERM, raising)
-    try:
-        with interrupt_latch() as check:
-            Swallows()
-            with pytest.raises(Stop):
-                check()
-        assert signal.getsignal(signal.SIGTERM) is raising
-    finally:
-        signal.signal(signal.SIGTERM, old)

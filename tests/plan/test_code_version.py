@@ -8,9 +8,9 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import REPO
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
+from tests.conftest import REPO
 
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
 

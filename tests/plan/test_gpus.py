@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO
-from test_component import _load_defs_folder
 
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
+from tests.conftest import REPO, _load_defs_folder
 
 NIGHTLY = REPO / "workflows" / "nightly_shapes.json"
 NODES = [REPO / "custom_nodes" / "nightly"]

@@ -1,8 +1,9 @@
 """Streaming segments: some steps of a workflow stream as one op, the others keep an op each.
 
-Real Dagster runs with real loader and dump processes, on the workflows of ``test_streaming``:
-what the segment reads from outside comes in through the notes IO manager, what a step outside
-reads is stored, what only the segment reads is not, and the notes equal the default mode's.
+Real Dagster runs with real loader and dump processes, on the workflows of
+``tests/execution/test_stream.py``: what the segment reads from outside comes in through the notes
+IO manager, what a step outside reads is stored, what only the segment reads is not, and the notes
+equal the default mode's.
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ import textwrap
 
 import dagster as dg
 import pytest
-from conftest import edge, step_node, write_workflow
-from test_streaming import NODES, _dfs_workflow, _lines
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.model.workflow import WorkflowError
+from tests.conftest import edge, step_node, write_workflow
+from tests.execution.test_stream import NODES, _dfs_workflow, _lines
 
 CPU = {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}
 
 
 @pytest.fixture
 def nodes(tmp_path):
-    from conftest import write_nodes
+    from tests.conftest import write_nodes
 
     return write_nodes(tmp_path / "nodes", "stream_nodes.py", NODES)
 

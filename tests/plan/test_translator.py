@@ -13,7 +13,6 @@ from typing import Any, Callable, Dict, Optional
 
 import dagster as dg
 import pytest
-from conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 from dagster_graphbook import (
     FolderSensor,
@@ -24,6 +23,7 @@ from dagster_graphbook import (
     load_workflow,
 )
 from dagster_graphbook.model.workflow import WorkflowError
+from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
 
 K = dg.AssetKey
 

@@ -8,13 +8,13 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import REPO
-from dagster.components import load_defs
+
+from tests.conftest import REPO, _load_defs_folder
+from tests.defs.conftest import NIGHTLY_YAML
 
 # load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the
 # same).
@@ -22,39 +22,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Function `load_defs` is deprecated:DeprecationWarning"
 )
 
-
-def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.Definitions:
-    """A project in ``tmp_path`` (pyproject.toml + package ``package``) with one defs.yaml per
-    folder."""
-    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "{package}"\nversion = "0"\n')
-    root = tmp_path / package
-    root.mkdir()
-    (root / "__init__.py").write_text("")
-    for folder, text in yaml_by_folder.items():
-        (root / folder).mkdir()
-        (root / folder / "defs.yaml").write_text(textwrap.dedent(text))
-    sys.path.insert(0, str(tmp_path))
-    try:
-        return load_defs(importlib.import_module(package), project_root=tmp_path)
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
-            del sys.modules[name]
-
-
-NIGHTLY_YAML = f"""
-    type: dagster_graphbook.GraphbookWorkflowComponent
-    attributes:
-      workflow: {REPO}/workflows/nightly_shapes.json
-      custom_nodes: [{REPO}/custom_nodes/nightly]
-      partitions: {{start_date: "2026-01-01"}}
-      schedule_hour: 3
-      sensor_folder: incoming
-      sensor_asset: nightly_shapes/incoming
-      external_deps: {{IncomingImages: [nightly_shapes/incoming]}}
-      op_tags: {{team: vision}}
-      job_tags: {{owner: ml}}
-"""
 
 SAMPLE_YAML = """
     type: dagster_graphbook.GraphbookWorkflowComponent

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import REPO, edge, step_node, write_nodes, write_workflow
 from dagster.components import load_defs
 
 from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, build_definitions
+from tests.conftest import REPO, edge, step_node, write_nodes, write_workflow
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Function `load_defs` is deprecated:DeprecationWarning"
