@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 
-# tests/test_ui_browser.py drives Debian's chromium through chromedriver (Selenium cannot download a
+# tests/e2e/test_ui_browser.py drives Debian's chromium through chromedriver (Selenium cannot download a
 # browser here). Install both when missing and we can (root with apt-get); otherwise that test skips
 # and says why. CHROMIUM / CHROMEDRIVER point it at other binaries.
 have_chromium() {

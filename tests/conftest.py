@@ -11,9 +11,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional
 
 import pytest
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "nightly"
@@ -405,7 +408,7 @@ def chain_workflow(folder: Path, steps: int, name: str, labelled: bool = False) 
 
 
 # ---------------------------------------------------------------------------------------------
-# The nightly shapes project (tests/test_nightly.py, tests/test_deploy_distributed.py)
+# The nightly shapes project (tests/e2e/test_nightly.py, tests/e2e/test_deploy_distributed.py)
 
 
 def _shapes_data():
@@ -444,3 +447,29 @@ def project(tmp_path_factory) -> Dict[str, Any]:
     val = float(re.search(r"val accuracy ([0-9.]+),", out.stdout).group(1))
     assert val >= 0.9, out.stdout
     return {"root": root, "val_accuracy": val}
+
+
+# ---------------------------------------------------------------------------------------------
+# A defs folder loaded the way Dagster loads one (tests/defs/component/test_component.py,
+# tests/defs/test_automation.py, tests/plan/test_gpus.py)
+
+
+def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.Definitions:
+    """A project in ``tmp_path`` (pyproject.toml + package ``package``) with one defs.yaml per
+    folder."""
+    from dagster.components import load_defs
+
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "{package}"\nversion = "0"\n')
+    root = tmp_path / package
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    for folder, text in yaml_by_folder.items():
+        (root / folder).mkdir()
+        (root / folder / "defs.yaml").write_text(textwrap.dedent(text))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return load_defs(importlib.import_module(package), project_root=tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+            del sys.modules[name]

@@ -1,0 +1,265 @@
+"""The sample and nightly workflows on a local Dask cluster on loopback (marker ``distributed``):
+notes and outputs as in one process; partitioned runs and two concurrent runs of one job."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import dagster as dg
+import pytest
+
+from dagster_graphbook import GraphbookWorkflow, run_workflow
+from dagster_graphbook.cli.run import _failure_message, _load_notes, run_config_for
+from dagster_graphbook.defs.definitions import build_workflow
+from dagster_graphbook.plan.translator import GraphbookTranslator
+from tests.conftest import DAYS, PER_DAY, REPO
+
+pytestmark = pytest.mark.distributed
+distributed = pytest.importorskip(
+    "distributed", reason="needs the distributed extra: pip install -e '.[distributed]'"
+)
+pytest.importorskip(
+    "dagster_dask", reason="needs the distributed extra: pip install -e '.[distributed]'"
+)
+
+SAMPLE = (str(REPO / "workflows" / "sample.json"), (str(REPO / "custom_nodes" / "sample"),))
+NIGHTLY = (
+    str(REPO / "workflows" / "nightly_shapes.json"),
+    (str(REPO / "custom_nodes" / "nightly"),),
+)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """Two worker processes, one thread each, scheduler and workers on 127.0.0.1."""
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    )
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def _run_on(
+    executor: str,
+    address: str,
+    workflow: tuple,
+    home: str,
+    notes: str,
+    params: Dict[str, Any],
+    partition: Optional[str] = None,
+) -> Any:
+    source, nodes = workflow
+    recon = dg.build_reconstructable_job(
+        "tests.e2e.distributed_jobs",
+        "job",
+        reconstructable_args=(executor, address, source, nodes, notes, partition is not None),
+    )
+    wdefs = build_workflow(GraphbookWorkflow(source, custom_nodes=list(nodes)))
+    tags = {"dagster/partition": partition} if partition else {}
+    with dg.DagsterInstance.from_config(home) as instance:
+        result = dg.execute_job(
+            recon,
+            instance=instance,
+            run_config=run_config_for(wdefs.workflow, params),
+            tags=tags,
+            raise_on_error=False,
+        )
+        assert result.success, _failure_message(instance, result.run_id)
+        return _load_notes(result.run_id, wdefs, GraphbookTranslator(), instance)
+
+
+def test_sample_workflow_on_dask_matches_one_process(dask_cluster, tmp_path, dagster_home):
+    params = {"GenerateNumbers.amount": 40, "GenerateNumbers.seed": 7}
+    notes = _run_on("dask", dask_cluster, SAMPLE, dagster_home, str(tmp_path / "notes"), params)
+    local = run_workflow(
+        SAMPLE[0],
+        custom_nodes=list(SAMPLE[1]),
+        params=params,
+        dagster_home=str(tmp_path / "local_home"),
+    )
+    assert local.success, local.failure
+    assert notes == local.notes
+    assert len(notes["GenerateNumbers"]["out"]) == 40
+
+
+def test_two_runs_at_once_on_one_dask_cluster_both_run_their_steps(
+    dask_cluster, tmp_path, dagster_home
+):
+    """dagster-dask keyed tasks by job and step only: the second run silently ran nothing.
+
+    The two runs are two processes, as two real runs are (in two threads of one process, CPython
+    3.11's ast module, which formatting a traceback uses, can fail with "AST constructor recursion
+    depth mismatch", python/cpython#106905)."""
+    with dg.DagsterInstance.from_config(
+        dagster_home
+    ) as instance:  # create the sqlite storage once, not in both processes
+        instance.get_runs()
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=spawn) as pool:
+        futures = {
+            seed: pool.submit(
+                _run_on,
+                "dask",
+                dask_cluster,
+                SAMPLE,
+                dagster_home,
+                str(tmp_path / f"notes{seed}"),
+                {"GenerateNumbers.amount": 10 + seed, "GenerateNumbers.seed": seed},
+            )
+            for seed in (1, 2)
+        }
+        results = {seed: future.result(timeout=300) for seed, future in futures.items()}
+    assert {seed: len(notes["GenerateNumbers"]["out"]) for seed, notes in results.items()} == {
+        1: 11,
+        2: 12,
+    }
+    assert all(
+        len(notes["Transform"]["out"]) == len(notes["GenerateNumbers"]["out"])
+        for notes in results.values()
+    )
+
+
+@pytest.mark.parametrize("executor", ["dask", "ray"])
+def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, dagster_home):
+    """A daily partition (dagster-dask failed on partitioned runs) with absolute paths: the images
+    classified, the confident ones resized into the output folder."""
+    address = request.getfixturevalue(f"{executor}_cluster")
+    root: Path = project["root"]
+    day = DAYS[0]
+    params = {
+        "IncomingImages.folder": f"{root}/data/incoming/{{partition_key}}",
+        "SaveResized.output_dir": f"{tmp_path}/out/{{partition_key}}",
+    }
+    source, nodes = NIGHTLY
+    recon_params = dict(params)
+    wdefs = build_workflow(GraphbookWorkflow(source, custom_nodes=list(nodes)))
+    config = run_config_for(wdefs.workflow, recon_params)
+    config["resources"] = {
+        "nightly_shapes__ShapesModel": {
+            "config": {"checkpoint": str(root / "models" / "shapes_cnn.pt")}
+        }
+    }
+    recon = dg.build_reconstructable_job(
+        "tests.e2e.distributed_jobs",
+        "job",
+        reconstructable_args=(executor, address, source, nodes, str(tmp_path / "notes"), True),
+    )
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = dg.execute_job(
+            recon,
+            instance=instance,
+            run_config=config,
+            tags={"dagster/partition": day},
+            raise_on_error=False,
+        )
+        assert result.success, _failure_message(instance, result.run_id)
+        notes = _load_notes(result.run_id, wdefs, GraphbookTranslator(), instance)
+        accuracy = (
+            instance.get_latest_materialization_event(
+                dg.AssetKey(["nightly_shapes", "ClassifyShapes"])
+            )
+            .asset_materialization.metadata["accuracy"]
+            .value
+        )
+    assert len(notes["IncomingImages"]["out"]) == PER_DAY
+    assert accuracy >= 0.9
+    confident = notes["ReviewSplit"]["confident"]
+    assert len(confident) + len(notes["ReviewSplit"]["review"]) == PER_DAY
+    written = sorted((tmp_path / "out" / day).rglob("*.png"))
+    assert len(written) == len(confident) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray: a head node on 127.0.0.1 with its job server; dagster-ray runs each step as a Ray job
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """``ray start --head --block`` in its own process group (stopped by killing that group)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    pytest.importorskip(
+        "dagster_ray", reason="needs the distributed extra: pip install -e '.[distributed]'"
+    )
+    pytest.importorskip(
+        "ray.dashboard", reason="needs ray[default] (the job server) from the distributed extra"
+    )
+    ray = Path(sys.executable).with_name("ray")
+    temp = tempfile.mkdtemp(prefix="gbray")  # short: Ray's socket paths must fit in 107 characters
+    dashboard = _free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PATH": os.pathsep.join([str(ray.parent), os.environ.get("PATH", "")]),
+    }  # the step's entrypoint is `dagster api ...`
+    cmd = [
+        str(ray),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={_free_port()}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        "--num-cpus=2",
+        "--include-dashboard=true",
+        f"--temp-dir={temp}",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        import requests
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(f"{address}/api/version", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Ray head did not start (exit {proc.poll()})")
+            time.sleep(1)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_sample_workflow_on_ray_matches_one_process(ray_cluster, tmp_path, dagster_home):
+    params = {"GenerateNumbers.amount": 40, "GenerateNumbers.seed": 7}
+    notes = _run_on("ray", ray_cluster, SAMPLE, dagster_home, str(tmp_path / "notes"), params)
+    local = run_workflow(
+        SAMPLE[0],
+        custom_nodes=list(SAMPLE[1]),
+        params=params,
+        dagster_home=str(tmp_path / "local_home"),
+    )
+    assert local.success, local.failure
+    assert notes == local.notes

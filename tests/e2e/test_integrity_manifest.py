@@ -1,0 +1,173 @@
+"""Stale outputs (issue 11.5): each materialization names exactly the files it wrote."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dagster_graphbook.store.manifests import read_manifest
+from tests.conftest import edge, step_node, write_nodes, write_workflow
+
+NODES = """
+import os
+
+import pytest
+from graphbook.steps import SourceStep, BatchStep
+
+class Names(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"count": {"type": "number", "default": 3}}
+
+    def __init__(self, count=3):
+        super().__init__()
+        self.count = int(count)
+
+    def load(self):
+        return {"out": [{"name": f"img_{i}"} for i in range(self.count)]}
+
+class Save(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"out_dir": {"type": "string", "default": ""}}
+
+    def __init__(self, out_dir=""):
+        super().__init__(2, "name")
+        self.out_dir = out_dir
+
+    @staticmethod
+    def dump_fn(name, folder):
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name + ".txt")
+        with open(path, "w") as f:
+            f.write(name)
+        return path
+
+    def on_item_batch(self, outputs, items, notes):
+        return [(item, self.out_dir) for item in items]
+"""
+
+
+def test_the_latest_materialization_lists_exactly_its_own_files(tmp_path, run_wf, dagster_home):
+    import dagster as dg
+
+    nodes = write_nodes(tmp_path / "nodes", "save_nodes.py", NODES)
+    out = tmp_path / "outputs"
+    wf = write_workflow(
+        tmp_path,
+        "saver",
+        [
+            step_node("0", "Names", {"count": 5}, source=True),
+            step_node("1", "Save", {"out_dir": str(out)}),
+        ],
+        [edge("0", "out", "1")],
+    )
+    first = run_wf(wf, [nodes], notes_dir=str(tmp_path / "notes"))
+    second = run_wf(wf, [nodes], {"Names.count": 2}, notes_dir=str(tmp_path / "notes"))
+    assert first.success and second.success
+    on_disk = sorted(p.name for p in out.glob("*.txt"))
+    assert on_disk == [f"img_{i}.txt" for i in range(5)]  # the first run's 3 extra files stay
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(["saver", "Save"]))
+    assert event.run_id == second.run_id
+    manifest = event.asset_materialization.metadata["files_manifest"].value
+    files = read_manifest(manifest)
+    assert sorted(os.path.basename(p) for p in files) == ["img_0.txt", "img_1.txt"]
+    assert all(os.path.isfile(p) for p in files)
+
+
+GRAPHBOOK_DUMPS = """
+import os
+
+import pytest
+from graphbook.steps import SourceStep, BatchStep
+from dagster_graphbook.authoring.files import atomic_path
+
+class Names(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"count": {"type": "number", "default": 3}}
+
+    def __init__(self, count=3):
+        super().__init__()
+        self.count = int(count)
+
+    def load(self):
+        return {"out": [{"name": f"img_{i}"} for i in range(self.count)]}
+
+class SaveViaHelper(BatchStep):
+    '''Graphbook style: dump_fn returns nothing; it writes through atomic_path.'''
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"out_dir": {"type": "string", "default": ""}}
+
+    def __init__(self, out_dir=""):
+        super().__init__(2, "name")
+        self.out_dir = out_dir
+
+    @staticmethod
+    def dump_fn(name, folder):
+        with atomic_path(os.path.join(folder, name + ".txt")) as tmp:
+            with open(tmp, "w") as f:
+                f.write(name * 2)
+
+    def on_item_batch(self, outputs, items, notes):
+        return [(item, self.out_dir) for item in items]
+
+class SavePlain(SaveViaHelper):
+    '''dump_fn returns nothing and writes with open(): nothing to record.'''
+
+    @staticmethod
+    def dump_fn(name, folder):
+        with open(os.path.join(folder, name + ".plain"), "w") as f:
+            f.write(name)
+"""
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_files_written_through_atomic_path_are_recorded_when_dump_fn_returns_none(
+    tmp_path, run_wf, dagster_home, worker_type
+):
+    """Graphbook's dump_fns return None (issue 21.5): files written through the documented
+    helper are recorded all the same; a dump_fn that writes otherwise gets a note saying why
+    its step has no files_written."""
+    import dagster as dg
+
+    nodes = write_nodes(tmp_path / "nodes", "gb_dumps.py", GRAPHBOOK_DUMPS)
+    out = tmp_path / "outputs"
+    out.mkdir()
+    wf = write_workflow(
+        tmp_path,
+        "gbdumps",
+        [
+            step_node("0", "Names", {"count": 5}, source=True),
+            step_node("1", "SaveViaHelper", {"out_dir": str(out)}),
+            step_node("2", "SavePlain", {"out_dir": str(out)}),
+        ],
+        [edge("0", "out", "1"), edge("0", "out", "2")],
+    )
+    params = {f"{s}.runtime.worker_type": worker_type for s in ("SaveViaHelper", "SavePlain")}
+    run = run_wf(wf, [nodes], params, notes_dir=str(tmp_path / "notes"))
+    assert run.success, run.failure
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        helper, plain = (
+            {
+                k: v.value
+                for k, v in instance.get_latest_materialization_event(
+                    dg.AssetKey(["gbdumps", step])
+                ).asset_materialization.metadata.items()
+            }
+            for step in ("SaveViaHelper", "SavePlain")
+        )
+    expected = sorted(str(out / f"img_{i}.txt") for i in range(5))
+    assert helper["files_written"] == 5 and helper["files_bytes"] == sum(
+        os.path.getsize(p) for p in expected
+    )
+    assert sorted(read_manifest(helper["files_manifest"])) == expected
+    assert sorted(helper["files_sample"]) == expected
+    assert "files_note" not in helper
+    assert len(list(out.glob("*.plain"))) == 5  # written, but not through the helper
+    assert "files_written" not in plain and "files_manifest" not in plain
+    assert plain["files_note"].startswith("dump_fn ran 5 times and no file was recorded")
+    assert "atomic_path()" in plain["files_note"]

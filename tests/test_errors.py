@@ -1,0 +1,248 @@
+"""A failed step's headline is ours (workflow, step, item), with the item, note and step as
+metadata: every failure path ends in a ``GraphbookError`` (a ``dg.Failure``), read back from a
+real instance's STEP_FAILURE event, through GraphQL, and in the CLI's failure message."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from dagster_graphbook import GraphbookError, GraphbookWorkflow, WorkflowError, build_definitions
+from dagster_graphbook.execution.errors import StepFailure
+from tests.conftest import edge, step_node, write_nodes, write_workflow
+
+NODES = """
+import os
+import signal
+import time
+
+from graphbook import batch, param, source, step
+
+
+@step("Fl/Items")
+@source()
+@param("n", "number", default=6)
+def items(ctx):
+    for i in range(int(ctx.n)):
+        yield {"out": {"id": i, "items": [i]}}
+
+
+@step("Fl/Plain")
+@param("bad", "number", default=-1)
+def plain(ctx, data):
+    if data["id"] == ctx.bad:
+        raise ValueError(f"cannot handle {data['id']}")
+
+
+def load(ctx, item):
+    if item == ctx.load_error:
+        raise OSError(f"unreadable {item}")
+    if item == ctx.hang:
+        time.sleep(30)
+    if item == ctx.die_load:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return item * 10
+
+
+def dump(ctx, value):
+    if value == ctx.dump_error * 10:
+        raise ValueError(f"cannot write {value}")
+    if value == ctx.die_dump * 10:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return None
+
+
+@step("Fl/Work")
+@batch(2, "items", load_fn=load, dump_fn=dump)
+@param("load_error", "number", default=-1)
+@param("hang", "number", default=-1)
+@param("die_load", "number", default=-1)
+@param("model_error", "number", default=-1)
+@param("dump_error", "number", default=-1)
+@param("die_dump", "number", default=-1)
+def work(ctx, outputs, items, notes):
+    if ctx.model_error in items:
+        raise RuntimeError(f"model exploded on {int(ctx.model_error)}")
+    return [(int(out),) for out in outputs]
+"""
+
+WORKERS = {
+    "Work.runtime.num_workers": 1,
+    "Work.runtime.dump_workers": 1,
+    "Work.runtime.device": "cpu",
+    "Work.runtime.stall_warning_s": 0.0,
+}
+
+
+@pytest.fixture
+def flows(tmp_path):
+    """``(plain workflow, batch workflow, custom nodes)``: Items -> Plain and Items -> Work."""
+    nodes = write_nodes(tmp_path / "nodes", "fl_nodes.py", NODES)
+    plain = write_workflow(
+        tmp_path,
+        "plainfail",
+        [step_node("1", "Items", source=True), step_node("2", "Plain")],
+        [edge("1", "out", "2")],
+    )
+    batch = write_workflow(
+        tmp_path,
+        "batchfail",
+        [step_node("1", "Items", source=True), step_node("2", "Work")],
+        [edge("1", "out", "2")],
+    )
+    return plain, batch, nodes
+
+
+def _step_failure(home: str, run_id: str):
+    """The run's one STEP_FAILURE event (its step key and data)."""
+    instance = dg.DagsterInstance.from_config(home)
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    assert len(records) == 1, [r.message for r in records]
+    return records[0].step_key, records[0].dagster_event.step_failure_data
+
+
+def _meta(data) -> dict:
+    return {k: v.value for k, v in data.user_failure_data.metadata.items()}
+
+
+def test_plain_step_failure_headline_and_metadata(flows, run_wf, dagster_home):
+    plain, _, nodes = flows
+    run = run_wf(plain, custom_nodes=[nodes], params={"Plain.bad": 3})
+    assert not run.success
+    step_key, data = _step_failure(dagster_home, run.run_id)
+    headline = data.user_failure_data.description
+    assert headline == (
+        "workflow 'plainfail', step 'Plain' (node 2): failed on note 3 "
+        "{'id': 3, 'items': [3]}: ValueError: cannot handle 3"
+    )
+    # the error Dagster records is ours, not "Error occurred while executing op"
+    assert data.error.cls_name == "StepFailure"
+    assert "Error occurred while executing" not in data.error.to_string()
+    meta = _meta(data)
+    assert (meta["workflow"], meta["step"], meta["node"]) == ("plainfail", "Plain", "2")
+    assert meta["note_index"] == 3 and meta["stage"] == "step"
+    assert meta["note"] == '{"id": 3, "items": [3]}'  # a JSON preview of the note
+    assert meta["exception"] == "ValueError"
+    assert "cannot handle 3" in meta["traceback"] and "fl_nodes.py" in meta["traceback"]
+    # the CLI / run_workflow prints the same headline first, then the traceback's tail
+    first, *rest = run.failure.splitlines()
+    assert first == f"{step_key}: {headline}"
+    assert any("fl_nodes.py" in line for line in rest)
+
+
+@pytest.mark.parametrize(
+    "params, said, item",
+    [
+        (
+            {"Work.load_error": 3},
+            "load_fn failed on item 3 (note 3, item 0): OSError: unreadable 3",
+            3,
+        ),
+        (
+            {"Work.model_error": 3},
+            "on_item_batch failed on item 2 (note 2, item 0): RuntimeError: model exploded on 3",
+            2,
+        ),
+        ({"Work.dump_error": 3}, "dump_fn failed on item 3 (note 3, item 0): ValueError: ", 3),
+        (
+            {"Work.hang": 3, "Work.runtime.call_timeout_s": 1.0},
+            "load_fn failed on item 3 (note 3, item 0)",
+            3,
+        ),
+        ({"Work.die_load": 3}, "a loader worker process died", None),
+        ({"Work.die_dump": 3}, "a dump worker process died", None),
+    ],
+    ids=["load", "model", "dump", "timeout", "loader-death", "dump-death"],
+)
+def test_batch_failure_paths_end_in_our_headline(flows, run_wf, dagster_home, params, said, item):
+    _, batch, nodes = flows
+    run = run_wf(batch, custom_nodes=[nodes], params={**WORKERS, **params})
+    assert not run.success
+    step_key, data = _step_failure(dagster_home, run.run_id)
+    assert data.user_failure_data is not None, data.error.to_string()
+    headline = data.user_failure_data.description
+    assert headline.startswith("workflow 'batchfail', step 'Work' (node 2): ")
+    assert said in headline
+    meta = _meta(data)
+    assert (meta["workflow"], meta["step"], meta["node"]) == ("batchfail", "Work", "2")
+    if item is not None:
+        assert meta["item_index"] == 0 and meta["note_index"] == item
+        assert meta["item"] == str(item)
+        assert meta["note"] == f'{{"id": {item}, "items": [{item}]}}'
+    assert run.failure.splitlines()[0] == f"{step_key}: {headline.splitlines()[0]}"
+
+
+def test_failure_headline_through_graphql(flows, tmp_path, dagster_home):
+    """What the run page reads: the step failure event's error and its failure metadata."""
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    plain, _, nodes = flows
+    location = tmp_path / "location.py"
+    location.write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(plain)!r},"
+        f" custom_nodes=[{str(nodes)!r}])])\n"
+    )
+    defs = build_definitions([GraphbookWorkflow(plain, custom_nodes=[nodes])], strict=True)
+    config = {"ops": {"plainfail__Plain": {"config": {"bad": 3}}}}
+    query = """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
+      __typename
+      ... on ExecutionStepFailureEvent { stepKey error { message className }
+        failureMetadata { description metadataEntries { label
+          ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue } } } }
+    } } } }"""
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("plainfail").execute_in_process(
+            run_config=config, instance=instance, raise_on_error=False
+        )
+        assert not result.success
+        with define_out_of_process_context(str(location), "defs", instance) as context:
+            events = execute_dagster_graphql(context, query, {"id": result.run_id}).data[
+                "logsForRun"
+            ]["events"]
+    (failure,) = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert failure["stepKey"] == "plainfail__Plain"
+    assert failure["error"]["className"] == "StepFailure"
+    assert failure["error"]["message"].startswith(
+        "dagster_graphbook.execution.errors.StepFailure: workflow 'plainfail', step 'Plain' "
+        "(node 2): failed on note 3"
+    )
+    described = failure["failureMetadata"]["description"]
+    assert described.startswith("workflow 'plainfail', step 'Plain' (node 2): failed on note 3")
+    entries = {
+        e["label"]: e.get("text", e.get("intValue"))
+        for e in failure["failureMetadata"]["metadataEntries"]
+    }
+    assert entries["step"] == "Plain" and entries["workflow"] == "plainfail"
+    assert entries["note_index"] == 3 and entries["note"] == '{"id": 3, "items": [3]}'
+
+
+def test_errors_are_dagster_failures_and_keep_their_old_types():
+    """``WorkflowError`` is still a ValueError and ``StepFailure`` a RuntimeError (callers catch
+    them so); both are ``dg.Failure``s, and survive pickling (multiprocess executors)."""
+    import pickle
+
+    error = WorkflowError("wf.json", ["node 3: no such step"])
+    assert isinstance(error, (ValueError, GraphbookError, dg.Failure))
+    assert error.description.startswith("workflow wf.json is invalid")
+    assert error.metadata["workflow"].value == "wf.json" and not error.allow_retries
+    failure = StepFailure("workflow 'w', step 's' (node 1)", "boom")
+    assert isinstance(failure, (RuntimeError, GraphbookError, dg.Failure))
+    for original in (error, failure):
+        copy = pickle.loads(pickle.dumps(original))
+        assert type(copy) is type(original) and str(copy) == str(original)
+        assert dict(copy.metadata) == dict(original.metadata)
+
+
+def test_streaming_failure_headline_names_the_step_inside_the_segment(flows, run_wf, dagster_home):
+    """All steps in one streaming op: the headline and metadata name the step that failed."""
+    plain, _, nodes = flows
+    run = run_wf(plain, custom_nodes=[nodes], params={"Plain.bad": 3}, streaming=True)
+    assert not run.success
+    _, data = _step_failure(dagster_home, run.run_id)
+    assert data.user_failure_data is not None, data.error.to_string()
+    headline = data.user_failure_data.description
+    assert headline.startswith("workflow 'plainfail', step 'Plain' (node 2): ")
+    assert "ValueError: cannot handle 3" in headline
+    meta = _meta(data)
+    assert (meta["workflow"], meta["step"], meta["node"]) == ("plainfail", "Plain", "2")
