@@ -1,7 +1,7 @@
 """Make ``import graphbook`` (and its submodules) resolve to this API when Graphbook is absent.
 
 Covers graphbook 0.13.3's authoring surface (``graphbook.core.*``, ``graphbook.core.plugins``, the
-executors; checked against the real package by ``tests/test_fidelity.py``) and the paths
+executors; checked against the real package by ``tests/conformance/test_fidelity.py``) and the paths
 Graphbook's docs import but 0.13.3 does not ship (``graphbook.steps``, ``graphbook.utils``, ...).
 ``graphbook_finder`` makes these importable in a fresh interpreter too.
 """

@@ -36,7 +36,7 @@ def shut_down_threads(
 def _let_go(thread: threading.Thread) -> None:
     """Stop the interpreter from joining ``thread`` at exit (CPython 3.10-3.12 internals: the
     executors' exit hook joins every pool thread, ``threading._shutdown`` every non-daemon one).
-    ``tests/test_integrity_signals.py`` fails where these internals differ."""
+    ``tests/e2e/test_integrity_signals.py`` fails where these internals differ."""
     getattr(futures_thread, "_threads_queues", {}).pop(thread, None)
     locks = getattr(threading, "_shutdown_locks", None)
     lock = getattr(thread, "_tstate_lock", None)
@@ -53,5 +53,5 @@ def stuck_threads() -> List[str]:
 def pool_processes(pool: ProcessPoolExecutor) -> List[Any]:
     """The worker processes of a ``ProcessPoolExecutor`` (``multiprocessing.Process``), which it
     keeps privately (CPython 3.8-3.13: ``_processes``, pid -> process); none once it forgot them.
-    ``tests/test_reliability_faults.py`` fails where this differs."""
+    ``tests/e2e/test_reliability_faults.py`` fails where this differs."""
     return list((getattr(pool, "_processes", None) or {}).values())

@@ -1,6 +1,6 @@
 """The ``torch`` internals the loader pool relies on, in one place (private API:
-``tests/test_batch.py::test_no_sigchld_handler_raises_into_the_step`` and the worker-death and
-hang tests fail where they change)."""
+``tests/execution/test_batch.py::test_no_sigchld_handler_raises_into_the_step`` and the
+worker-death and hang tests fail where they change)."""
 
 from __future__ import annotations
 
