@@ -200,7 +200,8 @@ def run_op(
 ) -> OpRun:
     """Build the op's steps from their config and run them (the part of ``execute_op`` a shard
     op runs alone): ``notes`` are a shard's slice of the step's input notes (instead of
-    ``inputs``), the first of them the step's note ``first_note``."""
+    ``inputs``), the first of them the step's note ``first_note``; ``max_skipped_fraction`` is
+    then the commit's to check, on the whole step's share."""
     config = op_config(context)
     emit = log_emitter(context.log)
     drivers: Dict[str, StepDriver] = {}
@@ -209,6 +210,8 @@ def run_op(
         with failures_named(plan.label):
             runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None))
             _check_not_sharded(op, plan, runtime)
+            if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
+                runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it
             step = make_step(context, plan, step_config)
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,
