@@ -118,7 +118,8 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     -> one shard op per slice (``map``) -> commit (``collect``), the only op that materializes.
 
     Dagster ignores an ``AssetOut``'s IO manager inside a graph (dagster issue 15001), so the
-    commit op's outputs carry the notes IO manager themselves; the op settings (tags, pool,
+    inner ops' outputs carry the notes IO manager themselves (the slices and shard results as
+    run-isolated step outputs, see ``versions.step_output_path``); the op settings (tags, pool,
     retry policy) go on each inner op, the step's resources on the ops that build the step."""
     args, shard = op.asset_args, op.shard
     assert shard is not None
@@ -138,14 +139,19 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     @dg.op(
         name=shard.plan_op,
         ins={**{n: dg.In() for n in args["ins"]}, **{n: dg.In(dg.Nothing) for n in deps}},
-        out=dg.DynamicOut(),
+        out=dg.DynamicOut(io_manager_key=NOTES_IO_MANAGER_KEY),
         **ops,
     )
     def plan_op(context, **inputs):
         with join_run(context.instance, context.run_id):
             yield from plan_shards(context, op, inputs)
 
-    @dg.op(name=shard.shard_op, required_resource_keys=resources, **ops)
+    @dg.op(
+        name=shard.shard_op,
+        out=dg.Out(io_manager_key=NOTES_IO_MANAGER_KEY),
+        required_resource_keys=resources,
+        **ops,
+    )
     def shard_op(context, piece):
         with join_run(context.instance, context.run_id):
             return run_shard(context, op, piece)
