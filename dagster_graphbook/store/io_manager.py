@@ -127,8 +127,8 @@ class NotesStore(dg.IOManager):
     def load_input(self, context: dg.InputContext) -> Any:
         upstream = context.upstream_output
         if not context.has_asset_key and upstream is not None:  # an op output that is no asset
-            path = versions.step_output_path(self._base(None), upstream.get_identifier())
-            return versions.read_step_output(path, str(upstream.step_key))
+            stored = versions.step_output_path(self._base(None), upstream.get_identifier())
+            return versions.read_step_output(stored, str(upstream.step_key))
         key = context.asset_key
         partition = _partition(context)
         metadata = upstream.definition_metadata if upstream else None
