@@ -230,3 +230,18 @@ def test_sharding_is_refused_where_it_cannot_run(tmp_path, nodes, run_wf):
         run_wf(wf, [nodes], FAST, shards={"Plain": 2})
     with pytest.raises(WorkflowError, match="not in the workflow"):
         run_wf(wf, [nodes], FAST, shards={"Nope": 2})
+
+
+def test_run_config_changes_how_many_shards_of_a_sharded_step_only(tmp_path, nodes, run_wf):
+    """The launchpad path of the step's config is the unsharded one: ``runtime.shards`` of a
+    step sharded 3 ways makes 2 shards; of a step defined as one op, it fails saying where."""
+    wf = _workflow(tmp_path)
+    run = run_wf(wf, [nodes], {**FAST, "Parity.runtime.shards": 2}, shards={"Parity": 3})
+    assert run.success, run.failure
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        keys = {e.step_key for e in instance.all_logs(run.run_id) if e.step_key}
+    assert len([k for k in keys if "shard[" in k]) == 2, keys
+    assert len(run["Parity"]["even"]) == 15
+    run = run_wf(wf, [nodes], {**FAST, "Parity.runtime.shards": 2})
+    assert not run.success
+    assert "defined as one op" in run.failure, run.failure
