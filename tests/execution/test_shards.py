@@ -143,11 +143,13 @@ def test_three_shards_give_the_unsharded_notes_in_order(tmp_path, nodes, run_wf)
         assert [n["i"] for n in sharded["Parity"][pin]] == [n["i"] for n in whole["Parity"][pin]]
     with dg.DagsterInstance.from_config(sharded.dagster_home) as instance:
         meta = _materializations(instance, sharded.run_id)
+        unsharded = _materializations(instance, whole.run_id)
         steps = {
             e.step_key
             for e in instance.all_logs(sharded.run_id)
             if e.step_key and "Parity" in e.step_key
         }
+    assert _row_counts(meta) == _row_counts(unsharded)
     assert len([k for k in steps if "shard[" in k]) == 3, steps
     for pin in ("even", "odd"):
         figures = meta[f"sharding/Parity/{pin}"]
