@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import re
@@ -33,6 +34,7 @@ from ..plan.job_steps import (
     NOTES_IO_MANAGER_KEY,
     TaggedStep,
     job_source,
+    node_tags,
     placeholder_message,
     read_steps_tag,
     unfilled_in_job,
@@ -193,10 +195,17 @@ def _reconstruct_job(
     notes_dir: Optional[str],
     streaming: Any = False,
     translator: Optional[str] = None,
+    shards: Optional[str] = None,
 ) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
-    the ``module:Class`` of the run's translator."""
-    spec = GraphbookWorkflow(source, custom_nodes=custom_nodes, name=name, streaming=streaming)
+    the ``module:Class`` of the run's translator, ``shards`` the run's setting as JSON."""
+    spec = GraphbookWorkflow(
+        source,
+        custom_nodes=custom_nodes,
+        name=name,
+        streaming=streaming,
+        shards=json.loads(shards) if shards else None,
+    )
     defs = _definitions(spec, notes_dir, import_translator(translator))[0]
     return defs.resolve_job_def(list(defs.jobs or ())[0].name)
 
@@ -266,6 +275,7 @@ def run_workflow(
     translator: Optional[GraphbookTranslator] = None,
     record: bool = False,
     from_failure: Optional[str] = None,
+    shards: Any = None,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
@@ -277,7 +287,8 @@ def run_workflow(
     ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
     steps as one op, or a list of step names those steps (docs/streaming.md); only the pins no
-    step of the segment reads keep notes. ``translator``
+    step of the segment reads keep notes. ``shards``: as ``GraphbookWorkflow(shards=...)``,
+    ``{STEP: N}`` runs those batch steps as N shards (docs/sharding.md). ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
 
     ``from_failure``: the id of a failed (or killed) run of this workflow to resume, as the UI's
@@ -296,6 +307,7 @@ def run_workflow(
         custom_nodes=[str(Path(p).resolve()) for p in custom_nodes],
         name=name,
         streaming=streaming,
+        shards=shards,
     )
     translator = translator or GraphbookTranslator()
     defs, wdefs = _definitions(spec, notes_dir, translator)
@@ -419,6 +431,7 @@ def _workflow_recon(
         notes_dir,
         stream,
         path_of_translator(translator),
+        json.dumps(spec.shards) if spec.shards is not None else None,
     )
     return dg.build_reconstructable_job(
         "dagster_graphbook.cli.run",
@@ -746,9 +759,7 @@ def _materializations(
 def _tagged_steps(job: dg.JobDefinition) -> List[Tuple[str, TaggedStep]]:
     """``(op name, step)`` for every step the job's ops run, as their op tags name them."""
     return [
-        (node.name, step)
-        for node in job.graph.nodes
-        for step in read_steps_tag(node.definition.tags)
+        (node.name, step) for node in job.graph.nodes for step in read_steps_tag(node_tags(node))
     ]
 
 

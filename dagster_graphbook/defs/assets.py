@@ -12,9 +12,11 @@ from ..errors import StepRef
 from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
 from ..execution.dead_runs import join_run
+from ..execution.shards import COMMIT_HOOK, commit_shards, plan_shards, run_shard
 from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import StepCheck
+from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.plan import (
     OpPlan,
     WorkflowPlan,
@@ -92,7 +94,10 @@ def build_workflow_defs(
 
 def op_asset(op: OpPlan) -> dg.AssetsDefinition:
     """The one builder: a ``multi_asset`` over the op's pins whose body is ``execute_op``, for a
-    step op and a streaming op alike."""
+    step op and a streaming op alike; a sharded step's is a graph of three ops around the same
+    body (``sharded_asset``)."""
+    if op.shard is not None:
+        return sharded_asset(op)
     pin_of = {name: pin for (_, pin), name in op.outputs.items()}
     label = op.steps[0].label
 
@@ -105,6 +110,103 @@ def op_asset(op: OpPlan) -> dg.AssetsDefinition:
             yield from with_checks(outputs, op.checks, pin_of)
 
     return _op
+
+
+def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
+    """A sharded batch step: a ``graph_multi_asset`` with the unsharded op's outs, ins, deps,
+    partitions, checks and config path, whose graph is plan (a ``DynamicOut`` of note slices)
+    -> one shard op per slice (``map``) -> commit (``collect``), the only op that materializes.
+
+    Dagster ignores an ``AssetOut``'s IO manager inside a graph (dagster issue 15001), so the
+    inner ops' outputs carry the notes IO manager themselves (the slices and shard results as
+    run-isolated step outputs, see ``versions.step_output_path``); the op settings (tags, pool,
+    retry policy) go on each inner op, the step's resources on the ops that build the step."""
+    args, shard = op.asset_args, op.shard
+    assert shard is not None
+    pin_of = {name: pin for (_, pin), name in op.outputs.items()}
+    plan_step = op.steps[0]
+    check_names = [spec.get_python_identifier() for spec in args["check_specs"] or ()]
+    deps = {f"dep_{i}": d for i, d in enumerate(args["deps"] or ())}
+    ops = dict(
+        config_schema=args["config_schema"],
+        tags=args["op_tags"],
+        pool=args["pool"],
+        retry_policy=args["retry_policy"],
+        description=args["description"],
+    )
+    resources = set(args["required_resource_keys"])
+
+    @dg.op(
+        name=shard.plan_op,
+        ins={**{n: dg.In() for n in args["ins"]}, **{n: dg.In(dg.Nothing) for n in deps}},
+        out=dg.DynamicOut(io_manager_key=NOTES_IO_MANAGER_KEY),
+        **ops,
+    )
+    def plan_op(context, **inputs):
+        with join_run(context.instance, context.run_id):
+            yield from plan_shards(context, op, inputs)
+
+    @dg.op(
+        name=shard.shard_op,
+        out=dg.Out(io_manager_key=NOTES_IO_MANAGER_KEY),
+        required_resource_keys=resources,
+        **ops,
+    )
+    def shard_op(context, piece):
+        with join_run(context.instance, context.run_id):
+            return run_shard(context, op, piece)
+
+    outs = {
+        name: dg.Out(io_manager_key=NOTES_IO_MANAGER_KEY)
+        if (node_id, pin) in op.stored
+        else dg.Out(dg.Nothing)
+        for (node_id, pin), name in op.outputs.items()
+    }
+    outs.update({name: dg.Out(dg.Nothing, is_required=False) for name in check_names})
+
+    @dg.op(
+        name=shard.commit_op,
+        out=outs,
+        required_resource_keys=resources if hasattr(plan_step.cls, COMMIT_HOOK) else set(),
+        **ops,
+    )
+    def commit_op(context, shards):
+        with join_run(context.instance, context.run_id):
+            outputs = warn_heavy_outputs(
+                context, plan_step.label, commit_shards(context, op, shards)
+            )
+            yield from with_checks(outputs, op.checks, pin_of)
+
+    inner = (shard.plan_op, shard.shard_op, shard.commit_op)
+    config = dg.ConfigMapping(
+        config_schema=args["config_schema"],
+        config_fn=lambda c: {name: {"config": c} for name in inner},
+    )
+    ins = dict(args["ins"])
+    ins.update(
+        {
+            n: dg.AssetIn(
+                d.asset_key, partition_mapping=d.partition_mapping, dagster_type=dg.Nothing
+            )
+            for n, d in deps.items()
+        }
+    )
+
+    @dg.graph_multi_asset(
+        name=args["name"],
+        outs=args["outs"],
+        ins=ins,
+        partitions_def=args["partitions_def"],
+        check_specs=args["check_specs"],
+        can_subset=False,
+        config=config,
+    )
+    def _graph(**inputs):
+        committed = commit_op(plan_op(**inputs).map(shard_op).collect())
+        committed = committed if isinstance(committed, tuple) else (committed,)
+        return dict(zip(outs, committed))
+
+    return _graph
 
 
 def _resource_def(

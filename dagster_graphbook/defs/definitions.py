@@ -72,6 +72,10 @@ class GraphbookWorkflow:
     streaming: Union[bool, Sequence[str]] = False
     # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
     gpus: Any = None
+    # {step: N} (or {step: {"shard_size": K}}, or N for every batch step): those batch steps run
+    # as N shards, each its own Dagster step retried alone, merged by a commit step
+    # (docs/sharding.md); runtime.shards / shard_size in a run's config change how many
+    shards: Any = None
     # where this workflow's notes go (default: build_definitions', else the instance's storage)
     notes_dir: Optional[str] = None
     notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
@@ -84,7 +88,7 @@ class GraphbookWorkflow:
 
 
 def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
-    """The workflow ``spec`` names, with its overridable functions and GPUs; a ``Workflow``
+    """The workflow ``spec`` names, with its overridable functions, GPUs and shards; a ``Workflow``
     given as ``spec.source`` is copied, not changed."""
     if isinstance(spec.source, Workflow):
         workflow = spec.source
@@ -101,7 +105,18 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
 
         names = (translator or GraphbookTranslator()).step_names(workflow)
         gpus = resolve_gpus(workflow, spec.gpus, names)
-    return replace(workflow, overridable_functions=tuple(spec.overridable_functions), gpus=gpus)
+    shards = workflow.shards
+    if spec.shards is not None:
+        from ..plan.shards import resolve_shards
+
+        names = (translator or GraphbookTranslator()).step_names(workflow)
+        shards = resolve_shards(workflow, spec.shards, names)
+    return replace(
+        workflow,
+        overridable_functions=tuple(spec.overridable_functions),
+        gpus=gpus,
+        shards=shards,
+    )
 
 
 def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:

@@ -56,6 +56,8 @@ class StepDriver:
 
     ``chunked``: the notes come in chunks of a stream, so a batch run's failure says which chunk
     and its per-chunk progress lines stay out of the log (the stream reports per step).
+    ``first_note``: a shard's first note's number in the whole step, so that errors and messages
+    number notes as the unsharded step does.
     """
 
     def __init__(
@@ -69,10 +71,12 @@ class StepDriver:
         node: Tuple[str, str],
         emit: Emit,
         chunked: bool = False,
+        first_note: int = 0,
     ):
         self.step, self.kind, self.pins, self.label, self.node = step, kind, list(pins), label, node
         self.runtime = runtime if runtime is not None else runtime_class(kind)()
         self.emit, self.chunked = emit, chunked
+        self.first_note = first_note  # a shard: the step's number of its first note
         self.log = LogTarget(node[0], node[1], emit)
         self.watchdog = StallWatchdog(
             str(label),
@@ -169,7 +173,7 @@ class StepDriver:
     def feed(self, notes: Sequence[Any]) -> StepResult:
         """Run the step over ``notes`` (the next ones of its input) and return their notes per
         pin; skipped notes and items are kept in ``errors``, numbered within the whole step."""
-        offset = self.notes_in
+        offset = self.first_note + self.notes_in
         self.notes_in += len(notes)
         if self.kind == "batch":
             result = self._feed_batch(notes, offset)

@@ -10,6 +10,7 @@ import heapq
 import itertools
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
 import dagster as dg
@@ -18,7 +19,14 @@ from ..authoring.log import Emit
 from ..errors import Label
 from ..plan.job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
 from ..plan.plan import OpPlan, StepPlan
-from ..plan.settings import RUNTIME_KEY, STREAM_KEY, StepRuntime, StreamSettings, read_runtime
+from ..plan.settings import (
+    RUNTIME_KEY,
+    STREAM_KEY,
+    BatchRuntime,
+    StepRuntime,
+    StreamSettings,
+    read_runtime,
+)
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .guard import check_code_config, check_partition_key
@@ -161,21 +169,54 @@ def _emission_order(streams: List[List[Any]]) -> List[Any]:
 _GAP = object()
 
 
+@dataclass
+class OpRun:
+    """What running an op's steps gave, by node id: each step's result and its own figures (its
+    ``dagster_metadata`` once it ended). A shard op returns one; the commit op merges them."""
+
+    results: Dict[str, StepResult]
+    figures: Dict[str, Dict[str, Any]]
+
+
 def execute_op(
     context: dg.AssetExecutionContext, op: OpPlan, inputs: Mapping[str, List[Any]]
 ) -> Iterator[dg.Output]:
     """Build the op's steps from their config, run them, and yield one Output per pin."""
-    config = dict(context.op_execution_context.op_config or {})
+    yield from emit_outputs(context, op, run_op(context, op, inputs))
+
+
+def op_config(context: Any) -> Dict[str, Any]:
+    """The op's config (a sharded step's inner ops get the step's whole config)."""
+    return dict(context.op_execution_context.op_config or {})
+
+
+def run_op(
+    context: dg.AssetExecutionContext,
+    op: OpPlan,
+    inputs: Mapping[str, List[Any]],
+    *,
+    notes: Optional[List[Any]] = None,
+    first_note: int = 0,
+) -> OpRun:
+    """Build the op's steps from their config and run them (the part of ``execute_op`` a shard
+    op runs alone): ``notes`` are a shard's slice of the step's input notes (instead of
+    ``inputs``), the first of them the step's note ``first_note``; ``max_skipped_fraction`` is
+    then the commit's to check, on the whole step's share."""
+    config = op_config(context)
     emit = log_emitter(context.log)
     drivers: Dict[str, StepDriver] = {}
     for plan in op.steps:
         step_config = dict((config.get(plan.op_name) if op.streamed else config) or {})
         with failures_named(plan.label):
             runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None))
+            _check_not_sharded(op, plan, runtime)
+            if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
+                runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it
             step = make_step(context, plan, step_config)
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,
             node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
+            first_note=first_note,
         )  # fmt: skip
     with failures_named(None if op.streamed else op.steps[0].label):
         try:
@@ -183,12 +224,36 @@ def execute_op(
                 stream = StreamSettings(**dict(config.get(STREAM_KEY) or {}))
                 results = _run_streamed(op, drivers, inputs, stream, emit)
             else:
-                results = _run_alone(op, drivers, inputs)
+                results = _run_alone(op, drivers, inputs, notes)
         except Exception as exc:
             _retry_or_raise(context, op, [d.runtime for d in drivers.values()], exc)
             raise
+    figures = {  # e.g. accuracy, plotted
+        node_id: dict(getattr(d.step, "dagster_metadata", None) or {})
+        for node_id, d in drivers.items()
+    }
+    return OpRun(results, figures)
+
+
+def emit_outputs(context: dg.AssetExecutionContext, op: OpPlan, ran: OpRun) -> Iterator[dg.Output]:
+    """One Output per pin of every step of the op, with the step's metadata (the part of
+    ``execute_op`` a sharded step's commit op runs, on the merged shards)."""
     for plan in op.steps:
-        yield from _outputs(context, op, plan, drivers[plan.node_id], results[plan.node_id])
+        yield from _outputs(context, op, plan, ran.results[plan.node_id], ran.figures[plan.node_id])
+
+
+def _check_not_sharded(op: OpPlan, plan: StepPlan, runtime: StepRuntime) -> None:
+    """Run config asking for shards of a step built as one op: the graph's shape is fixed when
+    the workflow is defined, so say where to ask (not silently run it whole)."""
+    if op.shard is None and isinstance(runtime, BatchRuntime) and runtime.sharded:
+        raise StepFailure(
+            plan.label,
+            f"runtime.shards={runtime.shards} / shard_size={runtime.shard_size} asks for "
+            "shards, but this step was defined as one op: shard it where the workflow is "
+            "defined (GraphbookWorkflow(shards={...}) or the component's shards), then "
+            "runtime.shards changes how many",
+            allow_retries=False,
+        )
 
 
 def log_emitter(log: Any) -> Emit:
@@ -202,12 +267,16 @@ def log_emitter(log: Any) -> Emit:
 
 
 def _run_alone(
-    op: OpPlan, drivers: Mapping[str, StepDriver], inputs: Mapping[str, List[Any]]
+    op: OpPlan,
+    drivers: Mapping[str, StepDriver],
+    inputs: Mapping[str, List[Any]],
+    notes: Optional[List[Any]] = None,
 ) -> Dict[str, StepResult]:
     """The default mode: the op's one step over all the notes of its inputs, in Graphbook's
-    order."""
+    order (a shard: over ``notes``, its slice of them)."""
     plan = op.steps[0]
-    notes = interleave([inputs[name] or [] for name in plan.input_names])
+    if notes is None:
+        notes = step_notes(plan, inputs)
     result = run_all(drivers[plan.node_id], notes)
     if plan.kind != "source":
         result.stats = {**result.stats, "notes_in": len(notes)}
@@ -251,17 +320,21 @@ def _run_streamed(
     return results
 
 
+def step_notes(plan: StepPlan, inputs: Mapping[str, List[Any]]) -> List[Any]:
+    """All the input notes of ``plan``'s step, in Graphbook's order."""
+    return interleave([inputs[name] or [] for name in plan.input_names])
+
+
 def _outputs(
     context: dg.AssetExecutionContext,
     op: OpPlan,
     plan: StepPlan,
-    driver: StepDriver,
     result: StepResult,
+    figures: Mapping[str, Any],
 ) -> Iterator[dg.Output]:
     """One Output per pin of ``plan``'s step: its notes where stored, with the step's metadata."""
     for error in result.errors:
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
-    figures = dict(getattr(driver.step, "dagster_metadata", None) or {})  # e.g. accuracy, plotted
     meta = step_metadata(result.stats, result.files, result.errors, figures)
     if result.files and not op.streamed:  # which files this materialization wrote (issue 11.5)
         from ..store.manifests import write_manifest

@@ -101,6 +101,8 @@ class Workflow:
     overridable_functions: Tuple[str, ...] = ()
     notices: List[str] = field(default_factory=list)  # what was left out at load, as Graphbook does
     gpus: Dict[str, int] = field(default_factory=dict)  # node id -> GPUs its op requests (gpus.py)
+    # node id -> {"shards": N} or {"shard_size": K}: batch steps run as shards (plan/shards.py)
+    shards: Dict[str, Dict[str, int]] = field(default_factory=dict)
     # (node id, pin) -> the nodes reading it, built on the first ``children`` call: asked per node
     # and pin, a walk over all nodes each time made building a long chain quadratic
     _readers: Optional[Dict[Tuple[str, str], List[WorkflowNode]]] = field(

@@ -62,6 +62,15 @@ def unfilled_placeholders(config: Mapping[str, Any], code_params: Iterable[str])
     }
 
 
+def node_tags(node: Any) -> Mapping[str, Any]:
+    """The op tags of a job's top-level node; a sharded step is a graph, whose inner ops each
+    carry the step's tags."""
+    for inner in getattr(node.definition, "node_defs", ()):  # a GraphDefinition
+        if STEPS_TAG in inner.tags:
+            return inner.tags
+    return node.definition.tags
+
+
 def unfilled_in_job(
     job: dg.JobDefinition, run_config: Mapping[str, Any], op_names: Optional[Iterable[str]] = None
 ) -> Dict[str, str]:
@@ -73,7 +82,7 @@ def unfilled_in_job(
     for node in job.graph.nodes:
         if wanted is not None and node.name not in wanted:
             continue
-        for step in read_steps_tag(node.definition.tags):
+        for step in read_steps_tag(node_tags(node)):
             body = (ops.get(node.name) or {}).get("config") or {}
             if step.op_name != node.name:  # a streaming op: each step's config under its op name
                 body = body.get(step.op_name) or {}
@@ -108,7 +117,7 @@ def job_source(job: dg.JobDefinition) -> str:
     if not graph:
         return f"job {job.name}"
     for node in job.graph.nodes:
-        for step in read_steps_tag(node.definition.tags):
+        for step in read_steps_tag(node_tags(node)):
             for key in step.pins:
                 found = read_node_info(graph.get(key).metadata if graph.has(key) else None)
                 if found.get("workflow"):

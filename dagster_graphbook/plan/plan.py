@@ -4,6 +4,7 @@ body (``execution.step_op.execute_op``) read an ``OpPlan`` and derive nothing ag
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -16,6 +17,7 @@ from .checks import BoundCheck, StepCheck
 from .job_steps import NOTES_IO_MANAGER_KEY
 from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
+from .shards import ShardPlan, shard_plan
 from .translator import GraphbookTranslator, WorkflowNames
 from .trust import code_params
 
@@ -57,6 +59,7 @@ class OpPlan:
     inlets: Mapping[Pin, Tuple[str, Tuple[str, ...]]]  # streamed: outside pin -> (input, readers)
     checks: Tuple[BoundCheck, ...]
     asset_args: Mapping[str, Any]  # everything else ``dg.multi_asset`` takes
+    shard: Optional[ShardPlan] = None  # a sharded batch step: plan, shards and commit (shards.py)
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,17 @@ def compile_op(
     wiring = _Wiring(names, workflow, inside, streamed, external_deps)
     steps = [wiring.add(workflow.nodes[i], stored, resource_keys) for i in segment]
     nodes = [workflow.nodes[i] for i in segment]
+    shards = [
+        shard_plan(
+            workflow,
+            n,
+            s.step_name,
+            s.op_name,
+            streamed=streamed,
+            inner_names=functools.partial(translator.get_shard_op_names, workflow, n),
+        )  # fmt: skip
+        for s, n in zip(steps, nodes)
+    ]  # a streamed step asking for shards is refused here
     if streamed:
         name = names.stream_op_name
         config = {
@@ -162,7 +176,7 @@ def compile_op(
         tags: Dict[str, Any] = {"graphbook/streaming": "true"}
     else:
         name = steps[0].op_name
-        config = _step_config(workflow, nodes[0])
+        config = _step_config(workflow, nodes[0], shards[0])
         description = translator.get_description(workflow, nodes[0])
         tags = dict(translator.get_op_tags(workflow, nodes[0]))
     bound = tuple(_bind(checks, steps[0], names, nodes[0]))
@@ -191,7 +205,7 @@ def compile_op(
     )
     return OpPlan(
         name, tuple(steps), streamed, dict(wiring.out_names), frozenset(stored),
-        dict(wiring.inlets), bound, asset_args,
+        dict(wiring.inlets), bound, asset_args, None if streamed else shards[0],
     )  # fmt: skip
 
 
@@ -270,9 +284,13 @@ class _Wiring:
         return [d for k, d in self.extra.items() if k not in inputs] or None
 
 
-def _step_config(workflow: Workflow, node: WorkflowNode) -> Dict[str, Any]:
-    """A step's launchpad fields: its parameters and its ``runtime`` block."""
-    return {**param_fields(workflow, node), RUNTIME_KEY: runtime_field(node.step_kind)}
+def _step_config(
+    workflow: Workflow, node: WorkflowNode, shard: Optional[ShardPlan] = None
+) -> Dict[str, Any]:
+    """A step's launchpad fields: its parameters and its ``runtime`` block (a sharded step's
+    ``shards``/``shard_size`` default to what its workflow set)."""
+    defaults = shard.runtime_defaults() if shard is not None else None
+    return {**param_fields(workflow, node), RUNTIME_KEY: runtime_field(node.step_kind, defaults)}
 
 
 def _bind(

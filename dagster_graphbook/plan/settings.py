@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, Literal, Mapping, Optional, Type, Union, get_args, get_origin
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, model_validator
 
 RUNTIME_KEY = "runtime"  # a step's settings, beside its parameters
 STREAM_KEY = "streaming"  # a streaming op's own settings, beside its steps
@@ -85,6 +85,42 @@ class BatchRuntime(StepRuntime):
         "and in-step loading)",
     )
 
+    shards: int = Field(
+        default=1,
+        description="split the step's input notes into this many contiguous shards, each its own "
+        "Dagster step (retried alone); the step must be sharded when the workflow is defined "
+        "(GraphbookWorkflow(shards=...)); here it changes how many. 1: not sharded",
+    )
+    shard_size: Optional[int] = Field(
+        default=None,
+        description="instead of shards: notes per shard (the last one takes the rest); set "
+        "shards to 1 when you set this",
+    )
+
+    @model_validator(mode="after")
+    def _one_shard_setting(self) -> BatchRuntime:
+        if self.shards < 1:
+            raise ValueError(f"runtime.shards must be 1 or more, got {self.shards}")
+        if self.shard_size is not None and self.shard_size < 1:
+            raise ValueError(f"runtime.shard_size must be 1 or more, got {self.shard_size}")
+        if self.shard_size is not None and self.shards > 1:
+            raise ValueError(
+                f"runtime.shards ({self.shards}) and runtime.shard_size ({self.shard_size}) are "
+                "both set: set one of the two (shards: 1 with a shard_size, or shard_size: null)"
+            )
+        return self
+
+    @property
+    def sharded(self) -> bool:
+        """Whether these settings ask for the step's notes to be split into shards."""
+        return self.shards > 1 or self.shard_size is not None
+
+    def shard_count(self, notes: int) -> int:
+        """How many shards ``notes`` input notes make (at least one, even with no notes)."""
+        if self.shard_size is not None:
+            return max(1, -(-notes // self.shard_size))
+        return max(1, min(self.shards, notes))
+
     @property
     def dump_pool_size(self) -> int:
         """``dump_workers``, else one per loader worker (at least one)."""
@@ -102,14 +138,16 @@ class StreamSettings(dg.Config):
     progress_interval_s: float = _progress_interval()
 
 
-def config_fields(cls: type) -> Dict[str, dg.Field]:
+def config_fields(cls: type, defaults: Optional[Mapping[str, Any]] = None) -> Dict[str, dg.Field]:
     """Launchpad fields of a settings class: its types, defaults and descriptions, each field
     required to hold a value (``to_fields_dict`` would make every defaulted field nullable, so a
-    ``null`` would pass the launchpad and fail the step instead)."""
+    ``null`` would pass the launchpad and fail the step instead). ``defaults`` replace the
+    class's defaults for one step (what its workflow set when it was defined: ``shards``)."""
+    defaults = defaults or {}
     return {
         name: dg.Field(
             _config_type(name, field.annotation),
-            default_value=field.default,
+            default_value=defaults.get(name, field.default),
             description=field.description,
         )
         for name, field in cls.model_fields.items()  # type: ignore[attr-defined]
@@ -137,9 +175,10 @@ def runtime_class(kind: str) -> Type[StepRuntime]:
     return BatchRuntime if kind == "batch" else StepRuntime
 
 
-def runtime_field(kind: str) -> dg.Field:
-    """The launchpad's ``runtime`` block of a step (all fields default, so it is shown filled)."""
-    return dg.Field(config_fields(runtime_class(kind)))
+def runtime_field(kind: str, defaults: Optional[Mapping[str, Any]] = None) -> dg.Field:
+    """The launchpad's ``runtime`` block of a step (all fields default, so it is shown filled);
+    ``defaults``: the step's own defaults, set when its workflow was defined."""
+    return dg.Field(config_fields(runtime_class(kind), defaults))
 
 
 def stream_field() -> dg.Field:

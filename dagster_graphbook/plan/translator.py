@@ -281,6 +281,22 @@ class GraphbookTranslator:
         """
         return f"{workflow.name}__{self.step_names(workflow)[node.id]}"
 
+    def get_shard_op_names(
+        self, workflow: Workflow, node: WorkflowNode, op_name: str
+    ) -> Tuple[str, str, str]:
+        """The inner ops of a sharded step (``GraphbookWorkflow(shards=...)``): the one that
+        splits its notes, the one run per shard and the one that commits the merged result
+        (``<op>__plan``, ``<op>__shard``, ``<op>__commit``; unique per job, as Dagster needs).
+
+        Examples:
+            .. code-block:: python
+
+                class MyTranslator(GraphbookTranslator):
+                    def get_shard_op_names(self, workflow, node, op_name):
+                        return (f"{op_name}_split", f"{op_name}_part", f"{op_name}_merge")
+        """
+        return (f"{op_name}__plan", f"{op_name}__shard", f"{op_name}__commit")
+
     def get_stream_op_name(self, workflow: Workflow) -> str:
         """The one op of a streaming workflow (``GraphbookWorkflow(streaming=True)``).
 

@@ -80,6 +80,10 @@ class NotesStore(dg.IOManager):
         return UPath((metadata or {}).get(NOTES_DIR_META) or self.default_base)
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if not context.has_asset_key:  # a sharded step's slices and shard results
+            path = versions.step_output_path(self._base(None), context.get_identifier())
+            versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+            return
         partition = _partition(context)
         folder = versions.version_folder(
             self._base(context.definition_metadata), context.asset_key, partition
@@ -121,9 +125,12 @@ class NotesStore(dg.IOManager):
         versions.prune(folder, keep, instance, protect=[context.run_id])
 
     def load_input(self, context: dg.InputContext) -> Any:
+        upstream = context.upstream_output
+        if not context.has_asset_key and upstream is not None:  # an op output that is no asset
+            stored = versions.step_output_path(self._base(None), upstream.get_identifier())
+            return versions.read_step_output(stored, str(upstream.step_key))
         key = context.asset_key
         partition = _partition(context)
-        upstream = context.upstream_output
         metadata = upstream.definition_metadata if upstream else None
         folder = versions.version_folder(self._base(metadata), key, partition)
         instance = _instance(context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Tuple
+from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 from upath import UPath
@@ -44,6 +44,33 @@ def stored_notes_path(metadata: Mapping[str, Any]) -> Optional[str]:
 
 def notes_path(folder: UPath, run_id: str) -> UPath:
     return folder / f"{run_id}{NOTES_SUFFIX}"
+
+
+STEP_OUTPUTS = ".step_outputs"  # beside the assets: outputs that are no asset (a shard's)
+
+
+def step_output_path(base: UPath, identifier: Sequence[str]) -> UPath:
+    """Where an op output that is no asset lives (a sharded step's slices and shard results):
+    ``<base>/.step_outputs/<run id>/<step key>/<output>[/<mapping key>].pkl``, written once by
+    its run (Dagster's identifier: the run that produced it, also when a re-execution reads)."""
+    *folders, last = [str(part) for part in identifier]
+    return base.joinpath(STEP_OUTPUTS, *folders) / f"{last}{NOTES_SUFFIX}"
+
+
+def read_step_output(path: UPath, step_key: str) -> Any:
+    """A stored op output that is no asset; gone or damaged, the error names the step."""
+    try:
+        with path.open("rb") as f:
+            return notes_codec.load(f)
+    except Exception as exc:
+        raise StoredNotesError(
+            f"the output of step {step_key} cannot be read ({path}): {type(exc).__name__}: "
+            f"{exc}; re-execute that step",
+            asset="",
+            partition=None,
+            run_id=path.parent.parent.name if path.parent.parent.name else None,
+            path=str(path),
+        ) from exc
 
 
 def describe(key: dg.AssetKey, partition: Optional[str]) -> str:

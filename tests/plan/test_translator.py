@@ -23,7 +23,7 @@ from dagster_graphbook import (
     load_workflow,
 )
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.conftest import REPO, edge, resource_node, step_node, write_nodes, write_workflow
 
 K = dg.AssetKey
 
@@ -461,6 +461,12 @@ def _streamed(defs):
     assert set(_ops(defs)) == {"sample_streamed"}
 
 
+def _sharded(defs):
+    (graph,) = [a.node_def for a in defs.assets if "ClassifyShapes" in a.node_def.name]
+    op = "nightly_shapes__ClassifyShapes"
+    assert {n.name for n in graph.node_defs} == {f"{op}_split", f"{op}_part", f"{op}_merge"}
+
+
 def _code_references(spec):
     refs = spec.metadata["dagster/code_references"].code_references
     return [r.url for r in refs] == [f"https://example.com/{spec.key.path[1]}"]
@@ -622,6 +628,16 @@ HOOKS = [
         run=True,
         streaming=True,
     ),
+    Hook(
+        "get_shard_op_names",
+        lambda base, wf, node, op: (f"{op}_split", f"{op}_part", f"{op}_merge"),
+        _sharded,
+        workflow_kwargs={
+            "source": REPO / "workflows" / "nightly_shapes.json",
+            "custom_nodes": [REPO / "custom_nodes" / "nightly"],
+            "shards": {"ClassifyShapes": 2},
+        },
+    ),
 ]
 SAMPLE_STEPS = ("GenerateNumbers", "Transform", "CalcMean", "CalcRunningMean", "Split")
 
@@ -663,11 +679,10 @@ SAMPLE_PARAMS = {"GenerateNumbers.seed": 7, "Transform.scale": 3}
 @pytest.mark.parametrize("hook", HOOKS, ids=_hook_id)
 def test_translation_hook(hook: Hook, repo, tmp_path, request):
     translator = _translator(hook)
+    where = {"source": repo / "workflows" / "sample.json"}
+    where["custom_nodes"] = [repo / "custom_nodes" / "sample"]
     spec = GraphbookWorkflow(
-        repo / "workflows" / "sample.json",
-        custom_nodes=[repo / "custom_nodes" / "sample"],
-        streaming=hook.streaming,
-        **(hook.workflow_kwargs or {}),
+        **{**where, "streaming": hook.streaming, **(hook.workflow_kwargs or {})}
     )
     defs = build_definitions([spec], translator=translator, strict=True)
     defs.resolve_all_job_defs()

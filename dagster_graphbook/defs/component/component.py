@@ -13,6 +13,7 @@ attributes:
   external asset external_deps: {IncomingImages: [nightly_shapes/incoming]}
   op_tags: {team: vision}
   gpus: 1                                            # batch steps request a GPU (op tags)
+  shards: {ClassifyShapes: 4}                        # that batch step as 4 shards (Dagster steps)
   translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
   retry_policy: {max_retries: 2, delay: 10}          # every step op (dg.RetryPolicy)
   pool: vision                                       # every step op's concurrency pool
@@ -198,6 +199,16 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             {"ClassifyShapes": 1},
         ),
     ] = None
+    shards: Annotated[
+        Optional[Union[int, Dict[str, Union[int, Dict[str, int]]]]],
+        _doc(
+            "batch steps run as N shards, each its own Dagster step retried alone, merged by a "
+            "commit step: {step: N}, {step: {shard_size: K}}, or N for every batch step "
+            "(docs/sharding.md)",
+            {"ClassifyShapes": 4},
+            {"ClassifyShapes": {"shard_size": 10000}},
+        ),
+    ] = None
     translation: Annotated[Optional[TranslationFn], TRANSLATION_RESOLVER] = None
     retry_policy: Annotated[
         Optional[RetryPolicyModel],
@@ -278,6 +289,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             executor=self.executor,
             streaming=self.streaming,
             gpus=self.gpus,
+            shards=self.shards,
             checks=list(self.checks),
             notes_dir=str(path(self.notes_dir))
             if self.notes_dir and "://" not in self.notes_dir

@@ -1,0 +1,234 @@
+"""A sharded batch step at run time: the plan op splits the step's input notes into contiguous
+shards, each shard op runs the step on its shard through the one op body (``run_op``), and the
+commit op checks that every shard arrived, merges them and yields the step's outputs as the
+unsharded op does (``emit_outputs``).
+
+- Each shard is the whole lifecycle (``on_start`` ... ``on_end``) on its notes, numbered as in the
+  whole step (``first_note``), so errors and messages name the step's note numbers.
+- The merge keeps the unsharded order: each pin's notes shard after shard. Counts and seconds
+  are summed, ``items_per_s`` recomputed from the sums; errors and files are concatenated. The
+  step's own figures (``dagster_metadata``): whole numbers are summed; other figures (a ratio
+  such as accuracy) are never averaged: the step's ``on_commit(shard_figures)`` hook, if it has
+  one, returns them, else they are left out with a ``figures_note`` saying why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import dagster as dg
+
+from ..plan.plan import OpPlan, StepPlan
+from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
+from .driver import check_skipped_share
+from .errors import StepFailure
+from .routing import PinNotes, StepResult
+from .step_op import OpRun, emit_outputs, failures_named, make_step, op_config, run_op, step_notes
+
+COMMIT_HOOK = "on_commit"  # a step's optional hook: on_commit(self, shard_figures) -> figures
+FIGURES_NOTE = "figures_note"
+# stats that are settings or ratios, not amounts: never summed across shards
+_NOT_SUMMED = frozenset({"num_workers", "items_per_s"})
+
+
+@dataclass
+class ShardSlice:
+    """One shard's notes, as the plan op hands it to its shard op."""
+
+    index: int
+    count: int  # shards in this run
+    start: int  # the step's number of the shard's first note
+    notes: List[Any]
+
+
+@dataclass
+class ShardResult:
+    """What one shard op returns to the commit op."""
+
+    index: int
+    count: int
+    start: int
+    run: OpRun
+
+
+def split(notes: Sequence[Any], runtime: BatchRuntime) -> List[Tuple[int, List[Any]]]:
+    """``(start, notes)`` per shard: contiguous, in order, sizes differing by at most one
+    (``shard_size``: that many each, the last one the rest); at least one shard, even empty."""
+    count = runtime.shard_count(len(notes))
+    if runtime.shard_size is not None:
+        bounds = [i * runtime.shard_size for i in range(count)] + [len(notes)]
+    else:
+        size, extra = divmod(len(notes), count)
+        bounds = [i * size + min(i, extra) for i in range(count + 1)]
+    return [(bounds[i], list(notes[bounds[i] : bounds[i + 1]])) for i in range(count)]
+
+
+def _the_step(op: OpPlan) -> StepPlan:
+    return op.steps[0]  # a sharded op is a step op: one step, never a stream
+
+
+def _runtime(context: Any, plan: StepPlan) -> BatchRuntime:
+    runtime = read_runtime(plan.kind, op_config(context).get(RUNTIME_KEY))
+    assert isinstance(runtime, BatchRuntime)  # only batch steps are sharded (plan/shards.py)
+    return runtime
+
+
+def plan_shards(
+    context: Any, op: OpPlan, inputs: Mapping[str, List[Any]]
+) -> Iterator[dg.DynamicOutput]:
+    """The plan op: the step's input notes in Graphbook's order, as one ``ShardSlice`` per shard
+    (the slices themselves, so upstream notes are read once, not once per shard)."""
+    plan = _the_step(op)
+    with failures_named(plan.label):
+        notes = step_notes(plan, inputs)
+        pieces = split(notes, _runtime(context, plan))
+    context.log.info(
+        f"{plan.label}: {len(notes)} notes in {len(pieces)} shards "
+        f"({', '.join(str(len(p)) for _, p in pieces)})"
+    )
+    for index, (start, piece) in enumerate(pieces):
+        value = ShardSlice(index, len(pieces), start, piece)
+        yield dg.DynamicOutput(value, mapping_key=f"shard_{index}")
+
+
+def run_shard(context: Any, op: OpPlan, piece: ShardSlice) -> ShardResult:
+    """A shard op: the step over its slice, through the one op body; no output yet."""
+    context.log.info(
+        f"{_the_step(op).label}: shard {piece.index + 1} of {piece.count}, notes "
+        f"{piece.start}..{piece.start + len(piece.notes) - 1} ({len(piece.notes)})"
+    )
+    run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+    return ShardResult(piece.index, piece.count, piece.start, run)
+
+
+def commit_shards(context: Any, op: OpPlan, shards: Sequence[ShardResult]) -> Iterator[dg.Output]:
+    """The commit op: every shard present (else it fails naming the missing ones), merged,
+    checked against the whole step's limits, then one Output per pin as unsharded."""
+    plan = _the_step(op)
+    with failures_named(plan.label):
+        ordered = check_complete(plan, shards)
+        runtime = _runtime(context, plan)
+        hook = _commit_hook(context, plan)
+        merged = merge_shards(plan, ordered, hook)
+        result = merged.results[plan.node_id]
+        total = max(result.items_in, int(result.stats.get("notes_in", 0)))
+        check_skipped_share(plan.label, len(result.errors), total, runtime.max_skipped_fraction)
+    yield from emit_outputs(context, op, merged)
+
+
+def check_complete(plan: StepPlan, shards: Sequence[ShardResult]) -> List[ShardResult]:
+    """The shards in order, when every one of this run's shards (0..N-1) arrived exactly once.
+
+    Dagster's re-execution from failure after an interrupted run can select the commit op alone,
+    which then receives only the shards that had finished: merged, that would commit a partial
+    result. So the commit refuses, naming the shards that are missing."""
+    if not shards:
+        raise StepFailure(
+            plan.label,
+            "no shard reached the commit: re-execute the step's plan and shard ops "
+            "(the whole step), not the commit alone",
+            allow_retries=False,
+        )
+    counts = {s.count for s in shards}
+    expected = max(counts)
+    indices = [s.index for s in shards]
+    missing = sorted(set(range(expected)) - set(indices))
+    twice = sorted({i for i in indices if indices.count(i) > 1})
+    if missing or twice or len(counts) > 1:
+        what = []
+        if missing:
+            what.append(f"shards {', '.join(map(str, missing))} of {expected} never arrived")
+        if twice:
+            what.append(f"shards {', '.join(map(str, twice))} arrived twice")
+        if len(counts) > 1:
+            what.append(f"shards were planned as {sorted(counts)} in all")
+        raise StepFailure(
+            plan.label,
+            f"cannot commit a partial result: {'; '.join(what)}. Re-execute the missing "
+            "shards (or the whole step), not the commit alone",
+            allow_retries=False,
+        )
+    return sorted(shards, key=lambda s: s.index)
+
+
+def _commit_hook(context: Any, plan: StepPlan) -> Optional[Any]:
+    """The step's ``on_commit`` on an instance built from the op config, if its class has one."""
+    if not callable(getattr(plan.cls, COMMIT_HOOK, None)):
+        return None
+    config = op_config(context)
+    config.pop(RUNTIME_KEY, None)
+    return getattr(make_step(context, plan, config), COMMIT_HOOK)
+
+
+def merge_shards(plan: StepPlan, shards: Sequence[ShardResult], hook: Any = None) -> OpRun:
+    """The shards' runs (complete, in order) as one run of the step."""
+    results = [s.run.results[plan.node_id] for s in shards]
+    outputs: Dict[str, PinNotes] = {pin: PinNotes() for pin in plan.pins}
+    emitted = 0
+    for result in results:
+        for pin in plan.pins:
+            notes = result.outputs.get(pin, [])
+            order = list(getattr(notes, "order", ()))
+            if len(order) != len(notes):
+                order = list(range(len(notes)))
+            outputs[pin].extend(notes)
+            outputs[pin].order.extend(emitted + k for k in order)
+        emitted += sum(len(result.outputs.get(pin, [])) for pin in plan.pins)
+    merged = StepResult(
+        outputs,
+        merge_stats([r.stats for r in results]),
+        [e for r in results for e in r.errors],  # numbered in the whole step by each shard
+        [f for r in results for f in r.files],
+        items_in=sum(r.items_in for r in results),
+    )
+    figures = merge_figures([s.run.figures.get(plan.node_id, {}) for s in shards], hook)
+    return OpRun({plan.node_id: merged}, {plan.node_id: figures})
+
+
+def merge_stats(stats: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The step's stats from its shards': amounts summed, ``items_per_s`` from the sums, a
+    setting or text the same in every shard kept once (differing: the list of each)."""
+    merged: Dict[str, Any] = {}
+    keys = list(dict.fromkeys(k for s in stats for k in s))
+    for key in keys:
+        values = [s[key] for s in stats if key in s]
+        if all(_is_number(v) for v in values) and key not in _NOT_SUMMED:
+            total = sum(values)
+            merged[key] = round(total, 4) if isinstance(total, float) else total
+        elif all(v == values[0] for v in values):
+            merged[key] = values[0]
+        else:
+            merged[key] = values
+    if "items_per_s" in merged and merged.get("seconds"):
+        merged["items_per_s"] = round(merged.get("items", 0) / merged["seconds"], 2)
+    merged["shards"] = len(stats)
+    return merged
+
+
+def merge_figures(figures: Sequence[Mapping[str, Any]], hook: Any = None) -> Dict[str, Any]:
+    """The step's own figures from its shards': whole numbers summed; the others from the
+    step's ``on_commit(shard_figures)``, else left out with a note (never averaged)."""
+    merged: Dict[str, Any] = {}
+    left_out: List[str] = []
+    for key in dict.fromkeys(k for f in figures for k in f):
+        values = [f[key] for f in figures if key in f]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            merged[key] = sum(values)
+        else:
+            left_out.append(key)
+    if hook is not None:
+        merged.update(dict(hook([dict(f) for f in figures]) or {}))
+    dropped = [k for k in left_out if k not in merged]
+    if dropped:
+        merged[FIGURES_NOTE] = (
+            f"left out of this sharded step's figures: {', '.join(dropped)} (not whole numbers, "
+            f"so not summed, and never averaged across shards): define "
+            f"{COMMIT_HOOK}(self, shard_figures) on the step to compute them from every "
+            "shard's figures"
+        )
+    return merged
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
