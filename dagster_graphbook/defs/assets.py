@@ -16,6 +16,7 @@ from ..execution.shards import COMMIT_HOOK, commit_shards, plan_shards, run_shar
 from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import StepCheck
+from ..plan.gpus import GPU_TAG_KEYS
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.plan import (
     OpPlan,
@@ -135,12 +136,19 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         description=args["description"],
     )
     resources = set(args["required_resource_keys"])
+    # plan splits a list and commit merges results: neither holds a GPU, a GPU pod or task, nor
+    # a slot of the step's pool, which the shards need
+    light = {
+        **ops,
+        "tags": {k: v for k, v in (args["op_tags"] or {}).items() if k not in GPU_TAG_KEYS},
+        "pool": None,
+    }
 
     @dg.op(
         name=shard.plan_op,
         ins={**{n: dg.In() for n in args["ins"]}, **{n: dg.In(dg.Nothing) for n in deps}},
         out=dg.DynamicOut(io_manager_key=NOTES_IO_MANAGER_KEY),
-        **ops,
+        **light,
     )
     def plan_op(context, **inputs):
         with join_run(context.instance, context.run_id):
@@ -168,7 +176,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         name=shard.commit_op,
         out=outs,
         required_resource_keys=resources if hasattr(plan_step.cls, COMMIT_HOOK) else set(),
-        **ops,
+        **light,
     )
     def commit_op(context, shards):
         with join_run(context.instance, context.run_id):

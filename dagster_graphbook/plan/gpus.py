@@ -30,6 +30,10 @@ def gpu_op_tags(gpus: int) -> Dict[str, Any]:
     }
 
 
+# the op tags ``gpu_op_tags`` writes: what an op that needs no GPU must not carry
+GPU_TAG_KEYS = frozenset(gpu_op_tags(1))
+
+
 def resolve_gpus(
     workflow: Workflow, setting: GpuSetting, step_names: Mapping[str, str]
 ) -> Dict[str, int]:

@@ -6,6 +6,8 @@ Real runs are in process and small (tens of notes): the suite's CI budget is tig
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -247,3 +249,35 @@ def test_run_config_changes_how_many_shards_of_a_sharded_step_only(tmp_path, nod
     run = run_wf(wf, [nodes], {**FAST, "Parity.runtime.shards": 2})
     assert not run.success
     assert "defined as one op" in run.failure, run.failure
+
+
+def _inner_ops(tmp_path, nodes, **options):
+    """The plan, shard and commit ops of ``Parity`` sharded 3 ways, by their last name part."""
+    from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+    spec = GraphbookWorkflow(
+        _workflow(tmp_path), custom_nodes=[nodes], shards={"Parity": 3}, **options
+    )
+    defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+    job = defs.resolve_job_def("sharding")
+    graph = job.graph.node_named("sharding__Parity").definition
+    return {node.name.rsplit("__", 1)[-1]: node.definition for node in graph.nodes}
+
+
+def test_only_the_shard_ops_request_the_steps_gpus_and_pool(tmp_path, nodes):
+    """Red-team finding F4: plan (splits a list) and commit (merges results) carried the step's
+    GPU requests and pool, so each held a GPU pod, task or slot of its own."""
+    ops = _inner_ops(tmp_path, nodes, gpus={"Parity": 1})
+    k8s = json.loads(ops["shard"].tags["dagster-k8s/config"])  # Dagster keeps tags as JSON
+    assert k8s["container_config"]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert json.loads(ops["shard"].tags["dagster-ray/config"]) == {"num_gpus": 1}
+    assert ops["shard"].pool == "gpu"
+    for name in ("plan", "commit"):
+        gpu_tags = {
+            "dagster-k8s/config",
+            "dagster-ray/config",
+            "dagster-dask/resource_requirements",
+        }
+        assert gpu_tags.isdisjoint(ops[name].tags), (name, ops[name].tags)
+        assert ops[name].pool is None, name
+        assert "dagster_graphbook/steps" in ops[name].tags  # job readers still find the step
