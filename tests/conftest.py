@@ -29,6 +29,42 @@ def repo() -> Path:
     return REPO
 
 
+# what a wheel build reads (copied out, so the build leaves nothing in the checkout)
+BUILD_INPUTS = (
+    "pyproject.toml",
+    "setup.py",
+    "MANIFEST.in",
+    "README.md",
+    "dagster_graphbook_alias.pth",
+)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of this checkout, as ``pip wheel --no-deps`` builds it (without build isolation:
+    the build backend comes from this environment, no download); built once per session."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"
+    src.mkdir()
+    for name in BUILD_INPUTS:
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(
+        REPO / "dagster_graphbook",
+        src / "dagster_graphbook",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + [str(src), "-w", str(root / "dist")],
+        check=True,
+        timeout=300,
+    )
+    (built,) = (root / "dist").glob("dagster_graphbook-*.whl")
+    return built
+
+
 @pytest.fixture
 def dagster_home(tmp_path: Path) -> str:
     home = tmp_path / "dagster_home"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,19 +22,10 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import dagster as dg
-import pytest
 
 from tests.conftest import REPO
 
 SECTION = "## Use it in your project"
-# what a wheel build reads (copied out, so the build leaves nothing in the checkout)
-BUILD_INPUTS = (
-    "pyproject.toml",
-    "setup.py",
-    "MANIFEST.in",
-    "README.md",
-    "dagster_graphbook_alias.pth",
-)
 LAUNCHERS = {"dg": "dagster_dg_cli.cli", "dagster": "dagster._cli"}
 
 
@@ -53,30 +43,6 @@ def readme_section() -> Tuple[Dict[str, str], List[List[str]]]:
             first, rest = body.split("\n", 1)
             files[first.removeprefix("# ").strip()] = rest
     return files, bash
-
-
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel of this checkout, as ``pip wheel --no-deps`` builds it (without build isolation:
-    the build backend comes from this environment, no download)."""
-    root = tmp_path_factory.mktemp("wheel")
-    src = root / "src"
-    src.mkdir()
-    for name in BUILD_INPUTS:
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "dagster_graphbook",
-        src / "dagster_graphbook",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + [str(src), "-w", str(root / "dist")],
-        check=True,
-        timeout=300,
-    )
-    (built,) = (root / "dist").glob("dagster_graphbook-*.whl")
-    return built
 
 
 SETUP = """
