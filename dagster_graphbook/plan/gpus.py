@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Callable, Dict, Mapping, Union
 
 from ..model.workflow import Workflow, WorkflowError
-from .refs import resolve_refs, step_refs_of
+from .refs import resolve_per_step
 
 GpuSetting = Union[None, int, Mapping[str, int]]
 
@@ -39,33 +39,18 @@ def resolve_gpus(
 ) -> Dict[str, int]:
     """Node id -> GPUs. An int applies to every batch step; a mapping names steps (step name,
     label, class name or node id). Unknown steps and negative counts are load errors."""
-    if setting is None:
-        return {}
-    if isinstance(setting, bool) or not isinstance(setting, (int, Mapping)):
-        raise WorkflowError(
-            workflow.source,
-            [f"gpus must be a whole number or a mapping of step -> number, got {setting!r}"],
-        )
-    if isinstance(setting, int):
-        _check_count(workflow, "gpus", setting)
-        return {n.id: setting for n in workflow.steps() if n.step_kind == "batch"}
-    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in workflow.steps())
-    out: Dict[str, int] = {}
-    for ref, count in setting.items():
-        node = refs.get(str(ref))
-        if node is None:
-            steps = ", ".join(step_names[n.id] for n in workflow.steps())
+    return resolve_per_step(
+        workflow, "gpus", setting, step_names, _checked_count(workflow), "number"
+    )
+
+
+def _checked_count(workflow: Workflow) -> Callable[[str, Any], int]:
+    def check(where: str, count: Any) -> int:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise WorkflowError(
                 workflow.source,
-                [f"gpus names step {ref!r}, which is not in the workflow (steps: {steps})"],
+                [f"{where} must be a whole number of GPUs (0 or more), got {count!r}"],
             )
-        _check_count(workflow, f"gpus[{ref!r}]", count)
-        out[node.id] = count
-    return out
+        return count
 
-
-def _check_count(workflow: Workflow, where: str, count: Any) -> None:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise WorkflowError(
-            workflow.source, [f"{where} must be a whole number of GPUs (0 or more), got {count!r}"]
-        )
+    return check

@@ -4,7 +4,9 @@ external deps, GPUs, ``STEP.PARAM``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Sequence, Tuple
+
+from ..model.workflow import WorkflowError
 
 
 def step_refs_of(node: Any, step: str) -> Tuple[str, ...]:
@@ -22,3 +24,39 @@ def resolve_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, Any]:
                 refs.setdefault(ref, value)
     refs.update({names[0]: value for names, value in items})
     return refs
+
+
+def resolve_per_step(
+    workflow: Any,
+    name: str,
+    setting: Any,
+    step_names: Mapping[str, str],
+    value: Callable[[str, Any], Any],
+    per: str,
+) -> Dict[str, Any]:
+    """Node id -> ``value(where, v)`` for a per-step workflow option (``gpus=``, ``shards=``):
+    an int applies to every batch step; a mapping names steps by this module's rule. A setting
+    of another type and an unknown step are load errors naming the option; ``value`` checks each
+    value (``where``: ``name`` or ``name[ref]``). ``per``: what the mapping maps a step to."""
+    if setting is None:
+        return {}
+    if isinstance(setting, bool) or not isinstance(setting, (int, Mapping)):
+        raise WorkflowError(
+            workflow.source,
+            [f"{name} must be a whole number or a mapping of step -> {per}, got {setting!r}"],
+        )
+    if isinstance(setting, int):
+        checked = value(name, setting)
+        return {n.id: checked for n in workflow.steps() if n.step_kind == "batch"}
+    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in workflow.steps())
+    out: Dict[str, Any] = {}
+    for ref, given in setting.items():
+        node = refs.get(str(ref))
+        if node is None:
+            steps = ", ".join(step_names[n.id] for n in workflow.steps())
+            raise WorkflowError(
+                workflow.source,
+                [f"{name} names step {ref!r}, which is not in the workflow (steps: {steps})"],
+            )
+        out[node.id] = value(f"{name}[{ref!r}]", given)
+    return out

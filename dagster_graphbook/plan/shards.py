@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
 
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
-from .refs import resolve_refs, step_refs_of
+from .refs import resolve_per_step
 
 ShardSetting = Union[None, int, Mapping[str, Any]]
 SHARD_KEYS = ("shards", "shard_size")
@@ -43,28 +43,14 @@ def resolve_shards(
     step; a mapping names steps (step name, label, class name or node id), each with an int
     (shards) or a mapping of one of the two keys. Unknown steps and bad numbers are load errors;
     which steps may be sharded at all is the plan's to say (``shard_plan``)."""
-    if setting is None:
-        return {}
-    if isinstance(setting, bool) or not isinstance(setting, (int, Mapping)):
-        raise WorkflowError(
-            workflow.source,
-            [f"shards must be a whole number or a mapping of step -> shards, got {setting!r}"],
-        )
-    if isinstance(setting, int):
-        value = _value(workflow, "shards", setting)
-        return {n.id: value for n in workflow.steps() if n.step_kind == "batch"}
-    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in workflow.steps())
-    out: Dict[str, Dict[str, int]] = {}
-    for ref, value in setting.items():
-        node = refs.get(str(ref))
-        if node is None:
-            steps = ", ".join(step_names[n.id] for n in workflow.steps())
-            raise WorkflowError(
-                workflow.source,
-                [f"shards names step {ref!r}, which is not in the workflow (steps: {steps})"],
-            )
-        out[node.id] = _value(workflow, f"shards[{ref!r}]", value)
-    return out
+    return resolve_per_step(
+        workflow,
+        "shards",
+        setting,
+        step_names,
+        lambda where, v: _value(workflow, where, v),
+        "shards",
+    )
 
 
 def _value(workflow: Workflow, where: str, value: Any) -> Dict[str, int]:
