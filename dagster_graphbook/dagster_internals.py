@@ -6,7 +6,8 @@ has no equivalent, and a Dagster upgrade that moves one breaks this module only.
 - the run-tag names of re-execution and the log record's event attribute: the runner resumes
   runs and keeps failure events out of its console logger;
 - the captured-interrupt check: the dead-run watcher lets a terminate through;
-- the plan orchestration types and helpers: the Dask executor submits Dagster's own steps.
+- the plan orchestration types and helpers: the Dask executor submits Dagster's own steps, and
+  a from-failure run's plan gets the shards Dagster left out (``defs/reexecution``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dagster._config.errors import (
 )
 from dagster._config.stack import EvaluationStackListItemEntry, EvaluationStackPathEntry
 from dagster._core.errors import raise_execution_interrupts
+from dagster._core.execution.api import create_execution_plan
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
@@ -52,6 +54,7 @@ __all__ = [
     "PlanOrchestrationContext",
     "RuntimeMismatchErrorData",
     "check_captured_interrupt",
+    "create_execution_plan",
     "iterate_with_context",
     "raise_execution_interrupts",
 ]

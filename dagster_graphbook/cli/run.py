@@ -368,6 +368,8 @@ def _run(
     run_tags = _run_tags(request.tags)
     partition_key = request.partition_key
     if request.executor == "in_process":
+        if job.executor_def.name == "graphbook_executor":  # recorded, so a resume is in process too
+            run_config.setdefault("execution", {"config": {"in_process": {}}})
         result: Any = _execute_in_process(job, instance, run_config, partition_key, run_tags)
     elif request.executor == "multiprocess":
         job_recon = recon()

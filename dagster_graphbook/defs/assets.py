@@ -12,7 +12,13 @@ from ..errors import StepRef
 from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
 from ..execution.dead_runs import join_run
-from ..execution.shards import COMMIT_HOOK, commit_shards, plan_shards, run_shard
+from ..execution.shards import (
+    COMMIT_HOOK,
+    SHARD_CRASH_RETRY,
+    commit_shards,
+    plan_shards,
+    run_shard,
+)
 from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import StepCheck
@@ -56,12 +62,14 @@ def build_workflow_defs(
     streaming: Any = False,
     checks: Optional[Dict[str, List[StepCheck]]] = None,
     pool: Optional[str] = None,
+    storage: Optional[Dict[str, Any]] = None,
 ) -> WorkflowDefs:
     """Translate one validated workflow (``streaming``: ``True`` runs all steps as one streaming
     op, a list of step names runs those, a connected segment, as one op; see ``streaming``).
 
     ``retry_policy`` and ``pool`` apply to every step op where set; else the translator's
-    ``get_retry_policy`` and ``get_pool`` decide per step.
+    ``get_retry_policy`` and ``get_pool`` decide per step. ``storage``: the notes IO manager's
+    definition metadata (``notes_metadata``: where the workflow's notes go, how many kept).
     """
     translator = translator or GraphbookTranslator()
     names = translator.names(workflow)
@@ -80,6 +88,7 @@ def build_workflow_defs(
         retry_policy=retry_policy,
         op_tags=op_tags,
         pool=pool,
+        storage=storage,
     )
     assets = [op_asset(op) for op in plan.ops]
     keys = [key for asset in assets for key in asset.keys]
@@ -144,10 +153,16 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         "pool": None,
     }
 
+    # a shard whose process dies (kill -9, out of memory) raises nothing that runtime.retries
+    # sees: without a policy of the workflow's, a shard op is retried once for a crash only
+    crash_only = args["retry_policy"] is None
+    shard_ops = {**ops, "retry_policy": args["retry_policy"] or SHARD_CRASH_RETRY}
+    stored: Dict[str, Any] = dict(io_manager_key=NOTES_IO_MANAGER_KEY, metadata=dict(op.storage))
+
     @dg.op(
         name=shard.plan_op,
         ins={**{n: dg.In() for n in args["ins"]}, **{n: dg.In(dg.Nothing) for n in deps}},
-        out=dg.DynamicOut(io_manager_key=NOTES_IO_MANAGER_KEY),
+        out=dg.DynamicOut(**stored),
         **light,
     )
     def plan_op(context, **inputs):
@@ -156,13 +171,13 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
 
     @dg.op(
         name=shard.shard_op,
-        out=dg.Out(io_manager_key=NOTES_IO_MANAGER_KEY),
+        out=dg.Out(**stored),
         required_resource_keys=resources,
-        **ops,
+        **shard_ops,
     )
     def shard_op(context, piece):
         with join_run(context.instance, context.run_id):
-            return run_shard(context, op, piece)
+            return run_shard(context, op, piece, crash_only=crash_only)
 
     outs = {
         name: dg.Out(io_manager_key=NOTES_IO_MANAGER_KEY)

@@ -18,6 +18,7 @@ from ..model.registry import NodeRegistry
 from ..model.workflow import Workflow, WorkflowError, load_workflow
 from ..plan.checks import StepCheck, bind_checks
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
+from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
 from ..store.io_manager import notes_io_manager, notes_metadata
 from .assets import WorkflowDefs, build_workflow_defs
@@ -150,7 +151,7 @@ def build_workflow(
                 ],
             )
         deps[step.node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
-    executor_def = resolve_executor(spec.executor, workflow.source)
+    executor_def = resolve_executor(spec.executor, workflow.source, sharded_steps(workflow))
     checks = bind_checks(spec.checks, names, workflow)
     defs = build_workflow_defs(
         workflow,
@@ -164,10 +165,8 @@ def build_workflow(
         checks=checks,
         streaming=spec.streaming,
         pool=spec.pool,
+        storage=notes_metadata(spec.notes_dir, spec.notes_keep),
     )
-    storage = notes_metadata(spec.notes_dir, spec.notes_keep)
-    if storage:
-        defs.assets = [_with_storage(asset, storage) for asset in defs.assets]
     _automate(spec, defs)
     return defs
 
@@ -226,11 +225,6 @@ def _check_depth(workflow: Workflow) -> None:
                 "joined by external_deps, or merge steps"
             ],
         )
-
-
-def _with_storage(asset: dg.AssetsDefinition, storage: Dict[str, Any]) -> dg.AssetsDefinition:
-    """The asset with its storage settings in each output's definition metadata."""
-    return asset.map_asset_specs(lambda spec: spec.merge_attributes(metadata=storage))
 
 
 class NameClashError(dg.DagsterInvalidDefinitionError):
@@ -335,7 +329,7 @@ def build_definitions(
         claims.claim(index, defs.workflow.source, [defs.job], defs.assets)
         assets += defs.assets
         if spec.automation not in (None, "none"):
-            automated.append(resolve_executor(spec.executor, defs.workflow.source))
+            automated.append(defs.job.executor_def)
         defs.job = _with_own_resources(defs, extra_resources or {})
         jobs.append(defs.job)
         resources.update(defs.resources)

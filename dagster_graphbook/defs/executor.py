@@ -13,42 +13,69 @@ steps execute, so a run worker killed from outside is found dead by the next run
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Sequence, Union
 
 import dagster as dg
 
 from ..execution.dead_runs import own_run
 from ..model.workflow import WorkflowError
 from ..plan.job_steps import job_source, placeholder_message, unfilled_in_job
+from .reexecution import complete_plan
 
 _DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the run config says
-
-
-@dg.executor(
-    name="graphbook_executor",
-    config_schema=dg.Field(
-        _DAGSTER_DEFAULT.config_schema.config_type,
-        default_value={"in_process": {}},
-        description="in_process (default): every step in the run's process, the model loaded "
-        "once; multiprocess: one process per step (parallel branches, isolation)",
-    ),
-    requirements=_DAGSTER_DEFAULT.get_requirements,
+# executors that never run mapped steps (dagster-dask skips them silently): no sharded step there
+_NO_MAPPED_STEPS = frozenset({"dask"})
+_MAPPING_EXECUTORS = (
+    "graphbook_executor (the default), multiprocess, in_process, k8s_job_executor, "
+    "docker_executor, celery_executor or dagster-ray's ray_executor"
 )
-def graphbook_executor(init_context: dg.InitExecutorContext) -> Any:
-    """Dagster's ``multi_or_in_process_executor`` with in-process as its default (a model is
-    loaded once per run), run while this process owns the run."""
-    create = _DAGSTER_DEFAULT.executor_creation_fn
-    assert create is not None  # Dagster's default executor has one
-    return _OwnedExecutor(create(init_context))
+
+
+def _graphbook_executor(default_mode: str) -> dg.ExecutorDefinition:
+    @dg.executor(
+        name="graphbook_executor",
+        config_schema=dg.Field(
+            _DAGSTER_DEFAULT.config_schema.config_type,
+            default_value={default_mode: {}},
+            description="in_process: every step in the run's process, the model loaded once; "
+            "multiprocess: one process per step (parallel branches and shards, isolation). "
+            f"Default here: {default_mode}",
+        ),
+        requirements=_DAGSTER_DEFAULT.get_requirements,
+    )
+    def graphbook_executor(init_context: dg.InitExecutorContext) -> Any:
+        """Dagster's ``multi_or_in_process_executor`` with in-process as its default (a model is
+        loaded once per run), run while this process owns the run."""
+        create = _DAGSTER_DEFAULT.executor_creation_fn
+        assert create is not None  # Dagster's default executor has one
+        return _OwnedExecutor(create(init_context), owned=True)
+
+    return graphbook_executor
+
+
+graphbook_executor = _graphbook_executor("in_process")
+# a job with a sharded step: its shards in parallel by default, from the terminal and the UI alike
+_SHARDED_DEFAULT = _graphbook_executor("multiprocess")
 
 
 class _OwnedExecutor(dg.Executor):
-    """Dagster's executor, run while this process holds the run's owner lock."""
+    """Dagster's executor, run while this process holds the run's owner lock (``owned``), with
+    the shards Dagster leaves out of a from-failure run added to it (``reexecution``)."""
 
-    def __init__(self, inner: dg.Executor) -> None:
+    def __init__(self, inner: dg.Executor, owned: bool) -> None:
         self.inner = inner
+        self.owned = owned
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
+        plan_context, execution_plan, added = complete_plan(plan_context, execution_plan)
+        if added:
+            plan_context.log.info(
+                f"re-execution from failure: also running {', '.join(added)}, which never ran "
+                "in an earlier run (their step's commit needs every shard)"
+            )
+        if not self.owned:
+            yield from self.inner.execute(plan_context, execution_plan)
+            return
         _refuse_unfilled_placeholders(plan_context, execution_plan)
         with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
             yield from self.inner.execute(plan_context, execution_plan)
@@ -62,6 +89,20 @@ class _OwnedExecutor(dg.Executor):
         return self.inner.step_dependency_config
 
 
+def _completing(executor_def: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
+    """A user's executor (a Dagster, k8s or Ray one) that also runs never-run shards on a
+    re-execution from failure; its name, config and requirements unchanged."""
+    create = executor_def.executor_creation_fn
+    assert create is not None  # a definition without one cannot run a job
+    return dg.ExecutorDefinition(
+        name=executor_def.name,
+        config_schema=executor_def.config_schema,  # type: ignore[arg-type]  # a definition's, as is
+        executor_creation_fn=lambda init_context: _OwnedExecutor(create(init_context), False),
+        description=executor_def.description,
+        requirements=executor_def.get_requirements,
+    )
+
+
 def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> None:
     """Fail a run with no partition key at its start, before any step, when a step parameter it
     runs holds ``{partition_key}`` (a step would read or write a literal '{partition_key}'
@@ -69,7 +110,8 @@ def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> Non
     if "dagster/partition" in plan_context.dagster_run.tags:  # a run of one partition
         return
     job = plan_context.job.get_definition()
-    ops = {key.split("[")[0] for key in execution_plan.step_keys_to_execute}
+    # a step key's top-level node: "wf__S", "wf__S.wf__S__shard[shard_0]" (a sharded step's graph)
+    ops = {key.split(".")[0].split("[")[0] for key in execution_plan.step_keys_to_execute}
     found = unfilled_in_job(job, dg.validate_run_config(job, plan_context.run_config), ops)
     if found:
         message = placeholder_message(found, job.partitions_def is not None)
@@ -77,20 +119,35 @@ def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> Non
 
 
 def resolve_executor(
-    choice: Union[None, str, dg.ExecutorDefinition], source: str = "<workflow>"
+    choice: Union[None, str, dg.ExecutorDefinition],
+    source: str = "<workflow>",
+    sharded: Sequence[str] = (),
 ) -> dg.ExecutorDefinition:
-    """The executor a workflow's job gets: ``None`` -> ``graphbook_executor``, a name -> Dagster's
-    executor of that name, an ``ExecutorDefinition`` (e.g. ``k8s_job_executor``) as given.
+    """The executor a workflow's job gets: ``None`` -> ``graphbook_executor`` (multiprocess by
+    default when the job has ``sharded`` steps), a name -> Dagster's executor of that name, an
+    ``ExecutorDefinition`` (e.g. ``k8s_job_executor``) as given; with sharded steps, each runs
+    never-run shards on a re-execution from failure.
 
-    Raises ``WorkflowError`` naming the workflow file ``source`` for an unknown name.
+    Raises ``WorkflowError`` naming the workflow file ``source`` for an unknown name, and for an
+    executor that cannot run a sharded step's mapped shard ops.
     """
     if choice is None:
-        return graphbook_executor
-    if isinstance(choice, dg.ExecutorDefinition):
-        return choice
+        return _SHARDED_DEFAULT if sharded else graphbook_executor
     executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
-    if choice not in executors:
+    if isinstance(choice, str) and choice not in executors:
         raise WorkflowError(
             source, [f"executor must be one of {', '.join(executors)}, got {choice!r}"]
         )
-    return executors[choice]
+    chosen = executors[choice] if isinstance(choice, str) else choice
+    if not sharded or chosen is graphbook_executor:
+        return chosen
+    if chosen.name in _NO_MAPPED_STEPS:
+        raise WorkflowError(
+            source,
+            [
+                f"step {', '.join(map(repr, sharded))} is sharded, but the {chosen.name!r} "
+                "executor never runs mapped steps (its shards would silently not run): use "
+                f"{_MAPPING_EXECUTORS}, or drop shards"
+            ],
+        )
+    return _completing(chosen)

@@ -26,6 +26,9 @@ from .errors import StepFailure
 from .routing import PinNotes, StepResult
 from .step_op import OpRun, emit_outputs, failures_named, make_step, op_config, run_op, step_notes
 
+# a shard op's retry policy when the workflow sets none: its process dying (kill -9, out of
+# memory) raises nothing runtime.retries sees, so Dagster's executor retries the shard once
+SHARD_CRASH_RETRY = dg.RetryPolicy(max_retries=1)
 COMMIT_HOOK = "on_commit"  # a step's optional hook: on_commit(self, shard_figures) -> figures
 FIGURES_NOTE = "figures_note"
 # stats that are settings or ratios, not amounts: never summed across shards
@@ -41,6 +44,10 @@ class ShardSlice:
     start: int  # the step's number of the shard's first note
     notes: List[Any]
 
+    def note_lists(self) -> List[List[Any]]:
+        """What the notes IO manager names a note of when one cannot be stored."""
+        return [self.notes]
+
 
 @dataclass
 class ShardResult:
@@ -50,6 +57,10 @@ class ShardResult:
     count: int
     start: int
     run: OpRun
+
+    def note_lists(self) -> List[List[Any]]:
+        """What the notes IO manager names a note of when one cannot be stored."""
+        return [list(notes) for r in self.run.results.values() for notes in r.outputs.values()]
 
 
 def split(notes: Sequence[Any], runtime: BatchRuntime) -> List[Tuple[int, List[Any]]]:
@@ -92,13 +103,20 @@ def plan_shards(
         yield dg.DynamicOutput(value, mapping_key=f"shard_{index}")
 
 
-def run_shard(context: Any, op: OpPlan, piece: ShardSlice) -> ShardResult:
-    """A shard op: the step over its slice, through the one op body; no output yet."""
+def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> ShardResult:
+    """A shard op: the step over its slice, through the one op body; no output yet.
+
+    ``crash_only``: the op's retry policy is ``SHARD_CRASH_RETRY``, there for a dead process
+    only, so a failure it raises is final once ``runtime.retries`` (which it obeys) is spent."""
     context.log.info(
         f"{_the_step(op).label}: shard {piece.index + 1} of {piece.count}, notes "
         f"{piece.start}..{piece.start + len(piece.notes) - 1} ({len(piece.notes)})"
     )
-    run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+    try:
+        run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+    except dg.Failure as failure:
+        failure.allow_retries = failure.allow_retries and not crash_only
+        raise
     return ShardResult(piece.index, piece.count, piece.start, run)
 
 
@@ -207,25 +225,40 @@ def merge_stats(stats: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
 
 
 def merge_figures(figures: Sequence[Mapping[str, Any]], hook: Any = None) -> Dict[str, Any]:
-    """The step's own figures from its shards': whole numbers summed; the others from the
-    step's ``on_commit(shard_figures)``, else left out with a note (never averaged)."""
+    """The step's own figures from its shards': whole numbers summed (as counts); the others
+    from the step's ``on_commit(shard_figures)``, which may also return any summed one (a
+    constant), else left out. A ``figures_note`` names what was left out, and the whole numbers
+    that were the same in every shard (a constant, or a count that happened to split evenly)."""
     merged: Dict[str, Any] = {}
     left_out: List[str] = []
+    alike: List[str] = []
     for key in dict.fromkeys(k for f in figures for k in f):
         values = [f[key] for f in figures if key in f]
         if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             merged[key] = sum(values)
+            if len(values) > 1 and len(set(values)) == 1:
+                alike.append(key)
         else:
             left_out.append(key)
-    if hook is not None:
-        merged.update(dict(hook([dict(f) for f in figures]) or {}))
-    dropped = [k for k in left_out if k not in merged]
+    returned = dict(hook([dict(f) for f in figures]) or {}) if hook is not None else {}
+    merged.update(returned)
+    notes = []
+    dropped = [k for k in left_out if k not in returned]
     if dropped:
-        merged[FIGURES_NOTE] = (
+        notes.append(
             f"left out of this sharded step's figures: {', '.join(dropped)} (not whole numbers, "
-            f"so not summed, and never averaged across shards): define "
-            f"{COMMIT_HOOK}(self, shard_figures) on the step to compute them from every "
-            "shard's figures"
+            "so not summed, and never averaged across shards)"
+        )
+    alike = [k for k in alike if k not in returned]
+    if alike:
+        notes.append(
+            f"summed as counts though the same in every shard: {', '.join(alike)} (a constant "
+            "must come from the hook)"
+        )
+    if notes:
+        merged[FIGURES_NOTE] = (
+            f"{'; '.join(notes)}: define {COMMIT_HOOK}(self, shard_figures) on the step to "
+            "return these figures from every shard's"
         )
     return merged
 

@@ -60,6 +60,9 @@ class OpPlan:
     checks: Tuple[BoundCheck, ...]
     asset_args: Mapping[str, Any]  # everything else ``dg.multi_asset`` takes
     shard: Optional[ShardPlan] = None  # a sharded batch step: plan, shards and commit (shards.py)
+    # where the op's notes go (notes_dir, notes_keep): on its stored pins' specs and on a
+    # sharded step's intermediate outputs, which the notes IO manager stores beside them
+    storage: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ def compile_workflow(
     retry_policy: Optional[dg.RetryPolicy] = None,
     op_tags: Optional[Mapping[str, Any]] = None,
     pool: Optional[str] = None,
+    storage: Optional[Mapping[str, Any]] = None,
 ) -> WorkflowPlan:
     """Compile ``workflow`` (validated) into its plan; ``checks`` and ``external_deps`` by node
     id. Checks on streamed steps are refused (a streamed pin may store nothing to check)."""
@@ -105,6 +109,7 @@ def compile_workflow(
         retry_policy=retry_policy,
         op_tags=op_tags,
         pool=pool,
+        storage=dict(storage or {}),
     )
     ops = [
         compile_op(
@@ -141,6 +146,7 @@ def compile_op(
     external_deps: Sequence[dg.AssetKey] = (),
     checks: Sequence[StepCheck] = (),
     pool: Optional[str] = None,
+    storage: Optional[Mapping[str, Any]] = None,
 ) -> OpPlan:
     """The plan of the op running ``segment`` (node ids in topological order): one step in the
     default mode, or the streamed steps. Its outputs are the steps' pins; a streamed pin that no
@@ -148,7 +154,7 @@ def compile_op(
     names = translator.names(workflow)
     inside = set(segment)
     stored = stored_pins(workflow, segment)
-    wiring = _Wiring(names, workflow, inside, streamed, external_deps)
+    wiring = _Wiring(names, workflow, inside, streamed, external_deps, dict(storage or {}))
     steps = [wiring.add(workflow.nodes[i], stored, resource_keys) for i in segment]
     nodes = [workflow.nodes[i] for i in segment]
     shards = [
@@ -206,6 +212,7 @@ def compile_op(
     return OpPlan(
         name, tuple(steps), streamed, dict(wiring.out_names), frozenset(stored),
         dict(wiring.inlets), bound, asset_args, None if streamed else shards[0],
+        dict(storage or {}),
     )  # fmt: skip
 
 
@@ -219,8 +226,10 @@ class _Wiring:
         inside: Set[str],
         streamed: bool,
         external: Sequence[dg.AssetKey],
+        storage: Mapping[str, Any],
     ):
         self.names, self.workflow, self.inside, self.streamed = names, workflow, inside, streamed
+        self.storage = storage
         self.external = list(external)
         self.outs: Dict[str, dg.AssetOut] = {}
         self.out_names: Dict[Pin, str] = {}
@@ -252,7 +261,7 @@ class _Wiring:
         self.internal.update(internal)
         for pin, spec in step.specs.items():
             name = self.out_names[(node.id, pin)] = out_names[pin]
-            spec = spec.replace_attributes(deps=[])
+            spec = spec.replace_attributes(deps=[]).merge_attributes(metadata=self.storage)
             if (node.id, pin) in stored:
                 self.outs[name] = dg.AssetOut.from_spec(spec, io_manager_key=NOTES_IO_MANAGER_KEY)
             else:

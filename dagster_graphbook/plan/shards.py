@@ -11,7 +11,7 @@ then change how many shards a run makes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .refs import resolve_per_step
@@ -67,6 +67,15 @@ def _value(workflow: Workflow, where: str, value: Any) -> Dict[str, int]:
     if problem is not None:
         raise WorkflowError(workflow.source, [f"{where} must be {problem}, got {value!r}"])
     return dict(value)
+
+
+def sharded_steps(workflow: Workflow) -> List[str]:
+    """The names of the workflow's sharded steps (for messages), in node order."""
+    return [
+        node.label or node.name
+        for node in workflow.nodes.values()
+        if workflow.shards.get(node.id) not in (None, {}, {"shards": 1})
+    ]
 
 
 def shard_plan(

@@ -47,7 +47,10 @@ def pickle_notes(obj: Any, f: Any) -> None:
 
 
 def _unpicklable(notes: Any) -> str:
-    """Which note and key cannot be pickled, as the start of an error message ('' if not found)."""
+    """Which note and key cannot be pickled, as the start of an error message ('' if not found).
+    An output that is no list of notes (a shard's) may list its notes with ``note_lists()``."""
+    if hasattr(notes, "note_lists"):
+        return next((found for one in notes.note_lists() if (found := _unpicklable(one))), "")
     for index, note in enumerate(notes if isinstance(notes, list) else []):
         for key, value in note.items() if isinstance(note, dict) else [(None, note)]:
             try:
@@ -81,8 +84,7 @@ class NotesStore(dg.IOManager):
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if not context.has_asset_key:  # a sharded step's slices and shard results
-            path = versions.step_output_path(self._base(None), context.get_identifier())
-            versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+            self._store_step_output(context, obj)
             return
         partition = _partition(context)
         folder = versions.version_folder(
@@ -124,11 +126,30 @@ class NotesStore(dg.IOManager):
         keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
         versions.prune(folder, keep, instance, protect=[context.run_id])
 
+    def _store_step_output(self, context: dg.OutputContext, obj: Any) -> None:
+        """An op output that is no asset, beside the workflow's notes, pruned as they are."""
+        run_id, step_key = _source_run_id(context, context), str(context.step_key)
+        base = self._base(context.definition_metadata)
+        path = versions.step_output_path(base, run_id, step_key, _output_of(context))
+        try:
+            versions.write_atomic(path, lambda f: pickle_notes(obj, f))
+        except Exception as exc:
+            raise dg.Failure(
+                f"{step_key}: its output's {_unpicklable(obj)}cannot be "
+                f"stored: {type(exc).__name__}: {exc}"
+            ) from exc
+        keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
+        versions.prune_step_outputs(base, step_key, keep, _instance(context), protect=run_id)
+
     def load_input(self, context: dg.InputContext) -> Any:
         upstream = context.upstream_output
         if not context.has_asset_key and upstream is not None:  # an op output that is no asset
-            stored = versions.step_output_path(self._base(None), upstream.get_identifier())
-            return versions.read_step_output(stored, str(upstream.step_key))
+            run_id = _source_run_id(upstream, context)
+            step_key = str(upstream.step_key)
+            stored = versions.step_output_path(
+                self._base(upstream.definition_metadata), run_id, step_key, _output_of(upstream)
+            )
+            return versions.read_step_output(stored, step_key, run_id)
         key = context.asset_key
         partition = _partition(context)
         metadata = upstream.definition_metadata if upstream else None
@@ -200,6 +221,22 @@ def _instance(context: Any) -> Optional[dg.DagsterInstance]:
         except Exception:  # OutputContext has no .instance; contexts built by hand have none
             continue
     return None
+
+
+def _output_of(context: dg.OutputContext) -> List[str]:
+    """The output's name, and its mapping key for one output of a ``DynamicOut``."""
+    mapping_key = context.mapping_key
+    return [context.name] + ([mapping_key] if mapping_key else [])
+
+
+def _source_run_id(output: dg.OutputContext, current: Any) -> str:
+    """The run that produced ``output``. Dagster knows none for a shard that a from-failure run
+    added (defs/reexecution: its run's recorded step selection lacks it); that shard ran in the
+    current run, whose id ``current`` (the step's context) gives."""
+    try:
+        return output.run_id
+    except dg.DagsterInvariantViolationError:
+        return current.step_context.run_id
 
 
 def _run_id(context: dg.InputContext) -> Optional[str]:

@@ -49,15 +49,32 @@ def notes_path(folder: UPath, run_id: str) -> UPath:
 STEP_OUTPUTS = ".step_outputs"  # beside the assets: outputs that are no asset (a shard's)
 
 
-def step_output_path(base: UPath, identifier: Sequence[str]) -> UPath:
+def step_output_path(base: UPath, run_id: str, step_key: str, output: Sequence[str]) -> UPath:
     """Where an op output that is no asset lives (a sharded step's slices and shard results):
-    ``<base>/.step_outputs/<run id>/<step key>/<output>[/<mapping key>].pkl``, written once by
-    its run (Dagster's identifier: the run that produced it, also when a re-execution reads)."""
-    *folders, last = [str(part) for part in identifier]
-    return base.joinpath(STEP_OUTPUTS, *folders) / f"{last}{NOTES_SUFFIX}"
+    ``<base>/.step_outputs/<node>/<run id>/<step key>/<output>[/<mapping key>].pkl``, written
+    once by its run (the run that produced it, also when a re-execution reads it). ``<node>``
+    is the step key's top-level node (the sharded step), the unit its runs are pruned by."""
+    *folders, last = [str(part) for part in output]
+    node = step_key.split(".")[0].split("[")[0]
+    return base.joinpath(STEP_OUTPUTS, node, run_id, step_key, *folders) / f"{last}{NOTES_SUFFIX}"
 
 
-def read_step_output(path: UPath, step_key: str) -> Any:
+def prune_step_outputs(
+    base: UPath, step_key: str, keep: int, instance: Optional[dg.DagsterInstance], protect: str
+) -> List[str]:
+    """Delete all but the ``keep`` newest runs' outputs of ``step_key``'s node, as ``prune``
+    does with the node's notes (never an unfinished run's, never ``protect``'s)."""
+    folder = base.joinpath(STEP_OUTPUTS, step_key.split(".")[0].split("[")[0])
+    if keep <= 0 or not folder.exists():
+        return []
+    runs = {p.name: p for p in folder.iterdir() if not p.name.startswith(".")}
+    stale = _stale(runs, keep, instance, [protect])
+    for run_id in stale:
+        runs[run_id].fs.rm(runs[run_id].path, recursive=True)
+    return stale
+
+
+def read_step_output(path: UPath, step_key: str, run_id: str) -> Any:
     """A stored op output that is no asset; gone or damaged, the error names the step."""
     try:
         with path.open("rb") as f:
@@ -68,7 +85,7 @@ def read_step_output(path: UPath, step_key: str) -> Any:
             f"{exc}; re-execute that step",
             asset="",
             partition=None,
-            run_id=path.parent.parent.name if path.parent.parent.name else None,
+            run_id=run_id,
             path=str(path),
         ) from exc
 
@@ -202,21 +219,28 @@ def prune(
     """
     if keep <= 0 or not folder.exists():
         return []
-    versions = [p for p in folder.iterdir() if _is_version(p.name)]
-    versions.sort(key=_mtime, reverse=True)
-    kept = set(protect)
-    deleted = []
-    for path in versions[keep:]:
-        run_id = path.name[: -len(NOTES_SUFFIX)]
-        if run_id in kept or _unfinished(instance, run_id):
-            continue
+    versions = {p.name[: -len(NOTES_SUFFIX)]: p for p in folder.iterdir() if _is_version(p.name)}
+    deleted = _stale(versions, keep, instance, protect)
+    for run_id in deleted:
         for suffix in (NOTES_SUFFIX, TABLE_SUFFIX):
             try:
                 (folder / f"{run_id}{suffix}").unlink()
             except FileNotFoundError:
                 pass
-        deleted.append(run_id)
     return deleted
+
+
+def _stale(
+    by_run: Mapping[str, UPath],
+    keep: int,
+    instance: Optional[dg.DagsterInstance],
+    protect: Iterable[str],
+) -> List[str]:
+    """The runs (of ``run id -> path``) beyond the ``keep`` newest, less the protected and the
+    unfinished ones."""
+    newest_first = sorted(by_run, key=lambda r: _mtime(by_run[r]), reverse=True)
+    kept = set(protect)
+    return [r for r in newest_first[keep:] if r not in kept and not _unfinished(instance, r)]
 
 
 def _is_version(name: str) -> bool:
