@@ -23,6 +23,7 @@ from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
 from .driver import check_skipped_share
 from .errors import StepFailure
+from .leases import shard_lease
 from .routing import PinNotes, StepResult
 from .step_op import OpRun, emit_outputs, failures_named, make_step, op_config, run_op, step_notes
 
@@ -93,12 +94,18 @@ def plan_shards(
 
 
 def run_shard(context: Any, op: OpPlan, piece: ShardSlice) -> ShardResult:
-    """A shard op: the step over its slice, through the one op body; no output yet."""
+    """A shard op: the step over its slice, through the one op body, on GPUs leased for it
+    (``leases.py``); no output yet."""
     context.log.info(
         f"{_the_step(op).label}: shard {piece.index + 1} of {piece.count}, notes "
         f"{piece.start}..{piece.start + len(piece.notes) - 1} ({len(piece.notes)})"
     )
-    run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+    plan, gpus = _the_step(op), op.shard.gpus if op.shard else None
+    owner = f"run {context.run_id}, shard {piece.index + 1} of {piece.count} of {plan.label}"
+    runtime = _runtime(context, plan)
+    with shard_lease(runtime, gpus, label=plan.label, owner=owner, log=context.log.info) as lease:
+        run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+    run.results[plan.node_id].stats.update(lease.stats)  # which GPUs, how long it waited
     return ShardResult(piece.index, piece.count, piece.start, run)
 
 
