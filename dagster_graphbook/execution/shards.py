@@ -23,6 +23,7 @@ from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
 from .driver import check_skipped_share
 from .errors import StepFailure
+from .leases import shard_lease
 from .routing import PinNotes, StepResult
 from .step_op import OpRun, emit_outputs, failures_named, make_step, op_config, run_op, step_notes
 
@@ -104,7 +105,8 @@ def plan_shards(
 
 
 def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> ShardResult:
-    """A shard op: the step over its slice, through the one op body; no output yet.
+    """A shard op: the step over its slice, through the one op body, on GPUs leased for it
+    (``leases.py``); no output yet.
 
     ``crash_only``: the op's retry policy is ``SHARD_CRASH_RETRY``, there for a dead process
     only, so a failure it raises is final once ``runtime.retries`` (which it obeys) is spent."""
@@ -112,11 +114,18 @@ def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> 
         f"{_the_step(op).label}: shard {piece.index + 1} of {piece.count}, notes "
         f"{piece.start}..{piece.start + len(piece.notes) - 1} ({len(piece.notes)})"
     )
+    plan, gpus = _the_step(op), op.shard.gpus if op.shard else None
+    owner = f"run {context.run_id}, shard {piece.index + 1} of {piece.count} of {plan.label}"
+    runtime = _runtime(context, plan)
     try:
-        run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+        with shard_lease(
+            runtime, gpus, label=plan.label, owner=owner, log=context.log.info
+        ) as lease:
+            run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
     except dg.Failure as failure:
         failure.allow_retries = failure.allow_retries and not crash_only
         raise
+    run.results[plan.node_id].stats.update(lease.stats)  # which GPUs, how long it waited
     return ShardResult(piece.index, piece.count, piece.start, run)
 
 

@@ -5,6 +5,9 @@
 - Ray (``dagster-ray``'s executor): ``dagster-ray/config`` ``num_gpus``;
 - Dask (``dagster-dask``'s executor): ``dagster-dask/resource_requirements`` ``{"GPU": N}``, which
   needs workers started with ``--resources GPU=<n>``.
+
+On one machine, each shard of a sharded step leases this many GPUs (default 1) for its process
+(``execution/leases.py``, docs/sharding.md).
 """
 
 from __future__ import annotations

@@ -96,6 +96,18 @@ class BatchRuntime(StepRuntime):
         description="instead of shards: notes per shard (the last one takes the rest); set "
         "shards to 1 when you set this",
     )
+    shards_per_gpu: int = Field(
+        default=1,
+        description="a sharded step's concurrent shards on one machine each lease their own "
+        "GPUs (CUDA_VISIBLE_DEVICES, gpus= per shard, default 1), waiting while all are leased; "
+        "this many shards may lease one GPU at once (a model far smaller than the GPU). 1: "
+        "never two shards on one GPU",
+    )
+    gpu_wait_s: Optional[float] = Field(
+        default=3600.0,
+        description="a shard waiting this long for a GPU (all leased to other shards on this "
+        "machine) fails naming who holds them; null: no limit",
+    )
 
     @model_validator(mode="after")
     def _one_shard_setting(self) -> BatchRuntime:
@@ -108,6 +120,8 @@ class BatchRuntime(StepRuntime):
                 f"runtime.shards ({self.shards}) and runtime.shard_size ({self.shard_size}) are "
                 "both set: set one of the two (shards: 1 with a shard_size, or shard_size: null)"
             )
+        if self.shards_per_gpu < 1:
+            raise ValueError(f"runtime.shards_per_gpu must be 1 or more, got {self.shards_per_gpu}")
         return self
 
     @property

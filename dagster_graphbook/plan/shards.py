@@ -30,6 +30,7 @@ class ShardPlan:
     plan_op: str
     shard_op: str
     commit_op: str
+    gpus: Optional[int] = None  # GPUs each shard leases on its machine (gpus=; None: 1)
 
     def runtime_defaults(self) -> Dict[str, Any]:
         """The step's launchpad defaults of the two settings."""
@@ -117,4 +118,5 @@ def shard_plan(
         plan_op=plan_op,
         shard_op=shard_op,
         commit_op=commit_op,
+        gpus=workflow.gpus.get(node.id),
     )

@@ -1,0 +1,330 @@
+"""GPU leases for concurrent shards (``dagster_graphbook/execution/leases.py``): real processes
+holding real ``flock`` locks, killed for real; the GPU ids are given (this machine has no GPU),
+which is all a lease reads of them. One real sharded run on the multiprocess executor.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Any, Optional, Sequence, Tuple
+
+import dagster as dg
+import pytest
+
+from dagster_graphbook.execution.errors import StepFailure
+from dagster_graphbook.execution.leases import (
+    GPU_IDS_ENV,
+    LEASE_DIR_ENV,
+    VISIBLE,
+    Lease,
+    check_device,
+    gpu_lease,
+    gpu_pool,
+    gpus_wanted,
+    nvml_gpu_count,
+)
+from dagster_graphbook.plan.settings import BatchRuntime
+from tests.conftest import edge, step_node, write_nodes, write_workflow
+
+LABEL = "workflow 'w', step 'S' (node 1)"
+FORK = mp.get_context("fork")  # real processes, without re-importing Dagster in each
+
+
+def _hold(conn: Any, pool: Sequence[str], per_gpu: int, wait_s: float, grandchild: bool) -> None:
+    """A holder process: lease one GPU, report it, hold it until told, release, report."""
+
+    def log(message: str) -> None:
+        conn.send(("log", message))
+
+    try:
+        with gpu_lease(
+            1, label=LABEL, owner=f"holder {os.getpid()}", log=log, per_gpu=per_gpu,
+            wait_s=wait_s, progress_s=0.2, pool=pool,
+        ) as lease:  # fmt: skip
+            child = 0
+            if grandchild:  # a loader worker forked while the lease is held
+                child = os.fork()
+                if child == 0:
+                    time.sleep(30)
+                    os._exit(0)
+            conn.send(("leased", lease.ids, os.environ.get(VISIBLE), child))
+            conn.recv()
+        conn.send(("released", os.environ.get(VISIBLE)))
+    except StepFailure as exc:
+        conn.send(("failed", str(exc)))
+
+
+class Holder:
+    """A process leasing one GPU of ``pool``, driven through a pipe."""
+
+    def __init__(
+        self, pool: Sequence[str], per_gpu: int = 1, wait_s: float = 10, grandchild: bool = False
+    ) -> None:
+        self.conn, theirs = FORK.Pipe()
+        self.process = FORK.Process(target=_hold, args=(theirs, pool, per_gpu, wait_s, grandchild))
+        self.process.start()
+        self.logs: list = []
+        self.worker = 0  # the pid of the process it forked while holding its lease
+
+    def next(self, kind: str, timeout: float = 5.0) -> Optional[Tuple[Any, ...]]:
+        """The next message of ``kind`` within ``timeout`` seconds (logs are kept), else None."""
+        deadline = time.monotonic() + timeout
+        while self.conn.poll(max(0.0, deadline - time.monotonic())):
+            message = self.conn.recv()
+            if message[0] == kind:
+                return message
+            self.logs.append(message[1])
+        return None
+
+    def leased(self, timeout: float = 5.0) -> Tuple[str, ...]:
+        message = self.next("leased", timeout)
+        assert message is not None, f"no lease within {timeout} s: {self.logs}"
+        assert message[2] == ",".join(message[1])  # CUDA_VISIBLE_DEVICES is the lease
+        self.worker = message[3]
+        return message[1]
+
+    def release(self) -> None:
+        self.conn.send("release")
+        assert self.next("released") is not None
+        self.process.join(5)
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+
+
+@pytest.fixture
+def holders(tmp_path, monkeypatch):
+    """``holders(pool, ...)`` starts a Holder with its own lease folder; all stopped at the end."""
+    monkeypatch.setenv(LEASE_DIR_ENV, str(tmp_path / "leases"))
+    started: list = []
+
+    def start(pool: Sequence[str], **kwargs: Any) -> Holder:
+        started.append(Holder(pool, **kwargs))
+        return started[-1]
+
+    yield start
+    for holder in started:
+        holder.stop()
+
+
+def test_concurrent_shards_never_share_a_gpu_and_a_third_waits(holders):
+    """Two holders of a 2-GPU pool get different GPUs; a third waits, saying who holds them,
+    until one is released, then gets that one."""
+    pool = ("0", "1")
+    a, b = holders(pool), holders(pool)
+    got_a, got_b = a.leased(), b.leased()
+    assert {got_a, got_b} == {("0",), ("1",)}
+    c = holders(pool)
+    assert c.next("leased", timeout=0.6) is None  # all leased: it waits
+    waiting = " ".join(c.logs)
+    assert "waiting" in waiting and f"holder {a.process.pid}" in waiting, waiting
+    a.release()
+    assert c.leased() == got_a
+    assert not a.process.exitcode
+
+
+def test_a_killed_holder_frees_its_gpu_even_with_a_live_worker(holders):
+    """``kill -9`` of the holder: the kernel drops its lock, though a process it forked (a
+    loader worker) still lives; the waiting one gets the GPU."""
+    a = holders(("0",), grandchild=True)
+    assert a.leased() == ("0",)
+    b = holders(("0",))
+    assert b.next("leased", timeout=0.4) is None
+    os.kill(a.process.pid, signal.SIGKILL)
+    while a.process.exitcode is None:  # not join(): the worker holds the process's sentinel
+        time.sleep(0.02)
+    assert a.process.exitcode == -signal.SIGKILL
+    try:
+        assert b.leased(timeout=3) == ("0",)
+        os.kill(a.worker, 0)  # the worker still lives: the kernel freed the lease regardless
+    finally:
+        os.kill(a.worker, signal.SIGKILL)
+
+
+def test_shards_per_gpu_lets_two_share_one_and_spreads_first(holders):
+    """``shards_per_gpu: 2``: two shards on one GPU, the third waits; with two GPUs the first
+    two shards get one each (spread before sharing)."""
+    a, b = holders(("0",), per_gpu=2), holders(("0",), per_gpu=2)
+    assert a.leased() == b.leased() == ("0",)
+    c = holders(("0",), per_gpu=2)
+    assert c.next("leased", timeout=0.6) is None
+    assert "2 shards per GPU" in " ".join(c.logs)
+    for holder in (a, b, c):
+        holder.stop()
+    d, e = holders(("0", "1"), per_gpu=2), holders(("0", "1"), per_gpu=2)
+    assert {d.leased(), e.leased()} == {("0",), ("1",)}
+
+
+def test_waiting_past_gpu_wait_s_fails_naming_the_step_and_the_holder(holders):
+    a = holders(("7",))
+    a.leased()
+    before = os.environ.get(VISIBLE)
+    with pytest.raises(StepFailure, match=r"step 'S'.*no GPU free.*GPU 7 by pid \d+: holder"):
+        with gpu_lease(1, label=LABEL, owner="t", log=print, wait_s=0.3, pool=("7",)):
+            pass
+    with pytest.raises(StepFailure, match="asks for 2 GPUs per shard.*leases 1"):
+        with gpu_lease(2, label=LABEL, owner="t", log=print, pool=("7",)):
+            pass
+    assert os.environ.get(VISIBLE) == before
+
+
+def test_no_gpu_means_no_lease_no_wait_and_the_cpu(monkeypatch):
+    """No GPU (none given, or NVML finds none): no lease, CUDA_VISIBLE_DEVICES untouched; a
+    ``device: cpu`` step or ``gpus: 0`` leases nothing either."""
+    from dagster_graphbook.execution.device import resolve_device
+
+    monkeypatch.setenv(GPU_IDS_ENV, "")
+    monkeypatch.delenv(VISIBLE, raising=False)
+    assert gpu_pool() == ()
+    logs: list = []
+    start = time.monotonic()
+    with gpu_lease(1, label=LABEL, owner="t", log=logs.append) as lease:
+        assert lease.ids == () and lease.stats == {} and VISIBLE not in os.environ
+    assert time.monotonic() - start < 0.5
+    assert "no GPU on this machine" in logs[0] and "step 'S'" in logs[0]
+    assert gpus_wanted("cpu", 2) == 0 and gpus_wanted("auto", 0) == 0
+    assert gpus_wanted(" CUDA ", None) == 1 and gpus_wanted("auto", 2) == 2
+    with gpu_lease(0, label=LABEL, owner="t", log=logs.append, pool=("0",)) as lease:
+        assert lease.ids == () and "CPU" in lease.reason
+    monkeypatch.setenv(GPU_IDS_ENV, "2, 3,-1,4")
+    assert gpu_pool() == ("2", "3")  # CUDA stops at the first invalid id
+    if nvml_gpu_count() == 0:  # this machine: a CUDA_VISIBLE_DEVICES names no real GPU
+        monkeypatch.delenv(GPU_IDS_ENV)
+        monkeypatch.setenv(VISIBLE, "0,1")
+        assert gpu_pool() == ()
+        assert resolve_device("auto") == "cpu"
+
+
+def test_a_device_index_past_the_lease_is_refused_and_settings_are_checked():
+    check_device("cuda:0", Lease(("3",)), LABEL)
+    check_device("cuda:5", Lease(), LABEL)  # no lease: the device setting is the user's
+    with pytest.raises(StepFailure, match=r"step 'S'.*'cuda:1'.*leased 1 GPU\(s\) \(physical 3\)"):
+        check_device("cuda:1", Lease(("3",)), LABEL)
+    with pytest.raises(ValueError, match="shards_per_gpu must be 1 or more"):
+        BatchRuntime(shards_per_gpu=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A real sharded run on the multiprocess executor
+
+NODES = """
+    import os
+    import time
+
+    from graphbook.steps import BatchStep, SourceStep
+
+
+    class Numbers(SourceStep):
+        RequiresInput = False
+        Outputs = ["out"]
+
+        def load(self):
+            return {"out": [{"i": i, "items": [i]} for i in range(12)]}
+
+
+    class WhereAmI(BatchStep):
+        \"\"\"Records its process and CUDA_VISIBLE_DEVICES in each note. on_start waits (10 s at
+        most) until both shards started: both hold their leases at once.\"\"\"
+        RequiresInput = True
+        Outputs = ["out"]
+        Parameters = {"marks": {"type": "string", "default": ""}}
+
+        def __init__(self, marks=""):
+            super().__init__(batch_size=4, item_key="items")
+            self.marks = marks
+
+        def on_start(self):
+            open(os.path.join(self.marks, str(os.getpid())), "w").close()
+            deadline = time.monotonic() + 10
+            while len(os.listdir(self.marks)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+        @staticmethod
+        def load_fn(item):
+            return item
+
+        def on_item_batch(self, outputs, items, notes):
+            for note in notes:
+                note.update(pid=os.getpid(), visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                note["device"] = str(self.device)
+"""
+
+
+# each step process forks from a server that imported these once (spawn imports them per step)
+FORKSERVER = {
+    "execution": {
+        "config": {
+            "multiprocess": {
+                "start_method": {"forkserver": {"preload_modules": ["dagster_graphbook", "torch"]}}
+            }
+        }
+    }
+}
+
+
+def test_each_shard_process_gets_its_own_gpu(tmp_path, monkeypatch, run_wf):
+    """12 notes in 2 shards on the multiprocess executor, 2 GPUs given: each shard process saw
+    one GPU of its own, the event log says which, the commit's details record both."""
+    monkeypatch.setenv(GPU_IDS_ENV, "0,1")
+    monkeypatch.setenv(LEASE_DIR_ENV, str(tmp_path / "leases"))
+    monkeypatch.delenv(VISIBLE, raising=False)
+    nodes = write_nodes(tmp_path / "nodes", "where_nodes.py", NODES)
+    wf = write_workflow(
+        tmp_path,
+        "leases",
+        [step_node("0", "Numbers", source=True), step_node("1", "WhereAmI")],
+        [edge("0", "out", "1")],
+    )
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    params = {"WhereAmI.marks": str(marks), "WhereAmI.runtime.num_workers": 0}
+    run = run_wf(
+        wf, [nodes], params, shards={"WhereAmI": 2}, executor="multiprocess", run_config=FORKSERVER
+    )
+    assert run.success, run.failure
+    notes = run["WhereAmI"]["out"]
+    assert [n["i"] for n in notes] == list(range(12))
+    seen = {n["pid"]: n["visible"] for n in notes}
+    assert len(seen) == 2 and os.getpid() not in seen, seen
+    assert sorted(seen.values()) == ["0", "1"], seen
+    assert {n["device"] for n in notes} == {"cpu"}  # the ids were given: torch sees no GPU
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        messages = [e.user_message for e in instance.all_logs(run.run_id)]
+        [materialization] = [
+            e.asset_materialization
+            for e in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            )
+            if "WhereAmI" in e.asset_materialization.asset_key.to_user_string()
+        ]
+    leased = [m for m in messages if "leased GPU" in m]
+    assert len(leased) == 2 and all("step 'WhereAmI'" in m for m in leased), leased
+    details = materialization.metadata["details"].value
+    assert sorted(details["gpus_leased"]) == ["0", "1"], details
+
+
+def test_a_shard_leases_the_gpus_its_step_requests(tmp_path):
+    """``gpus={STEP: N}`` (the op tags' request) is what each shard of the step leases."""
+    from dagster_graphbook import GraphbookWorkflow
+    from dagster_graphbook.defs.definitions import load
+    from dagster_graphbook.plan.plan import compile_workflow
+    from dagster_graphbook.plan.translator import GraphbookTranslator
+
+    nodes = write_nodes(tmp_path / "nodes", "where_nodes.py", NODES)
+    wf = write_workflow(
+        tmp_path,
+        "leases",
+        [step_node("0", "Numbers", source=True), step_node("1", "WhereAmI")],
+        [edge("0", "out", "1")],
+    )
+    shards = {"shards": {"WhereAmI": 2}, "custom_nodes": [str(nodes)]}
+    for gpus, wanted in ((None, 1), ({"WhereAmI": 2}, 2), (0, 0)):
+        workflow = load(GraphbookWorkflow(wf, gpus=gpus, **shards))
+        plan = compile_workflow(workflow, GraphbookTranslator())
+        [shard] = [op.shard for op in plan.ops if op.shard is not None]
+        assert gpus_wanted("auto", shard.gpus) == wanted, gpus
