@@ -26,6 +26,7 @@ from ..dagster_internals import (
     TAGS_TO_MAYBE_OMIT_ON_RETRY,
 )
 from ..defs.definitions import GraphbookWorkflow, build_workflow
+from ..defs.executor import MULTIPROCESS
 from ..errors import RequestError
 from ..execution.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
@@ -37,6 +38,7 @@ from ..plan.job_steps import (
     node_tags,
     placeholder_message,
     read_steps_tag,
+    runtime_problems,
     unfilled_in_job,
 )
 from ..plan.translator import (
@@ -375,7 +377,7 @@ def _run(
         job_recon = recon()
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
-        run_config.setdefault("execution", {"config": {"multiprocess": {}}})  # graphbook_executor
+        run_config.setdefault("execution", {"config": dict(MULTIPROCESS)})  # graphbook_executor
         with _backstop(instance, run_tags):
             result = dg.execute_job(
                 job_recon,
@@ -466,6 +468,9 @@ def _request_config(
         raise RequestError(
             f"{source}: {placeholder_message(found, job.partitions_def is not None)}"
         )
+    problems = runtime_problems(job, resolved)
+    if problems:
+        raise RequestError(f"{source}: " + "; ".join(f"{k}: {v}" for k, v in problems.items()))
     return config
 
 

@@ -13,13 +13,13 @@ steps execute, so a run worker killed from outside is found dead by the next run
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Dict, Iterator, Mapping, Sequence, Union
 
 import dagster as dg
 
 from ..execution.dead_runs import own_run
 from ..model.workflow import WorkflowError
-from ..plan.job_steps import job_source, placeholder_message, unfilled_in_job
+from ..plan.job_steps import job_source, placeholder_message, runtime_problems, unfilled_in_job
 from .reexecution import complete_plan
 
 _DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the run config says
@@ -31,15 +31,26 @@ _MAPPING_EXECUTORS = (
 )
 
 
-def _graphbook_executor(default_mode: str) -> dg.ExecutorDefinition:
+# one process per step, each forked from a server that imported the package and torch once:
+# Dagster's default (spawn) imports them again in every step process, seconds per step
+MULTIPROCESS: Dict[str, Any] = {
+    "multiprocess": {
+        "start_method": {"forkserver": {"preload_modules": ["dagster_graphbook", "torch"]}}
+    }
+}
+
+
+def _graphbook_executor(default: Mapping[str, Any]) -> dg.ExecutorDefinition:
+    mode = next(iter(default))
+
     @dg.executor(
         name="graphbook_executor",
         config_schema=dg.Field(
             _DAGSTER_DEFAULT.config_schema.config_type,
-            default_value={default_mode: {}},
+            default_value=dict(default),
             description="in_process: every step in the run's process, the model loaded once; "
             "multiprocess: one process per step (parallel branches and shards, isolation). "
-            f"Default here: {default_mode}",
+            f"Default here: {mode}",
         ),
         requirements=_DAGSTER_DEFAULT.get_requirements,
     )
@@ -53,9 +64,9 @@ def _graphbook_executor(default_mode: str) -> dg.ExecutorDefinition:
     return graphbook_executor
 
 
-graphbook_executor = _graphbook_executor("in_process")
+graphbook_executor = _graphbook_executor({"in_process": {}})
 # a job with a sharded step: its shards in parallel by default, from the terminal and the UI alike
-_SHARDED_DEFAULT = _graphbook_executor("multiprocess")
+_SHARDED_DEFAULT = _graphbook_executor(MULTIPROCESS)
 
 
 class _OwnedExecutor(dg.Executor):
@@ -76,7 +87,7 @@ class _OwnedExecutor(dg.Executor):
         if not self.owned:
             yield from self.inner.execute(plan_context, execution_plan)
             return
-        _refuse_unfilled_placeholders(plan_context, execution_plan)
+        _refuse_before_start(plan_context, execution_plan)
         with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
             yield from self.inner.execute(plan_context, execution_plan)
 
@@ -103,16 +114,22 @@ def _completing(executor_def: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
     )
 
 
-def _refuse_unfilled_placeholders(plan_context: Any, execution_plan: Any) -> None:
-    """Fail a run with no partition key at its start, before any step, when a step parameter it
-    runs holds ``{partition_key}`` (a step would read or write a literal '{partition_key}'
-    path); the step itself refuses too, under any other executor."""
+def _refuse_before_start(plan_context: Any, execution_plan: Any) -> None:
+    """Fail a run at its start, before any step, when its config could never run: a step
+    parameter holds ``{partition_key}`` and the run has no partition key (a step would read or
+    write a literal '{partition_key}' path), or a step's ``runtime`` block is impossible
+    (``shards: 0``); the step itself refuses too, under any other executor."""
+    job = plan_context.job.get_definition()
+    resolved = dg.validate_run_config(job, plan_context.run_config)
+    problems = runtime_problems(job, resolved)
+    if problems:
+        said = "; ".join(f"{k}: {v}" for k, v in problems.items())
+        raise dg.Failure(description=f"{job_source(job)}: {said}", allow_retries=False)
     if "dagster/partition" in plan_context.dagster_run.tags:  # a run of one partition
         return
-    job = plan_context.job.get_definition()
     # a step key's top-level node: "wf__S", "wf__S.wf__S__shard[shard_0]" (a sharded step's graph)
     ops = {key.split(".")[0].split("[")[0] for key in execution_plan.step_keys_to_execute}
-    found = unfilled_in_job(job, dg.validate_run_config(job, plan_context.run_config), ops)
+    found = unfilled_in_job(job, resolved, ops)
     if found:
         message = placeholder_message(found, job.partitions_def is not None)
         raise dg.Failure(description=f"{job_source(job)}: {message}", allow_retries=False)

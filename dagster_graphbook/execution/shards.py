@@ -21,6 +21,7 @@ import dagster as dg
 
 from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
+from ..plan.shards import FIGURES_NOTE
 from .driver import check_skipped_share
 from .errors import StepFailure
 from .leases import shard_lease
@@ -31,7 +32,6 @@ from .step_op import OpRun, emit_outputs, failures_named, make_step, op_config, 
 # memory) raises nothing runtime.retries sees, so Dagster's executor retries the shard once
 SHARD_CRASH_RETRY = dg.RetryPolicy(max_retries=1)
 COMMIT_HOOK = "on_commit"  # a step's optional hook: on_commit(self, shard_figures) -> figures
-FIGURES_NOTE = "figures_note"
 # stats that are settings or ratios, not amounts: never summed across shards
 _NOT_SUMMED = frozenset({"num_workers", "items_per_s"})
 
@@ -80,8 +80,9 @@ def _the_step(op: OpPlan) -> StepPlan:
     return op.steps[0]  # a sharded op is a step op: one step, never a stream
 
 
-def _runtime(context: Any, plan: StepPlan) -> BatchRuntime:
-    runtime = read_runtime(plan.kind, op_config(context).get(RUNTIME_KEY))
+def _runtime(context: Any, op: OpPlan) -> BatchRuntime:
+    defaults = op.shard.runtime_defaults() if op.shard else None
+    runtime = read_runtime(_the_step(op).kind, op_config(context).get(RUNTIME_KEY), defaults)
     assert isinstance(runtime, BatchRuntime)  # only batch steps are sharded (plan/shards.py)
     return runtime
 
@@ -94,7 +95,7 @@ def plan_shards(
     plan = _the_step(op)
     with failures_named(plan.label):
         notes = step_notes(plan, inputs)
-        pieces = split(notes, _runtime(context, plan))
+        pieces = split(notes, _runtime(context, op))
     context.log.info(
         f"{plan.label}: {len(notes)} notes in {len(pieces)} shards "
         f"({', '.join(str(len(p)) for _, p in pieces)})"
@@ -116,7 +117,7 @@ def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> 
     )
     plan, gpus = _the_step(op), op.shard.gpus if op.shard else None
     owner = f"run {context.run_id}, shard {piece.index + 1} of {piece.count} of {plan.label}"
-    runtime = _runtime(context, plan)
+    runtime = _runtime(context, op)
     try:
         with shard_lease(
             runtime, gpus, label=plan.label, owner=owner, log=context.log.info
@@ -135,7 +136,7 @@ def commit_shards(context: Any, op: OpPlan, shards: Sequence[ShardResult]) -> It
     plan = _the_step(op)
     with failures_named(plan.label):
         ordered = check_complete(plan, shards)
-        runtime = _runtime(context, plan)
+        runtime = _runtime(context, op)
         hook = _commit_hook(context, plan)
         merged = merge_shards(plan, ordered, hook)
         result = merged.results[plan.node_id]

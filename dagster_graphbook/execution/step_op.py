@@ -208,7 +208,8 @@ def run_op(
     for plan in op.steps:
         step_config = dict((config.get(plan.op_name) if op.streamed else config) or {})
         with failures_named(plan.label):
-            runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None))
+            defaults = op.shard.runtime_defaults() if op.shard else None
+            runtime = read_runtime(plan.kind, step_config.pop(RUNTIME_KEY, None), defaults)
             _check_not_sharded(op, plan, runtime)
             if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
                 runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it

@@ -23,6 +23,7 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from ..model.workflow import Workflow, WorkflowError
+from .shards import FIGURES_NOTE
 from .translator import WorkflowNames, safe_name
 
 ROW_COUNT = "row_count"
@@ -115,6 +116,8 @@ class BoundCheck:
                 f"{self.label}: the step reported no numeric {c.metric!r} "
                 f"(its figures: {known or 'none'})"
             )
+            if FIGURES_NOTE in figures:  # a sharded step that left the figure out says why
+                description += f"; as a sharded step, {figures[FIGURES_NOTE]}"
         severity = dg.AssetCheckSeverity.ERROR
         if c.severity == "warn":
             severity = dg.AssetCheckSeverity.WARN

@@ -83,12 +83,56 @@ def unfilled_in_job(
         if wanted is not None and node.name not in wanted:
             continue
         for step in read_steps_tag(node_tags(node)):
-            body = (ops.get(node.name) or {}).get("config") or {}
+            body = _node_config(ops, node.name)
             if step.op_name != node.name:  # a streaming op: each step's config under its op name
                 body = body.get(step.op_name) or {}
             for param, value in unfilled_placeholders(body, step.code).items():
                 found[f"{step.step}.{param}"] = value
     return found
+
+
+def _node_config(ops: Mapping[str, Any], name: str) -> Dict[str, Any]:
+    """A top-level node's resolved config; a sharded step's graph maps its config onto each of
+    its inner ops (``<node>.<inner op>``), whose config is then the step's."""
+    body = (ops.get(name) or {}).get("config")
+    if body is None:
+        inner = (v.get("config") for k, v in ops.items() if k.startswith(f"{name}.") and v)
+        body = next((c for c in inner if c), None)
+    return dict(body or {})
+
+
+def runtime_problems(job: dg.JobDefinition, run_config: Mapping[str, Any]) -> Dict[str, str]:
+    """``STEP.runtime -> what is wrong`` for each step whose ``runtime`` block in ``run_config``
+    (resolved) no run could take (``shards: 0``, both ``shards`` and ``shard_size`` changed):
+    refused before the run starts, not when the step's turn comes after hours of upstream work."""
+    from .settings import read_runtime, runtime_kind, runtime_problem
+
+    ops = run_config.get("ops") or {}
+    found: Dict[str, str] = {}
+    for node in job.graph.nodes:
+        for step in read_steps_tag(node_tags(node)):
+            body = _node_config(ops, node.name)
+            if step.op_name != node.name:  # a streaming op: each step's config under its op name
+                body = body.get(step.op_name) or {}
+            block = body.get("runtime")
+            if not isinstance(block, Mapping):
+                continue
+            try:
+                read_runtime(runtime_kind(block), block, _shard_defaults(node))
+            except ValueError as exc:  # pydantic's ValidationError is one
+                found[f"{step.step}.runtime"] = runtime_problem(exc)
+    return found
+
+
+def _shard_defaults(node: Any) -> Optional[Dict[str, Any]]:
+    """A sharded step's launchpad defaults of ``shards``/``shard_size`` (its graph's config
+    mapping holds them); None for any other node."""
+    mapping = getattr(node.definition, "config_mapping", None)
+    if mapping is None:
+        return None
+    runtime = mapping.config_schema.config_type.fields.get("runtime")
+    defaults = runtime.default_value if runtime is not None and runtime.default_provided else {}
+    return {k: defaults.get(k) for k in ("shards", "shard_size")}
 
 
 def placeholder_message(found: Mapping[str, str], partitioned: bool) -> str:

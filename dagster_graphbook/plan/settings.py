@@ -199,6 +199,34 @@ def stream_field() -> dg.Field:
     return dg.Field(config_fields(StreamSettings))
 
 
-def read_runtime(kind: str, config: Optional[Mapping[str, Any]]) -> StepRuntime:
-    """The step's settings from its op config's ``runtime`` block (Dagster filled the defaults)."""
-    return runtime_class(kind)(**dict(config or {}))
+def read_runtime(
+    kind: str, config: Optional[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]] = None
+) -> StepRuntime:
+    """The step's settings from its op config's ``runtime`` block (Dagster filled the defaults).
+
+    ``defaults``: a sharded step's ``shards``/``shard_size`` as its workflow set them (the
+    launchpad's defaults). Of the two, the one a run changed wins: a run that sets only
+    ``shard_size`` on a step defined with ``shards: 3`` gets shards of that size."""
+    block = dict(config or {})
+    if defaults is not None:
+        changed = {k for k in ("shards", "shard_size") if block.get(k) != defaults.get(k)}
+        if changed == {"shard_size"} and block.get("shard_size") is not None:
+            block["shards"] = 1
+        elif changed == {"shards"}:
+            block["shard_size"] = None
+    return runtime_class(kind)(**block)
+
+
+def runtime_kind(block: Mapping[str, Any]) -> str:
+    """The kind whose settings class a filled ``runtime`` block is of (Dagster fills every field
+    of the launchpad's block, so its keys name the class)."""
+    return "batch" if set(block) - set(StepRuntime.model_fields) else "step"
+
+
+def runtime_problem(exc: Exception) -> str:
+    """One line of what is wrong with a ``runtime`` block (pydantic's first error)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        message = str(errors()[0].get("msg", exc))
+        return message.removeprefix("Value error, ")
+    return str(exc)

@@ -18,6 +18,8 @@ from .refs import resolve_per_step
 
 ShardSetting = Union[None, int, Mapping[str, Any]]
 SHARD_KEYS = ("shards", "shard_size")
+# a sharded step's figure saying which of its figures were summed or left out, and why
+FIGURES_NOTE = "figures_note"
 
 
 @dataclass(frozen=True)
