@@ -1,0 +1,1038 @@
+"""Sharded batch steps end to end (issue 24): real runs of tens of notes, each compared with
+the unsharded run where a comparison says what is right, written as a red team of the first
+slice. F1..F13 name its findings (each fixed; the test shows the behaviour that holds now).
+"""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+import pytest
+
+from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
+from dagster_graphbook.model.workflow import WorkflowError
+from tests.conftest import edge, step_node, write_nodes, write_workflow
+
+NODES = """
+    import os
+    import uuid
+
+    from graphbook.steps import BatchStep, SourceStep, Step
+
+
+    class Numbers(SourceStep):
+        RequiresInput = False
+        Outputs = ["out"]
+        Parameters = {
+            "n": {"type": "number", "default": 30},
+            "base": {"type": "number", "default": 0},
+        }
+
+        def __init__(self, n=30, base=0):
+            super().__init__()
+            self.n, self.base = int(n), int(base)
+
+        def load(self):
+            return {
+                "out": [
+                    {"i": self.base + i, "items": [self.base + i, self.base + i + 100]}
+                    for i in range(self.n)
+                ]
+            }
+
+
+    class Parity(BatchStep):
+        \"\"\"Even notes to ``even``, odd ones to ``odd``; ``bad``: an item value whose load
+        fails; ``fail_at``: the note whose batch fails its first ``fail_times`` attempts (marker
+        files ``marks``/failed_once<k>); ``interrupt`` 2: kills its own process instead;
+        ``tag``: a string parameter (partition key placeholder); ``interrupt``: fail_at
+        raises KeyboardInterrupt instead; ``lock_at``: that note gets an unpicklable value;
+        ``ratio``: a float figure.\"\"\"
+        RequiresInput = True
+        Outputs = ["even", "odd"]
+        Parameters = {
+            "marks": {"type": "string", "default": ""},
+            "fail_at": {"type": "number", "default": -1},
+            "bad": {"type": "number", "default": -1},
+            "tag": {"type": "string", "default": ""},
+            "interrupt": {"type": "number", "default": 0},
+            "lock_at": {"type": "number", "default": -1},
+            "fail_times": {"type": "number", "default": 1},
+            "ratio": {"type": "number", "default": -1},
+        }
+
+        def __init__(
+            self, marks="", fail_at=-1, bad=-1, tag="", interrupt=0, lock_at=-1, fail_times=1,
+            ratio=-1,
+        ):
+            super().__init__(batch_size=4, item_key="items")
+            self.marks, self.fail_at, self.bad, self.tag = marks, int(fail_at), int(bad), tag
+            self.interrupt, self.lock_at = int(interrupt), int(lock_at)
+            self.fail_times = int(fail_times)
+            self.ratio = float(ratio)
+            self.correct = 0
+            self.total = 0
+
+        def _mark(self, name):
+            if self.marks:
+                open(os.path.join(self.marks, f"{name}-{uuid.uuid4().hex}"), "w").close()
+
+        def on_start(self):
+            self._mark("start")
+
+        def on_end(self):
+            self._mark("end")
+            self.dagster_metadata = {
+                "correct": self.correct,
+                "items_seen": self.total,
+                "num_classes": 2,  # a constant of the step, the same in every shard
+            }
+            if self.ratio >= 0:  # a float figure (such as accuracy); Parity has no on_commit
+                self.dagster_metadata["ratio"] = self.ratio
+
+        def load_fn(self, item):
+            if item == self.bad:
+                raise ValueError(f"item {item} cannot be loaded")
+            return item
+
+        def on_item_batch(self, outputs, items, notes):
+            failed = [f for f in os.listdir(self.marks or ".") if f.startswith("failed_once")]
+            if any(n["i"] == self.fail_at for n in notes) and len(failed) < self.fail_times:
+                if self.marks:
+                    open(os.path.join(self.marks, f"failed_once{len(failed)}"), "w").close()
+                if self.interrupt == 2:  # kill -9 of the shard's process
+                    import signal
+
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if self.interrupt:  # as a Ctrl-C or a terminated run worker
+                    raise KeyboardInterrupt("interrupted at fail_at")
+                raise RuntimeError("the batch holding fail_at fails")
+            for value, note in zip(outputs, notes):
+                note.setdefault("doubled", []).append(value * 2)
+                if self.tag:
+                    note["tag"] = self.tag
+                if note["i"] == self.lock_at:
+                    import threading
+
+                    note["lock"] = threading.Lock()  # cannot be pickled
+                self.total += 1
+                self.correct += int(value % 3 == 0)
+            return None
+
+        def route(self, note):
+            return {"even" if note["i"] % 2 == 0 else "odd": note}
+
+
+    class Boom(Parity):
+        \"\"\"Parity whose commit hook raises.\"\"\"
+
+        def on_commit(self, shard_figures):
+            raise RuntimeError("on_commit cannot merge these figures")
+
+
+    class Keeps(Parity):
+        \"\"\"Parity whose commit hook returns its constant once.\"\"\"
+
+        def on_commit(self, shard_figures):
+            return {"num_classes": shard_figures[0]["num_classes"]}
+
+
+    class Dumping(Parity):
+        \"\"\"Parity that writes one file per item through dump_fn into ``marks``.\"\"\"
+
+        @staticmethod
+        def dump_fn(path, text):
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+
+        def on_item_batch(self, outputs, items, notes):
+            super().on_item_batch(outputs, items, notes)
+            return [
+                (os.path.join(self.marks, f"item-{item}.txt"), str(item * 2)) for item in items
+            ]
+
+
+    class Collect(Step):
+        \"\"\"Passes notes on; the order it saw them in is its output.\"\"\"
+        RequiresInput = True
+        Outputs = ["out"]
+
+        def on_data(self, data):
+            data["seen_by_collect"] = True
+"""
+
+FAST = {"Parity.runtime.num_workers": 0, "Parity.runtime.device": "cpu"}
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    return write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
+
+
+def _wf(tmp_path, *, n=30, two_sources=False, collect=False, parity="Parity", params=None):
+    """Numbers(n) [+ Numbers(base 1000)] -> Parity [-> Collect fed by both pins]."""
+    nodes_ = [step_node("0", "Numbers", {"n": n}, source=True)]
+    edges = [edge("0", "out", "1")]
+    if two_sources:
+        nodes_.append(step_node("5", "Numbers", {"n": 7, "base": 1000}, source=True, label="B"))
+        edges.append(edge("5", "out", "1"))
+    nodes_.append(step_node("1", parity, params or {}, outputs=["even", "odd"], label="Parity"))
+    if collect:
+        nodes_.append(step_node("2", "Collect", {}))
+        edges += [edge("1", "even", "2"), edge("1", "odd", "2")]
+    return write_workflow(tmp_path, "redteam", nodes_, edges)
+
+
+def _i(notes):
+    return [n["i"] for n in notes]
+
+
+def _shard_steps(run):
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        keys = {e.step_key for e in instance.all_logs(run.run_id) if e.step_key}
+    return sorted(k for k in keys if "shard[" in k)
+
+
+def _materializations(home, run_id):
+    """[(asset key, partition, metadata values)] of one run, in event order."""
+    with dg.DagsterInstance.from_config(home) as instance:
+        records = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+        out = []
+        for record in records:
+            m = record.event_log_entry.dagster_event.event_specific_data.materialization
+            meta = {k: v.value for k, v in m.metadata.items()}
+            out.append((m.asset_key.to_user_string(), m.partition, meta))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Notes: order and content against the unsharded run
+
+
+def test_two_input_edges_and_a_two_pin_child_keep_the_unsharded_order(tmp_path, nodes, run_wf):
+    """Parity fed by two sources (Graphbook alternates parents), its two pins feeding one child
+    (which takes them in Parity's emission order): the same notes in the same order."""
+    wf = _wf(tmp_path, two_sources=True, collect=True)
+    whole = run_wf(wf, [nodes], FAST)
+    assert whole.success, whole.failure
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert sharded.success, sharded.failure
+    for pin in ("even", "odd"):
+        assert sharded["Parity"][pin] == whole["Parity"][pin]
+    assert _i(sharded["Collect"]["out"]) == _i(whole["Collect"]["out"])
+    assert sharded["Collect"]["out"] == whole["Collect"]["out"]
+
+
+@pytest.mark.parametrize(
+    "n, setting, shard_steps",
+    [
+        (0, {"Parity": 3}, 1),  # no notes: one empty shard
+        (2, {"Parity": 5}, 2),  # fewer notes than shards
+        (10, {"Parity": {"shard_size": 4}}, 3),  # 4, 4, 2
+        (10, {"Parity": 3}, 3),  # 4, 3, 3
+    ],
+)
+def test_odd_sizes_give_the_unsharded_notes(tmp_path, nodes, run_wf, n, setting, shard_steps):
+    wf = _wf(tmp_path, n=n, collect=True)
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards=setting)
+    assert whole.success and sharded.success, sharded.failure
+    assert len(_shard_steps(sharded)) == shard_steps
+    assert sharded.notes == whole.notes
+    rows = {
+        k: m.get("dagster/row_count")
+        for k, _, m in _materializations(sharded.dagster_home, sharded.run_id)
+    }
+    rows_whole = {
+        k: m.get("dagster/row_count")
+        for k, _, m in _materializations(whole.dagster_home, whole.run_id)
+    }
+    assert rows == rows_whole
+
+
+# ---------------------------------------------------------------------------------------------
+# Materializations and their metadata
+
+
+def test_one_materialization_per_pin_from_the_commit_only(tmp_path, nodes, run_wf):
+    wf = _wf(tmp_path, n=12)
+    run = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert run.success, run.failure
+    mats = _materializations(run.dagster_home, run.run_id)
+    keys = [k for k, _, _ in mats if "Parity" in k]
+    assert sorted(keys) == ["redteam/Parity/even", "redteam/Parity/odd"], keys
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        steps = {
+            r.step_key
+            for r in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            )
+        }
+    assert all(s.endswith("__commit") for s in steps if "Parity" in s), steps
+
+
+def _partitioned_defs(tmp_path, nodes, wf, **kw):
+    spec = GraphbookWorkflow(
+        wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01"), **kw
+    )
+    return build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+
+
+FAST_OPS = {"runtime": {"num_workers": 0, "device": "cpu"}}
+
+
+def test_a_daily_partitioned_sharded_step(tmp_path, nodes, dagster_home):
+    """One materialization per pin for the run's partition; the partition key fills the step's
+    string parameters in every shard."""
+    wf = _wf(tmp_path, n=12, params={"tag": "day-{partition_key}"})
+    defs = _partitioned_defs(tmp_path, nodes, wf, shards={"Parity": 3})
+    instance = dg.DagsterInstance.from_config(dagster_home)
+    result = defs.resolve_job_def("redteam").execute_in_process(
+        run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+        instance=instance,
+        partition_key="2026-02-03",
+        raise_on_error=False,
+    )
+    assert result.success, [str(e.event_specific_data) for e in result.all_events if e.is_failure]
+    mats = _materializations(dagster_home, result.run_id)
+    parity = [(k, p) for k, p, _ in mats if "Parity" in k]
+    assert sorted(parity) == [
+        ("redteam/Parity/even", "2026-02-03"),
+        ("redteam/Parity/odd", "2026-02-03"),
+    ]
+    value = defs.load_asset_value(
+        dg.AssetKey(["redteam", "Parity", "even"]), instance=instance, partition_key="2026-02-03"
+    )
+    assert [n["tag"] for n in value] == ["day-2026-02-03"] * 6
+
+
+def test_skipped_items_are_numbered_in_the_whole_step(tmp_path, nodes, run_wf):
+    """Item 25 (note 25's first item) cannot be loaded, on_item_error skip: the errors table
+    names note 25 (not note 5 of shard 3), the note carries graphbook_lost_items [0]; the same
+    figures as unsharded."""
+    wf = _wf(tmp_path, params={"bad": 25})
+    params = {**FAST, "Parity.runtime.on_item_error": "skip"}
+    whole = run_wf(wf, [nodes], params)
+    sharded = run_wf(wf, [nodes], params, shards={"Parity": 3})
+    assert whole.success and sharded.success, sharded.failure
+    assert sharded.notes == whole.notes
+    lost = [n for n in sharded["Parity"]["odd"] if n.get("graphbook_lost_items")]
+    assert [(n["i"], n["graphbook_lost_items"]) for n in lost] == [(25, [0])]
+    meta = {k: m for k, _, m in _materializations(sharded.dagster_home, sharded.run_id)}
+    meta_whole = {k: m for k, _, m in _materializations(whole.dagster_home, whole.run_id)}
+    odd, odd_whole = meta["redteam/Parity/odd"], meta_whole["redteam/Parity/odd"]
+    assert odd["errors_skipped"] == odd_whole["errors_skipped"] == 1
+    assert [r.data["note"] for r in odd["errors"].records] == [25]
+    assert odd["notes_with_lost_items"] == odd_whole["notes_with_lost_items"] == 1
+    for key in ("notes_in", "items", "correct", "items_seen"):
+        assert odd[key] == odd_whole[key], key
+
+
+@pytest.mark.parametrize("limit, fails", [(0.03, False), (0.01, True)])
+def test_max_skipped_fraction_is_the_whole_steps(tmp_path, nodes, run_wf, limit, fails):
+    """1 of 60 items lost (1.7%) overall, but 1 of 20 (5%) in its shard: the limit applies to
+    the whole step, as unsharded."""
+    wf = _wf(tmp_path, params={"bad": 25})
+    params = {
+        **FAST,
+        "Parity.runtime.on_item_error": "skip",
+        "Parity.runtime.max_skipped_fraction": limit,
+    }
+    whole = run_wf(wf, [nodes], params)
+    sharded = run_wf(wf, [nodes], params, shards={"Parity": 3})
+    assert whole.success == sharded.success == (not fails), sharded.failure
+
+
+def test_a_step_check_on_a_sharded_step(tmp_path, nodes, dagster_home):
+    wf = _wf(tmp_path, n=12)
+    checks = [StepCheck(step="Parity", metric="correct", min=1000, severity="warn")]
+    defs = _partitioned_defs(tmp_path, nodes, wf, shards={"Parity": 3}, checks=checks)
+    instance = dg.DagsterInstance.from_config(dagster_home)
+    result = defs.resolve_job_def("redteam").execute_in_process(
+        run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+        instance=instance,
+        partition_key="2026-02-03",
+        raise_on_error=False,
+    )
+    assert result.success
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) == 1, evaluations
+    assert not evaluations[0].passed
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures and the commit hook
+
+
+def test_a_whole_number_constant_figure_is_named_or_kept_by_on_commit(tmp_path, nodes, run_wf):
+    """F1: whole-number figures are summed as counts; ``num_classes: 2`` (a constant, the same
+    in every shard) is summed too, as nothing tells it from a count that split evenly, but the
+    figures_note names it; a step whose on_commit returns it gets the constant."""
+    wf = _wf(tmp_path, n=12)
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert whole.success and sharded.success, sharded.failure
+    meta = {k: m for k, _, m in _materializations(sharded.dagster_home, sharded.run_id)}
+    meta_whole = {k: m for k, _, m in _materializations(whole.dagster_home, whole.run_id)}
+    assert meta_whole["redteam/Parity/even"]["num_classes"] == 2
+    even = meta["redteam/Parity/even"]
+    assert even["items_seen"] == meta_whole["redteam/Parity/even"]["items_seen"]
+    assert even["num_classes"] == 6
+    # named, with items_seen (8 + 8 + 8): an even split looks the same as a constant
+    assert "the same in every shard: items_seen, num_classes" in even["figures_note"], even
+    kept = run_wf(_wf(tmp_path, n=12, parity="Keeps"), [nodes], FAST, shards={"Parity": 3})
+    assert kept.success, kept.failure
+    meta = {k: m for k, _, m in _materializations(kept.dagster_home, kept.run_id)}
+    assert meta["redteam/Parity/even"]["num_classes"] == 2
+    assert "num_classes" not in meta["redteam/Parity/even"]["figures_note"]
+
+
+def test_an_on_commit_that_raises_fails_the_commit_naming_the_hook(tmp_path, nodes, run_wf):
+    wf = _wf(tmp_path, n=12, parity="Boom")
+    params = {"Parity.runtime.num_workers": 0, "Parity.runtime.device": "cpu"}
+    run = run_wf(wf, [nodes], params, shards={"Parity": 3})
+    assert not run.success
+    assert "on_commit cannot merge these figures" in run.failure, run.failure
+    assert "Parity" in run.failure
+
+
+# ---------------------------------------------------------------------------------------------
+# Re-execution from failure
+
+
+def _marks(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir(exist_ok=True)
+    return marks
+
+
+def _starts(marks):
+    return sorted(
+        p.name.rsplit("-", 1)[0] for p in marks.iterdir() if not p.name.startswith("failed")
+    )
+
+
+def _steps_run(home, run_id):
+    with dg.DagsterInstance.from_config(home) as instance:
+        return sorted(
+            {r.step_key for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)}
+        )
+
+
+def test_from_failure_reruns_only_the_failed_shard(tmp_path, nodes, run_wf):
+    """Shard 3 of 3 fails (no retries); run_workflow(from_failure=...) runs that shard, the
+    commit and the child again, reads the other shards' results, and gives every note."""
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, collect=True, params={"marks": str(marks), "fail_at": 25})
+    whole = run_wf(wf, [nodes], {**FAST, "Parity.fail_at": -1})
+    assert whole.success, whole.failure
+    shards = {"Parity": 3}
+    failed = run_wf(wf, [nodes], FAST, shards=shards)
+    assert not failed.success
+    resumed = run_wf(wf, [nodes], from_failure=failed.run_id, shards=shards)
+    assert resumed.success, resumed.failure
+    ran = _steps_run(resumed.dagster_home, resumed.run_id)
+    assert [s.rsplit(".", 1)[-1] for s in ran] == [
+        "redteam__Collect",
+        "redteam__Parity__commit",
+        "redteam__Parity__shard[shard_2]",
+    ], ran
+    assert resumed.notes["Parity"] == whole.notes["Parity"]
+    assert resumed.notes["Collect"] == whole.notes["Collect"]
+
+
+def test_from_failure_after_a_killed_run_runs_the_shards_that_never_ran(
+    tmp_path, nodes, run_wf, dagster_home
+):
+    """Dagster issue 30248 (F2): the run's process is killed (kill -9) in shard 2 of 3, so
+    shard 3 never started and has no event. Dagster's from-failure selects shard 2 and the
+    commit only; the executor adds shard 3, so the resumed run commits the whole step (before,
+    the commit's guard refused 'shards 2 of 3 never arrived', on every later resume too)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, params={"marks": str(marks), "fail_at": 15, "interrupt": 2})
+    script = textwrap.dedent(
+        f"""
+        from dagster_graphbook import run_workflow
+        run_workflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}], params={FAST!r},
+                     dagster_home={dagster_home!r}, shards={{"Parity": 3}})
+        """
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        (dead,) = instance.get_runs()
+        ran = _steps_run(dagster_home, dead.run_id)
+    assert [s for s in ran if "shard[" in s] == [
+        "redteam__Parity.redteam__Parity__shard[shard_0]",
+        "redteam__Parity.redteam__Parity__shard[shard_1]",
+    ], ran  # shard 3 never started
+    resumed = run_wf(wf, [nodes], from_failure=dead.run_id, shards={"Parity": 3})
+    assert resumed.success, resumed.failure
+    assert [s for s in _steps_run(dagster_home, resumed.run_id) if "shard[" in s] == [
+        "redteam__Parity.redteam__Parity__shard[shard_1]",
+        "redteam__Parity.redteam__Parity__shard[shard_2]",
+    ]
+    whole = run_wf(wf, [nodes], {**FAST, "Parity.marks": "", "Parity.fail_at": -1})
+    assert resumed.notes["Parity"] == whole.notes["Parity"]
+
+
+def test_from_failure_after_the_plan_op_failed_runs_every_shard(
+    tmp_path, nodes, run_wf, monkeypatch
+):
+    """Dagster issue 30248: a failure before the fan-out. The plan op fails once; resumed, every
+    shard runs and the commit has them all."""
+    from dagster_graphbook.execution import shards as shards_module
+
+    real = shards_module.split
+    calls = []
+
+    def split_failing_once(notes, runtime):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("the plan op's first attempt fails")
+        return real(notes, runtime)
+
+    monkeypatch.setattr(shards_module, "split", split_failing_once)
+    wf = _wf(tmp_path, n=12)
+    shards = {"Parity": 3}
+    failed = run_wf(wf, [nodes], FAST, shards=shards)
+    assert not failed.success
+    resumed = run_wf(wf, [nodes], from_failure=failed.run_id, shards=shards)
+    assert resumed.success, resumed.failure
+    assert len(_shard_steps(resumed)) == 3
+    assert len(resumed["Parity"]["even"]) + len(resumed["Parity"]["odd"]) == 12
+
+
+def test_the_commit_alone_after_a_failed_shard_is_refused(tmp_path, nodes, run_wf):
+    """Re-executing only the commit step while shard 2 of 3 failed: the guard refuses."""
+    from dagster_graphbook.cli.run import _workflow_recon
+    from dagster_graphbook.plan.translator import GraphbookTranslator
+
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, n=12, params={"marks": str(marks), "fail_at": 5})
+    shards = {"Parity": 3}
+    failed = run_wf(wf, [nodes], FAST, shards=shards)
+    assert not failed.success
+    spec = GraphbookWorkflow(wf, custom_nodes=[str(nodes.resolve())], shards=shards)
+    recon = _workflow_recon(wf, spec, None, None, False, GraphbookTranslator())
+    with dg.DagsterInstance.from_config(failed.dagster_home) as instance:
+        options = dg.ReexecutionOptions(
+            failed.run_id, step_selection=["redteam__Parity.redteam__Parity__commit"]
+        )
+        with dg.execute_job(
+            recon, instance, reexecution_options=options, raise_on_error=False
+        ) as result:
+            assert not result.success
+            failures = [e for e in result.all_events if e.is_step_failure]
+            text = str(failures[0].event_specific_data.error)
+    assert "shards 1 of 3 never arrived" in text, text
+
+
+# ---------------------------------------------------------------------------------------------
+# Run config
+
+
+def test_shard_size_alone_in_run_config_of_a_step_defined_with_shards(tmp_path, nodes, run_wf):
+    """F7: the launchpad shows the definition's ``shards: 3``; a run that sets only
+    ``runtime.shard_size`` gets shards of that size (the setting a run changed wins), not
+    'runtime.shards (3) and runtime.shard_size (4) are both set'."""
+    wf = _wf(tmp_path, n=12)
+    run = run_wf(wf, [nodes], {**FAST, "Parity.runtime.shard_size": 4}, shards={"Parity": 3})
+    assert run.success, run.failure
+    assert len(_shard_steps(run)) == 3
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"Parity.runtime.shards": 0},
+        {"Parity.runtime.shards": -2},
+        {"Parity.runtime.shard_size": 0},
+        {"Parity.runtime.shards": 2, "Parity.runtime.shard_size": 4},
+    ],
+)
+def test_bad_shard_settings_are_refused_before_any_step_runs(tmp_path, nodes, run_wf, bad):
+    """F8: run config no run could take is refused before the run starts (as ``--set``
+    values of the wrong type are), not when the plan op's turn comes after every upstream step
+    (hours, on a day of images)."""
+    from dagster_graphbook.errors import RequestError
+
+    wf = _wf(tmp_path, n=12)
+    with pytest.raises(RequestError, match=r"Parity\.runtime: runtime\.shard") as refused:
+        run_wf(wf, [nodes], {**FAST, **bad}, shards={"Parity": 3})
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        assert instance.get_runs() == [], refused.value  # no run was started
+    # a run launched from the UI: the executor refuses it before its first step
+    config = {"ops": {"redteam__Parity": {"config": {"runtime": {
+        "num_workers": 0, "device": "cpu",
+        **{k.split(".")[-1]: v for k, v in bad.items()},
+    }}}}}  # fmt: skip
+    said = _refused_at_start(tmp_path, nodes, config=config, shards={"Parity": 3})
+    assert "Parity.runtime: runtime.shard" in (said or ""), said
+
+
+def test_run_config_shards_on_an_unsharded_step_fails_saying_where(tmp_path, nodes, run_wf):
+    wf = _wf(tmp_path, n=12)
+    run = run_wf(wf, [nodes], {**FAST, "Parity.runtime.shard_size": 4})
+    assert not run.success
+    assert "defined as one op" in run.failure, run.failure
+
+
+# ---------------------------------------------------------------------------------------------
+# The op graph: tags, pools, executors
+
+
+def _inner_ops(tmp_path, nodes, **kw):
+    wf = _wf(tmp_path, n=12)
+    spec = GraphbookWorkflow(wf, custom_nodes=[nodes], shards={"Parity": 3}, **kw)
+    defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+    job = defs.resolve_job_def("redteam")
+    graph = job.graph.node_named("redteam__Parity").definition
+    return {node.name.rsplit("__", 1)[-1]: node.definition for node in graph.nodes}
+
+
+def test_only_the_shard_ops_request_the_steps_gpus(tmp_path, nodes):
+    """F4: with ``gpus={"Parity": 1}`` each shard op asks Kubernetes/Ray/Dask for a GPU; the
+    plan op (splits a list) and the commit op (merges results) hold none."""
+    ops = _inner_ops(tmp_path, nodes, gpus={"Parity": 1})
+    assert "dagster-k8s/config" in ops["shard"].tags
+    for name in ("plan", "commit"):
+        tags = ops[name].tags
+        assert "dagster-k8s/config" not in tags, (name, tags)
+        assert "dagster-ray/config" not in tags, (name, tags)
+
+
+def test_each_inner_op_is_in_the_steps_pool(tmp_path, nodes):
+    ops = _inner_ops(tmp_path, nodes)
+    assert ops["shard"].pool == "gpu"
+
+
+def test_a_sharded_step_on_the_dask_executor_is_refused_at_load(tmp_path, nodes):
+    """F11: dagster-dask never runs mapped steps (silently): a sharded step on it is a load
+    error naming the executors that work."""
+    from dagster_dask import dask_executor
+
+    with pytest.raises(WorkflowError, match="(?i)dask"):
+        _inner_ops(tmp_path, nodes, executor=dask_executor)
+
+
+def test_a_job_with_a_sharded_step_runs_its_shards_in_parallel_by_default(tmp_path, nodes):
+    """F12: 'A job with a sharded step runs its shards in parallel by default (the
+    multiprocess executor unless the user chose another)'."""
+    wf = _wf(tmp_path, n=12)
+    spec = GraphbookWorkflow(wf, custom_nodes=[nodes], shards={"Parity": 3})
+    defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+    job = defs.resolve_job_def("redteam")
+    default = job.executor_def.config_schema.as_field().default_value
+    assert "multiprocess" in default, default
+
+
+# ---------------------------------------------------------------------------------------------
+# Downstream steps, two sharded steps in a row, the lifecycle
+
+
+def _defs(tmp_path, nodes, wf, **kw):
+    spec = GraphbookWorkflow(wf, custom_nodes=[nodes], **kw)
+    return build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+
+
+def test_a_later_run_of_the_child_reads_the_sharded_steps_latest_notes(
+    tmp_path, nodes, dagster_home
+):
+    """Run 1 materializes everything; run 2 materializes only Collect, which reads Parity's
+    latest materialization (the commit's)."""
+    wf = _wf(tmp_path, n=12, collect=True)
+    defs = _defs(tmp_path, nodes, wf, shards={"Parity": 3})
+    job = defs.resolve_job_def("redteam")
+    config = {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        first = job.execute_in_process(run_config=config, instance=instance)
+        assert first.success
+        second = job.execute_in_process(
+            instance=instance, asset_selection=[dg.AssetKey(["redteam", "Collect"])]
+        )
+        assert second.success
+        value = defs.load_asset_value(dg.AssetKey(["redteam", "Collect"]), instance=instance)
+        parity = defs.load_asset_value(
+            dg.AssetKey(["redteam", "Parity", "even"]), instance=instance
+        )
+    assert sorted(_i(value)) == list(range(12))
+    assert _i(parity) == [0, 2, 4, 6, 8, 10]
+
+
+def test_two_sharded_steps_in_a_row_and_shards_for_every_batch_step(tmp_path, nodes, run_wf):
+    """``shards=2`` shards both batch steps; the second reads the first's two pins."""
+    steps = [
+        step_node("0", "Numbers", {"n": 11}, source=True),
+        step_node("1", "Parity", {}, outputs=["even", "odd"], label="Parity"),
+        step_node("3", "Parity", {}, outputs=["even", "odd"], label="Again"),
+    ]
+    edges = [edge("0", "out", "1"), edge("1", "even", "3"), edge("1", "odd", "3")]
+    wf = write_workflow(tmp_path, "chain", steps, edges)
+    params = {**FAST, "Again.runtime.num_workers": 0, "Again.runtime.device": "cpu"}
+    whole = run_wf(wf, [nodes], params)
+    sharded = run_wf(wf, [nodes], params, shards=2)
+    assert whole.success and sharded.success, sharded.failure
+    assert len(_shard_steps(sharded)) == 4
+    assert sharded.notes == whole.notes
+
+
+def test_on_start_and_on_end_run_once_per_shard(tmp_path, nodes, run_wf):
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, n=12, params={"marks": str(marks)})
+    run = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert run.success, run.failure
+    assert _starts(marks) == ["end"] * 3 + ["start"] * 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Leftovers
+
+
+def _step_outputs(root):
+    return sorted(p for p in root.rglob(".step_outputs") if p.is_dir())
+
+
+def test_shard_intermediates_are_pruned_like_the_notes(tmp_path, nodes, dagster_home):
+    """F10: each run's intermediates (the slices and the shard results, full copies of the
+    step's input and output notes) are pruned as the notes are: notes_keep=1 and four runs
+    leave one run's intermediates."""
+    wf = _wf(tmp_path, n=12)
+    defs = _defs(tmp_path, nodes, wf, shards={"Parity": 3}, notes_keep=1)
+    job = defs.resolve_job_def("redteam")
+    config = {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        for _ in range(4):
+            assert job.execute_in_process(run_config=config, instance=instance).success
+    versions = list((tmp_path / "notes" / "redteam" / "Parity" / "even").glob("*.pkl"))
+    assert len(versions) == 1
+    folders = _step_outputs(tmp_path)
+    assert len(folders) == 1, folders
+    runs = [p.name for p in folders[0].iterdir()]
+    assert len(runs) <= 1, runs
+
+
+def test_shard_intermediates_live_under_the_workflows_notes_dir(tmp_path, nodes, dagster_home):
+    """F9: the shard intermediates go under the workflow's notes_dir (shared storage for k8s
+    pods and Ray workers), not the instance's local storage, which another machine running the
+    commit could not read."""
+    wf = _wf(tmp_path, n=12)
+    defs = _defs(tmp_path, nodes, wf, shards={"Parity": 3})
+    config = {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert (
+            defs.resolve_job_def("redteam")
+            .execute_in_process(run_config=config, instance=instance)
+            .success
+        )
+    assert (tmp_path / "notes" / "redteam" / "Parity" / "even").exists()
+    assert _step_outputs(tmp_path / "notes"), _step_outputs(tmp_path)
+
+
+def test_no_temporary_files_or_worker_processes_are_left(tmp_path, nodes, run_wf):
+    import multiprocessing
+
+    wf = _wf(tmp_path, n=12)
+    params = {"Parity.runtime.num_workers": 1, "Parity.runtime.device": "cpu"}
+    run = run_wf(wf, [nodes], params, shards={"Parity": 3}, notes_dir=str(tmp_path / "notes"))
+    assert run.success, run.failure
+    leftovers = [
+        p
+        for p in tmp_path.rglob("*")
+        if p.is_file()
+        and (p.name.startswith(".") or ".tmp" in p.name)
+        and not p.name.endswith("-setup.lock")  # the instance's own lock, kept on purpose
+    ]
+    assert leftovers == [], leftovers
+    assert multiprocessing.active_children() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# More of the unsharded step's behaviour
+
+
+def test_a_failing_blocking_check_on_a_sharded_step_stops_its_child(tmp_path, nodes, dagster_home):
+    wf = _wf(tmp_path, n=12, collect=True)
+    checks = [StepCheck(step="Parity", metric="correct", min=1000, severity="blocking")]
+    defs = _partitioned_defs(tmp_path, nodes, wf, shards={"Parity": 3}, checks=checks)
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("redteam").execute_in_process(
+            run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+            instance=instance,
+            partition_key="2026-02-03",
+            raise_on_error=False,
+        )
+    assert not result.success
+    started = {e.step_key for e in result.all_events if e.is_step_start}
+    assert "redteam__Collect" not in started, started
+    failures = [str(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+    assert any("blocking check" in f for f in failures), failures
+
+
+def test_a_sharded_sink_writes_the_unsharded_parquet_table(tmp_path, nodes, run_wf):
+    import pandas as pd
+
+    wf = _wf(tmp_path, n=12)
+    whole = run_wf(wf, [nodes], FAST, notes_dir=str(tmp_path / "a"))
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3}, notes_dir=str(tmp_path / "b"))
+    assert whole.success and sharded.success, sharded.failure
+    for pin in ("even", "odd"):
+        (a,) = (tmp_path / "a" / "redteam" / "Parity" / pin).glob("*.parquet")
+        (b,) = (tmp_path / "b" / "redteam" / "Parity" / pin).glob("*.parquet")
+        pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
+
+
+def test_a_failing_note_is_named_by_its_number_in_the_whole_step(tmp_path, nodes, run_wf):
+    wf = _wf(tmp_path, params={"fail_at": 25})
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert not whole.success and not sharded.success
+    first = lambda text: text.splitlines()[0].split(": ", 1)[1]  # noqa: E731  (no step key)
+    assert first(sharded.failure) == first(whole.failure), (sharded.failure, whole.failure)
+
+
+def test_resuming_a_sharded_run_without_its_shards_setting_is_refused_clearly(
+    tmp_path, nodes, run_wf
+):
+    """from_failure must build the same job: without ``shards`` the job has no shard steps."""
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, n=12, params={"marks": str(marks), "fail_at": 5})
+    failed = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert not failed.success
+    try:
+        resumed = run_wf(wf, [nodes], from_failure=failed.run_id)
+    except Exception as exc:
+        assert "shard" in str(exc).lower() or "same job" in str(exc).lower(), str(exc)
+        return
+    assert not resumed.success
+    assert "shard" in (resumed.failure or "").lower(), resumed.failure
+
+
+def test_external_deps_of_a_sharded_step(tmp_path, nodes, dagster_home):
+    wf = _wf(tmp_path, n=12)
+    defs = _defs(
+        tmp_path,
+        nodes,
+        wf,
+        shards={"Parity": 3},
+        external_deps={"Parity": [["sample", "incoming"]]},
+    )
+    job = defs.resolve_job_def("redteam")
+    assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert "sample/incoming" in assets
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = job.execute_in_process(
+            run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}}, instance=instance
+        )
+    assert result.success
+
+
+def _refused_at_start(tmp_path, nodes, config=None, **kw):
+    """What graphbook_executor's start-of-run check says of a run with no partition key of a
+    workflow whose Parity holds ``{partition_key}`` (None: it lets the run start)."""
+    from types import SimpleNamespace
+
+    from dagster._core.execution.api import create_execution_plan
+
+    from dagster_graphbook.defs.executor import _refuse_before_start
+
+    wf = _wf(tmp_path, n=12, params={"tag": "day-{partition_key}"})
+    job = _defs(tmp_path, nodes, wf, **kw).resolve_job_def("redteam")
+    config = config or {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    context = SimpleNamespace(
+        dagster_run=SimpleNamespace(tags={}),
+        job=SimpleNamespace(get_definition=lambda: job),
+        run_config=config,
+    )
+    try:
+        _refuse_before_start(context, create_execution_plan(job, run_config=config))
+    except dg.Failure as exc:
+        return exc.description
+    return None
+
+
+def test_an_unfilled_partition_key_in_a_sharded_step_is_refused_at_the_runs_start(tmp_path, nodes):
+    """F5: graphbook_executor refuses, before any step, a run with no partition key when a
+    step parameter holds ``{partition_key}``; a sharded step's step keys
+    (``redteam__Parity.redteam__Parity__shard[shard_0]``) and resolved config (under each inner
+    op) are read as its top-level node's."""
+    assert "Parity.tag" in (_refused_at_start(tmp_path, nodes) or "")  # unsharded: refused
+    assert "Parity.tag" in (_refused_at_start(tmp_path, nodes, shards={"Parity": 3}) or "")
+
+
+def test_the_sharded_materialization_carries_the_unsharded_entries(tmp_path, nodes, run_wf):
+    """The same metadata entries (plus ``shards`` in details and ``figures_note``), and the
+    same counts."""
+    wf = _wf(tmp_path, n=12)
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    meta = {k: m for k, _, m in _materializations(sharded.dagster_home, sharded.run_id)}
+    meta_whole = {k: m for k, _, m in _materializations(whole.dagster_home, whole.run_id)}
+    for pin in ("redteam/Parity/even", "redteam/Parity/odd"):
+        a, b = meta_whole[pin], meta[pin]
+        assert set(a) - set(b) == set(), set(a) - set(b)
+        for key in ("dagster/row_count", "notes_in", "items", "errors_skipped", "correct"):
+            assert a[key] == b[key], key
+        details, details_whole = b["details"], a["details"]
+        assert details["shards"] == 3
+        for key, value in details_whole.items():
+            if key not in ("batches", "chunks"):
+                assert details.get(key) == value, (key, details.get(key), value)
+
+
+def test_twelve_shards_keep_their_order(tmp_path, nodes, run_wf):
+    """More than ten shards: mapping keys shard_10, shard_11 sort before shard_2 as text."""
+    wf = _wf(tmp_path, n=24, collect=True)
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 12})
+    assert whole.success and sharded.success, sharded.failure
+    assert sharded.notes == whole.notes
+
+
+def test_an_unpicklable_note_is_named_as_unsharded(tmp_path, nodes, run_wf):
+    """F6: note 25 gets a threading.Lock: sharded as unsharded, the failure names the note's
+    key ('key 'lock' (lock) cannot be stored'), not a bare pickling error."""
+    wf = _wf(tmp_path, params={"lock_at": 25})
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    assert not whole.success and not sharded.success
+    assert "key 'lock'" in whole.failure, whole.failure
+    assert "key 'lock'" in sharded.failure, sharded.failure
+
+
+def test_a_resume_of_a_resume_reads_the_shards_of_the_first_run(tmp_path, nodes, run_wf):
+    """Shard 3 fails in run 1 and again in its resume (run 2); run 3 resumes run 2: the commit
+    reads shards 1 and 2 from run 1 (the grandparent), shard 3 from run 3."""
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, collect=True, params={"marks": str(marks), "fail_at": 25, "fail_times": 2})
+    shards = {"Parity": 3}
+    first = run_wf(wf, [nodes], FAST, shards=shards)
+    second = run_wf(wf, [nodes], from_failure=first.run_id, shards=shards)
+    assert not first.success and not second.success
+    third = run_wf(wf, [nodes], from_failure=second.run_id, shards=shards)
+    assert third.success, third.failure
+    assert sorted(_i(third["Collect"]["out"])) == list(range(30))
+    assert [s.rsplit(".", 1)[-1] for s in _steps_run(third.dagster_home, third.run_id)] == [
+        "redteam__Collect",
+        "redteam__Parity__commit",
+        "redteam__Parity__shard[shard_2]",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The multiprocess executor (slow: a process per step; two tests)
+
+
+def test_multiprocess_shards_give_the_unsharded_notes(tmp_path, nodes, run_wf):
+    wf = _wf(tmp_path, n=8, collect=True)
+    whole = run_wf(wf, [nodes], FAST)
+    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 2}, executor="multiprocess")
+    assert whole.success and sharded.success, sharded.failure
+    assert sharded.notes == whole.notes
+    assert len(_shard_steps(sharded)) == 2
+
+
+def test_a_shard_killed_with_kill_9_is_retried_alone(tmp_path, nodes, run_wf):
+    """Issue 24, done when: 'A shard killed with kill -9 mid-run is retried alone (the other
+    shards' outputs are reused), and the run's materializations are complete'. Shard 2 of 2
+    SIGKILLs its own process on its first attempt (multiprocess executor): the shard op's
+    crash-only retry policy runs it again (F13: runtime.retries acts through RetryRequested,
+    which a killed process never raises)."""
+    marks = _marks(tmp_path)
+    wf = _wf(tmp_path, n=8, params={"marks": str(marks), "fail_at": 5, "interrupt": 2})
+    run = run_wf(wf, [nodes], FAST, shards={"Parity": 2}, executor="multiprocess")
+    assert (marks / "failed_once0").exists()  # it was killed once
+    assert run.success, run.failure
+    assert _starts(marks).count("start") == 3
+
+
+@pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("setting", ["{ClassifyShapes: 3}", "{ClassifyShapes: {shard_size: 100}}"])
+def test_the_components_shards_option(tmp_path, setting):
+    from tests.conftest import _load_defs_folder
+    from tests.defs.conftest import NIGHTLY_YAML
+
+    yaml = NIGHTLY_YAML.rstrip() + f"\n      shards: {setting}\n"
+    defs = _load_defs_folder(tmp_path, "gb_shard_defs", {"nightly": yaml})
+    job = defs.resolve_job_def("nightly_shapes")
+    graph = job.graph.node_named("nightly_shapes__ClassifyShapes").definition
+    assert sorted(n.name for n in graph.nodes) == [
+        "nightly_shapes__ClassifyShapes__commit",
+        "nightly_shapes__ClassifyShapes__plan",
+        "nightly_shapes__ClassifyShapes__shard",
+    ]
+
+
+def test_a_check_on_a_ratio_figure_keeps_passing_once_the_step_is_sharded(
+    tmp_path, nodes, dagster_home
+):
+    """F3: StepCheck(metric="ratio", min=0.4) passes unsharded (ratio 0.5). Sharded with no
+    on_commit the float figure is left out; the check's failure then says why and names
+    on_commit (sharding a step, a deployment choice, must not break its checks silently)."""
+    wf = _wf(tmp_path, n=12, params={"ratio": 0.5})
+    checks = [StepCheck(step="Parity", metric="ratio", min=0.4, severity="warn")]
+    outcome = {}
+    for shards in (None, {"Parity": 3}):
+        defs = _partitioned_defs(tmp_path, nodes, wf, shards=shards, checks=checks)
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            result = defs.resolve_job_def("redteam").execute_in_process(
+                run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+                instance=instance,
+                partition_key="2026-02-03",
+                raise_on_error=False,
+            )
+        (evaluation,) = result.get_asset_check_evaluations()
+        outcome[bool(shards)] = (evaluation.passed, evaluation.description)
+    assert outcome[False][0], outcome
+    assert outcome[True][0] or "on_commit" in (outcome[True][1] or ""), outcome
+
+
+def test_files_written_by_dump_fn_are_the_unsharded_ones(tmp_path, nodes, run_wf):
+    metas = {}
+    for shards in (None, {"Parity": 3}):
+        marks = tmp_path / f"files-{bool(shards)}"
+        marks.mkdir()
+        wf = _wf(tmp_path, n=12, parity="Dumping", params={"marks": str(marks)})
+        run = run_wf(wf, [nodes], FAST, shards=shards)
+        assert run.success, run.failure
+        assert len(list(marks.glob("item-*"))) == 24
+        metas[bool(shards)] = {k: m for k, _, m in _materializations(run.dagster_home, run.run_id)}
+    whole, sharded = metas[False]["redteam/Parity/even"], metas[True]["redteam/Parity/even"]
+    assert sharded["files_written"] == whole["files_written"] == 24
+    assert sharded["files_bytes"] == whole["files_bytes"]
+    manifest = sharded["files_manifest"]
+    lines = open(manifest).read().splitlines() if os.path.isfile(manifest) else []
+    assert len([x for x in lines if "item-" in x]) == 24, (manifest, lines[:3])
+
+
+@pytest.mark.parametrize("streaming", [["Numbers", "Pass"], ["Collect", "Again"]])
+def test_a_streaming_segment_before_or_after_a_sharded_step(tmp_path, nodes, run_wf, streaming):
+    """Numbers -> Pass -> Parity (sharded) -> Collect -> Again, with the segment [Numbers,
+    Pass] or [Collect, Again] streamed."""
+    steps = [
+        step_node("0", "Numbers", {"n": 12}, source=True),
+        step_node("4", "Collect", {}, label="Pass"),
+        step_node("1", "Parity", {}, outputs=["even", "odd"], label="Parity"),
+        step_node("2", "Collect", {}, label="Collect"),
+        step_node("3", "Collect", {}, label="Again"),
+    ]
+    edges = [
+        edge("0", "out", "4"),
+        edge("4", "out", "1"),
+        edge("1", "even", "2"),
+        edge("1", "odd", "2"),
+        edge("2", "out", "3"),
+    ]
+    wf = write_workflow(tmp_path, "segments", steps, edges)
+    whole = run_wf(wf, [nodes], FAST, streaming=streaming)
+    sharded = run_wf(wf, [nodes], FAST, streaming=streaming, shards={"Parity": 3})
+    assert whole.success and sharded.success, sharded.failure
+    assert sharded.notes == whole.notes
