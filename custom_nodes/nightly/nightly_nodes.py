@@ -238,9 +238,20 @@ class ClassifyShapes(BatchStep):
         if self.labelled:
             accuracy = self.right / self.labelled
             self.dagster_metadata.update(
-                {"accuracy": round(accuracy, 4), "images_labelled": self.labelled}
+                {
+                    "accuracy": round(accuracy, 4),
+                    "images_labelled": self.labelled,
+                    "images_correct": self.right,
+                }
             )
             self.log(f"accuracy {accuracy:.3f} on {self.labelled} labelled images")
+
+    def on_commit(self, shard_figures):
+        """Sharded (docs/sharding.md): the whole step's accuracy from the shards' summed counts."""
+        labelled = sum(f.get("images_labelled", 0) for f in shard_figures)
+        if not labelled:
+            return {}
+        return {"accuracy": round(sum(f["images_correct"] for f in shard_figures) / labelled, 4)}
 
 
 class ReviewSplit(Split):
