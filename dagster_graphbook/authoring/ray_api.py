@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import sys
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 try:
     import dagster_ray  # noqa: F401  (the executor ``run_options`` names)
@@ -115,7 +115,7 @@ class RayExecutor(Executor):
     def __init__(self, log_dir: str = "logs", **init_args: Any) -> None:
         self.log_dir = log_dir
         self.init_args = dict(init_args)
-        self.env_vars: list = []
+        self.env_vars: List[str] = []
         address: Optional[str] = init_args.get("address")
         if address is None:
             global _initialized
@@ -160,7 +160,7 @@ def _job_server(address: str) -> str:
         ) from exc
 
 
-def _path_with_dagster() -> list:
+def _path_with_dagster() -> List[str]:
     """``["PATH=..."]`` with this interpreter's scripts folder, where the Ray job's entrypoint
     (``dagster api execute_step``) would not find ``dagster`` (a venv that is not activated)."""
     scripts = os.path.dirname(sys.executable)

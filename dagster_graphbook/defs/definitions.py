@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import dagster as dg
 
@@ -28,7 +28,7 @@ from .load_errors import load_error_job
 
 logger = logging.getLogger("dagster_graphbook")
 # load notices said in this process: a run rebuilds its job several times (recon, step processes)
-_SAID: set = set()
+_SAID: Set[str] = set()
 
 WorkflowSource = Union[str, Path, Graph, Workflow]
 # Set to 1 (CI), a workflow that fails to load fails the code location's load (`dg check defs`,

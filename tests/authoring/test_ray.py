@@ -167,6 +167,7 @@ def test_without_the_ray_extra_graphbook_ray_names_it(blocked):
     code = BLOCK.format(blocked=blocked) + textwrap.dedent("""
         import dagster_graphbook, graphbook
         assert graphbook.Graph is dagster_graphbook.authoring.Graph
+        print("ray" in sys.modules)  # the package and `import graphbook` import nothing of Ray
         for attempt in ("import graphbook.ray", "from graphbook import ray", "graphbook.ray"):
             try:
                 exec(attempt)
@@ -174,7 +175,6 @@ def test_without_the_ray_extra_graphbook_ray_names_it(blocked):
                 print(type(exc).__name__, "|", exc)
             else:
                 print("imported", attempt)
-        print("ray" in sys.modules)  # nothing of Ray was imported
     """)
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -186,9 +186,34 @@ def test_without_the_ray_extra_graphbook_ray_names_it(blocked):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 4, done.stdout
-    for line in lines[:3]:
+    assert lines[0] == "False"
+    for line in lines[1:]:
         kind, message = line.split(" | ")
         assert kind == "ImportError", line
         assert "`pip install dagster-graphbook[ray]`" in message
         assert blocked in message
-    assert lines[3] == "False"
+
+
+def test_the_executor_run_options_name_is_rebuilt_in_step_processes():
+    """``run_workflow(executor="module:attr")`` (what a RayExecutor asks for) builds the job with
+    that executor, and the job a step process rebuilds has it too; a wrong name says the forms."""
+    from dagster_graphbook.cli.run import _reconstruct_job
+    from dagster_graphbook.defs.executor import import_executor
+    from tests.conftest import REPO
+
+    assert import_executor(gbray.RAY_EXECUTOR_PATH).name == "ray"
+    job = _reconstruct_job(
+        str(REPO / "workflows" / "sample.json"),
+        (str(REPO / "custom_nodes" / "sample"),),
+        None,
+        None,
+        executor=gbray.RAY_EXECUTOR_PATH,
+    )
+    assert job.executor_def.name == "ray"
+    for bad, said in [
+        ("nope", "'in_process', 'multiprocess' or MODULE:ATTR"),
+        ("dagster_ray:nope", "AttributeError"),
+        ("dagster_ray:__version__", "is a str, not an ExecutorDefinition"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            import_executor(bad)

@@ -215,6 +215,9 @@ def ray_cluster():
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray 2.60 turns token auth on for a cluster when ~/.ray/auth_token exists (a local
+        # `ray.init()` writes one): the readiness probe below would then never get in
+        "RAY_AUTH_MODE": "disabled",
         "PATH": os.pathsep.join([str(ray.parent), os.environ.get("PATH", "")]),
     }  # the step's entrypoint is `dagster api ...`
     cmd = [
