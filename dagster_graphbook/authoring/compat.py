@@ -175,8 +175,13 @@ def vars_of(module: types.ModuleType) -> Dict[str, object]:
     return {k: getattr(module, k) for k in getattr(module, "__all__", ()) if hasattr(module, k)}
 
 
+# Aliases imported only when a program imports them: ``graphbook.ray`` imports Ray and dagster-ray
+# (the ``ray`` extra), which ``import graphbook`` must not need.
+LAZY_ALIASES = {"graphbook.ray": "dagster_graphbook.authoring.ray_api"}
+
 ALIAS_NAMES = frozenset(
     {
+        *LAZY_ALIASES,
         "graphbook",
         "graphbook.core",
         "graphbook.steps",
@@ -206,13 +211,17 @@ ALIAS_NAMES = frozenset(
 
 
 def install_graphbook_alias() -> bool:
-    """Register the alias modules; False (and nothing done) when real Graphbook is installed."""
+    """Register the alias modules; False (and nothing done) when real Graphbook is installed.
+
+    The lazy ones (``LAZY_ALIASES``) are left to ``graphbook_finder`` (installed when this
+    package is imported, if the interpreter's startup hook did not), which imports them on first
+    use."""
     if real_graphbook_installed():
         return False
     if "graphbook" in sys.modules:
         return True
     modules = _alias_modules()
-    assert set(modules) == ALIAS_NAMES
+    assert set(modules) == ALIAS_NAMES - set(LAZY_ALIASES)
     for name, module in modules.items():
         sys.modules.setdefault(name, module)
     for name, module in modules.items():  # attribute access after import: graphbook.core.steps.Step
@@ -220,3 +229,12 @@ def install_graphbook_alias() -> bool:
         if parent and not hasattr(modules[parent], child):
             setattr(modules[parent], child, module)
     return True
+
+
+def alias_module(name: str) -> types.ModuleType:
+    """The alias module ``name`` (one of ``ALIAS_NAMES``), importing a lazy one (whose missing
+    dependencies raise its ImportError here, as ``import graphbook.ray`` does in Graphbook)."""
+    install_graphbook_alias()
+    if name in LAZY_ALIASES:
+        return importlib.import_module(LAZY_ALIASES[name])
+    return sys.modules[name]

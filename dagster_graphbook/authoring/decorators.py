@@ -235,3 +235,18 @@ def prompt(get_prompt: Optional[Callable[..., Any]] = None) -> Callable[[Any], _
             spec.attributes["get_prompt"] = get_prompt
 
     return lambda func: _Decoration(func, apply)
+
+
+def class_attributes(**attributes: Any) -> Callable[[Any], Any]:
+    """A decorator setting class attributes, for decorators that only record data on a node
+    class (``graphbook.ray.options``): on a class at once, below ``@step``/``@resource`` on the
+    class they build (Graphbook's decorators work both ways)."""
+
+    def decorate(target: Any) -> Any:
+        if isinstance(target, type):
+            for key, value in attributes.items():
+                setattr(target, key, value)
+            return target
+        return _Decoration(target, lambda spec: spec.attributes.update(attributes))
+
+    return decorate

@@ -2,13 +2,14 @@
 
 A Graphbook python workflow may pass ``executor=DefaultExecutor(num_workers=2)``; here every run
 goes through Dagster (batch steps take ``num_workers`` from their run config), so the executor's
-arguments are kept but not used.
+arguments are kept but not used. An engine that picks where steps run (``graphbook.ray``'s
+``RayExecutor``) says so through ``run_options``.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 __all__ = ["Executor", "DefaultExecutor"]
 
@@ -18,6 +19,11 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def run(self, graph: Any, name: str, step_id: Optional[str] = None) -> Any: ...
+
+    def run_options(self) -> Dict[str, Any]:
+        """Keyword arguments of ``run_workflow`` this engine asks ``Graph.run`` for (e.g. a
+        Dagster executor); the default engine asks for none: one process, as ``g.run()``."""
+        return {}
 
 
 class DefaultExecutor(Executor):

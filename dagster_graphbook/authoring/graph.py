@@ -7,6 +7,8 @@ import inspect
 import os
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from .executors import Executor
+
 __all__ = ["Graph", "GraphNodeWrapper", "GraphStepWrapper", "GraphResourceWrapper"]
 
 # What ``Graph.run`` runs a graph with: ``runner.run_workflow``, registered by the runner when it
@@ -168,8 +170,10 @@ class Graph:
         """Run through Dagster (in-process, persistent instance); returns notes per step and pin.
 
         Graphbook's arguments are accepted so ``g.run()`` scripts run unchanged: ``step_id`` runs
-        that step and its ancestors; the executor and the web-server arguments are not used (the
-        Dagster UI shows the run). Prints one summary line, as a script's user expects output; a
+        that step and its ancestors; an executor picks where steps run through its
+        ``run_options`` (``graphbook.ray.RayExecutor``: dagster-ray's executor), Graphbook's
+        default one runs them here; the web-server arguments are not used (the Dagster UI shows
+        the run). Prints one summary line, as a script's user expects output; a
         failed run raises, naming the step. It records into ``$DAGSTER_HOME`` (else
         ``./.dagster_home``) as such scripts always did; ``record=False`` makes it a try-out.
         """
@@ -180,6 +184,8 @@ class Graph:
             )
         graph = self.get_subgraph(step_id) if step_id is not None else self
         kwargs.setdefault("record", True)
+        if isinstance(executor, Executor):
+            kwargs = {**executor.run_options(), **kwargs}
         run = _run_workflow(graph, **kwargs)
         name = self.name or "graph"
         if not run.success:  # the failure once (Dagster's console logger leaves it to us)

@@ -31,8 +31,8 @@ class GraphbookAliasLoader(importlib.abc.Loader):
         name = module.__name__
         if sys.modules.get(name) is module:
             del sys.modules[name]  # the placeholder: the alias registers the real objects
-        compat.install_graphbook_alias()
-        sys.modules[name] = sys.modules[name]  # the import system returns what sys.modules holds
+        # the import system returns what sys.modules holds
+        sys.modules[name] = compat.alias_module(name)
 
 
 class GraphbookAliasFinder(importlib.abc.MetaPathFinder):

@@ -26,7 +26,7 @@ from ..dagster_internals import (
     TAGS_TO_MAYBE_OMIT_ON_RETRY,
 )
 from ..defs.definitions import GraphbookWorkflow, build_workflow
-from ..defs.executor import MULTIPROCESS
+from ..defs.executor import MULTIPROCESS, import_executor
 from ..errors import RequestError
 from ..execution.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
@@ -198,15 +198,18 @@ def _reconstruct_job(
     streaming: Any = False,
     translator: Optional[str] = None,
     shards: Optional[str] = None,
+    executor: Optional[str] = None,
 ) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
-    the ``module:Class`` of the run's translator, ``shards`` the run's setting as JSON."""
+    the ``module:Class`` of the run's translator, ``shards`` the run's setting as JSON,
+    ``executor`` the ``module:attr`` of the run's executor (dagster-ray's)."""
     spec = GraphbookWorkflow(
         source,
         custom_nodes=custom_nodes,
         name=name,
         streaming=streaming,
         shards=json.loads(shards) if shards else None,
+        executor=import_executor(executor) if executor else None,
     )
     defs = _definitions(spec, notes_dir, import_translator(translator))[0]
     return defs.resolve_job_def(list(defs.jobs or ())[0].name)
@@ -278,6 +281,7 @@ def run_workflow(
     record: bool = False,
     from_failure: Optional[str] = None,
     shards: Any = None,
+    executor_config: Optional[Mapping[str, Any]] = None,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
@@ -286,8 +290,11 @@ def run_workflow(
     (then ``$DAGSTER_HOME`` or ``./.dagster_home``, where ``materialize`` and ``dagster dev``
     record).
 
-    ``executor`` is ``in_process`` (default) or ``multiprocess`` (one process per step, as in
-    ``dagster dev``; needs a workflow file or a Graph defined in a file). ``streaming`` runs all
+    ``executor`` is ``in_process`` (default), ``multiprocess`` (one process per step, as in
+    ``dagster dev``; needs a workflow file or a Graph defined in a file) or the ``module:attr``
+    of an ``ExecutorDefinition`` that each step process imports (``dagster_ray:ray_executor``,
+    what ``graphbook.ray.RayExecutor`` asks for), ``executor_config`` its run config (the
+    ``execution: {config: ...}`` section). ``streaming`` runs all
     steps as one op, or a list of step names those steps (docs/streaming.md); only the pins no
     step of the segment reads keep notes. ``shards``: as ``GraphbookWorkflow(shards=...)``,
     ``{STEP: N}`` runs those batch steps as N shards (docs/sharding.md). ``translator``
@@ -310,6 +317,7 @@ def run_workflow(
         name=name,
         streaming=streaming,
         shards=shards,
+        executor=None if executor in _OWN_EXECUTORS else import_executor(executor),
     )
     translator = translator or GraphbookTranslator()
     defs, wdefs = _definitions(spec, notes_dir, translator)
@@ -321,8 +329,12 @@ def run_workflow(
         config=lambda: _workflow_config(
             wdefs, job, params, run_config, partition_key, streaming, translator
         ),
-        recon=lambda: _workflow_recon(workflow, spec, name, notes_dir, streaming, translator),
-        request=_Request(params, partition_key, run_config, tags, quiet, from_failure, executor),
+        recon=lambda: _workflow_recon(
+            workflow, spec, name, notes_dir, streaming, translator, executor
+        ),
+        request=_Request(
+            params, partition_key, run_config, tags, quiet, from_failure, executor, executor_config
+        ),
     )
     if run.success:
         run.notes = _load_notes(run.run_id, wdefs, translator, instance)
@@ -339,9 +351,12 @@ class _Request:
     tags: Optional[Mapping[str, str]]
     quiet: bool
     from_failure: Optional[str]
-    executor: str = "in_process"
+    executor: str = "in_process"  # or multiprocess, or the module:attr of an ExecutorDefinition
+    executor_config: Optional[Mapping[str, Any]] = None  # the latter's execution config
 
 
+# run_workflow's own executors (graphbook_executor's modes); any other is a module:attr
+_OWN_EXECUTORS = ("in_process", "multiprocess")
 _QUIET_LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}  # warnings, not the failure
 
 
@@ -373,11 +388,16 @@ def _run(
         if job.executor_def.name == "graphbook_executor":  # recorded, so a resume is in process too
             run_config.setdefault("execution", {"config": {"in_process": {}}})
         result: Any = _execute_in_process(job, instance, run_config, partition_key, run_tags)
-    elif request.executor == "multiprocess":
+    else:
         job_recon = recon()
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
-        run_config.setdefault("execution", {"config": dict(MULTIPROCESS)})  # graphbook_executor
+        execution = (
+            dict(MULTIPROCESS)  # graphbook_executor's mode
+            if request.executor == "multiprocess"
+            else dict(request.executor_config or {})  # the job's own executor (dagster-ray's)
+        )
+        run_config.setdefault("execution", {"config": execution})
         with _backstop(instance, run_tags):
             result = dg.execute_job(
                 job_recon,
@@ -386,10 +406,6 @@ def _run(
                 tags=run_tags,
                 raise_on_error=False,
             )
-    else:
-        raise ValueError(
-            f"executor must be 'in_process' or 'multiprocess', got {request.executor!r}"
-        )
     return _finished_run(instance, result.run_id, result.success, start)
 
 
@@ -425,8 +441,10 @@ def _workflow_recon(
     notes_dir: Optional[str],
     streaming: Union[bool, Sequence[str]],
     translator: GraphbookTranslator,
+    executor: str = "in_process",
 ) -> Any:
-    """The workflow's job, rebuilt from its file in whichever process runs a step."""
+    """The workflow's job, rebuilt from its file in whichever process runs a step (with the
+    run's executor where it is not one of ``graphbook_executor``'s modes)."""
     stream = streaming if isinstance(streaming, bool) else tuple(streaming)
     args = (
         _source_path(workflow),
@@ -436,6 +454,7 @@ def _workflow_recon(
         stream,
         path_of_translator(translator),
         json.dumps(spec.shards) if spec.shards is not None else None,
+        None if executor in _OWN_EXECUTORS else executor,
     )
     return dg.build_reconstructable_job(
         "dagster_graphbook.cli.run",
@@ -774,7 +793,7 @@ def _source_path(workflow: Any) -> str:
     if isinstance(workflow, Graph):
         if not workflow.module_name:
             raise ValueError(
-                "the multiprocess executor rebuilds the workflow in each step "
+                "the multiprocess and Ray executors rebuild the workflow in each step "
                 "process: define the Graph in a file with @g()"
             )
         return workflow.module_name

@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import dagster as dg
 
@@ -17,6 +17,7 @@ from ..authoring.graph import Graph
 from ..model.registry import NodeRegistry
 from ..model.workflow import Workflow, WorkflowError, load_workflow
 from ..plan.checks import StepCheck, bind_checks
+from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
@@ -27,6 +28,8 @@ from .executor import graphbook_executor, resolve_executor
 from .load_errors import load_error_job
 
 logger = logging.getLogger("dagster_graphbook")
+# load notices said in this process: a run rebuilds its job several times (recon, step processes)
+_SAID: Set[str] = set()
 
 WorkflowSource = Union[str, Path, Graph, Workflow]
 # Set to 1 (CI), a workflow that fails to load fails the code location's load (`dg check defs`,
@@ -100,6 +103,10 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes
         )
+    for notice in ray_option_notices(workflow):  # graphbook.ray.options a Ray job cannot take
+        if notice not in _SAID:
+            _SAID.add(notice)
+            logger.warning("%s: %s", workflow.source, notice)
     gpus = workflow.gpus
     if spec.gpus is not None:
         from ..plan.gpus import resolve_gpus

@@ -168,3 +168,27 @@ def resolve_executor(
             ],
         )
     return _completing(chosen)
+
+
+def import_executor(path: str) -> dg.ExecutorDefinition:
+    """The ``ExecutorDefinition`` at ``module:attr`` (``dagster_ray:ray_executor``): a run's
+    executor named so each step process that rebuilds the job imports the same one."""
+    import importlib
+
+    module, sep, attr = path.partition(":")
+    try:
+        if not sep or not attr:
+            raise ValueError("expected MODULE:ATTR, e.g. dagster_ray:ray_executor")
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(
+            f"executor must be 'in_process', 'multiprocess' or MODULE:ATTR naming an "
+            f"ExecutorDefinition; {path!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(found, dg.ExecutorDefinition):
+        raise ValueError(
+            f"executor {path!r} is a {type(found).__name__}, not an ExecutorDefinition"
+        )
+    return found

@@ -1,8 +1,10 @@
-"""GPU requests: one setting (``gpus: N`` per workflow or step) as the op tags executors read.
+"""GPU and Ray requests: one setting (``gpus: N`` per workflow or step) and Graphbook's
+``@graphbook.ray.options(...)`` on step and resource classes, as the op tags executors read.
 
 - Kubernetes (``k8s_job_executor``, ``K8sRunLauncher``): ``dagster-k8s/config`` container limits
   ``nvidia.com/gpu`` (the NVIDIA device plugin's resource name);
-- Ray (``dagster-ray``'s executor): ``dagster-ray/config`` ``num_gpus``;
+- Ray (``dagster-ray``'s executor): ``dagster-ray/config`` ``num_gpus`` and the other Ray options
+  a step's Ray job takes (``num_cpus``, ``memory``, ``resources``, ``runtime_env``);
 - Dask (``dagster-dask``'s executor): ``dagster-dask/resource_requirements`` ``{"GPU": N}``, which
   needs workers started with ``--resources GPU=<n>``.
 
@@ -12,25 +14,41 @@ On one machine, each shard of a sharded step leases this many GPUs (default 1) f
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Union
+import math
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from ..model.workflow import Workflow, WorkflowError
+from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .refs import resolve_per_step
 
 GpuSetting = Union[None, int, Mapping[str, int]]
 
+# the class attribute ``graphbook.ray.options`` sets (Graphbook 0.13.3's name for it)
+RAY_OPTIONS_ATTR = "Ray_Options"
+# Ray actor options a step's Ray job takes (dagster-ray's op config); ``accelerator_type`` becomes
+# a custom resource as Ray itself does; the other actor options (restarts, concurrency, names,
+# placement) have no meaning for a step that runs as a job, and are said so at load
+_RAY_AMOUNTS = ("num_gpus", "num_cpus", "memory")
+_RAY_JOB_OPTIONS = frozenset(_RAY_AMOUNTS + ("resources", "runtime_env", "accelerator_type"))
 
-def gpu_op_tags(gpus: int) -> Dict[str, Any]:
-    """The op tags requesting ``gpus`` GPUs on Kubernetes, Ray and Dask ({} for 0)."""
-    if gpus <= 0:
-        return {}
-    return {
-        "dagster-k8s/config": {
-            "container_config": {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-        },
-        "dagster-ray/config": {"num_gpus": gpus},
-        "dagster-dask/resource_requirements": {"GPU": gpus},
-    }
+
+def gpu_op_tags(gpus: float, ray: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The op tags requesting ``gpus`` GPUs on Kubernetes, Ray and Dask ({} for 0), with the
+    other dagster-ray options ``ray`` (``num_cpus``, ...) in the Ray tag. Kubernetes counts whole
+    GPUs: a fraction (Ray's ``num_gpus=0.5``) asks it for one."""
+    tags: Dict[str, Any] = {}
+    if gpus > 0:
+        tags = {
+            "dagster-k8s/config": {
+                "container_config": {
+                    "resources": {"limits": {"nvidia.com/gpu": str(math.ceil(gpus))}}
+                }
+            },
+            "dagster-ray/config": {"num_gpus": gpus},
+            "dagster-dask/resource_requirements": {"GPU": gpus},
+        }
+    if ray:
+        tags["dagster-ray/config"] = {**ray, **tags.get("dagster-ray/config", {})}
+    return tags
 
 
 # the op tags ``gpu_op_tags`` writes: what an op that needs no GPU must not carry
@@ -57,3 +75,87 @@ def _checked_count(workflow: Workflow) -> Callable[[str, Any], int]:
         return count
 
     return check
+
+
+def step_request(workflow: Workflow, node: WorkflowNode) -> Tuple[float, Dict[str, Any]]:
+    """``(GPUs, other dagster-ray options)`` the op of step ``node`` asks for: the Ray options
+    of its class and of the resources it uses (built in the step's process, so the step asks for
+    the largest of each amount), the workflow's ``gpus=`` winning over their ``num_gpus``."""
+    found = [_options(workflow, n) for n in _with_resources(workflow, node)]
+    ray: Dict[str, Any] = {}
+    for key in _RAY_AMOUNTS:
+        amounts = [o[key] for o in found if o.get(key) is not None]
+        if amounts:
+            ray[key] = max(amounts)
+    resources: Dict[str, float] = {}
+    for options in found:
+        for name, amount in _resources(options).items():
+            resources[name] = max(amount, resources.get(name, 0))
+    if resources:
+        ray["resources"] = resources
+    runtime_env = next((o["runtime_env"] for o in found if o.get("runtime_env")), None)
+    if runtime_env:
+        ray["runtime_env"] = runtime_env
+    gpus = ray.pop("num_gpus", 0)
+    return workflow.gpus.get(node.id, gpus), ray
+
+
+def step_op_tags(workflow: Workflow, node: WorkflowNode) -> Dict[str, Any]:
+    """The GPU and Ray op tags of step ``node`` (``step_request`` as ``gpu_op_tags``)."""
+    return gpu_op_tags(*step_request(workflow, node))
+
+
+def ray_option_notices(workflow: Workflow) -> List[str]:
+    """What the workflow's ``graphbook.ray.options`` ask that a step run as a Ray job cannot
+    do (actor options: restarts, concurrency, names), one line per node."""
+    notices = []
+    for node in workflow.nodes.values():
+        ignored = sorted(set(_options(workflow, node)) - _RAY_JOB_OPTIONS)
+        if ignored:
+            notices.append(
+                f"{node.describe()}: Ray option(s) {', '.join(ignored)} of {node.name} are Ray "
+                "actor options, not applied (a step runs as a Ray job, its resources in it)"
+            )
+    return notices
+
+
+def _with_resources(workflow: Workflow, node: WorkflowNode) -> List[WorkflowNode]:
+    """``node`` and the resource nodes it uses, directly or through other resources."""
+    seen: Dict[str, WorkflowNode] = {}
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if current.id not in seen:
+            seen[current.id] = current
+            todo += [workflow.nodes[i] for i in current.resource_params.values()]
+    return list(seen.values())
+
+
+def _options(workflow: Workflow, node: WorkflowNode) -> Dict[str, Any]:
+    """The node class's Ray options, checked where the plan reads them (a class may set
+    ``Ray_Options`` by hand, without ``graphbook.ray.options``'s check)."""
+    options = getattr(node.cls, RAY_OPTIONS_ATTR, None) or {}
+    if not isinstance(options, Mapping):
+        raise WorkflowError(
+            workflow.source,
+            [f"{node.describe()}: {node.name}.{RAY_OPTIONS_ATTR} must be a dict, got {options!r}"],
+        )
+    for key in _RAY_AMOUNTS:
+        amount = options.get(key)
+        if amount is not None and (
+            isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0
+        ):
+            raise WorkflowError(
+                workflow.source,
+                [f"{node.describe()}: Ray option {key} must be a number >= 0, not {amount!r}"],
+            )
+    return dict(options)
+
+
+def _resources(options: Mapping[str, Any]) -> Dict[str, float]:
+    """The custom Ray resources ``options`` ask for; ``accelerator_type="A100"`` as Ray turns it
+    into one (``accelerator_type:A100``, 0.001)."""
+    resources = dict(options.get("resources") or {})
+    if options.get("accelerator_type"):
+        resources[f"accelerator_type:{options['accelerator_type']}"] = 0.001
+    return resources

@@ -421,13 +421,15 @@ class GraphbookTranslator:
                         k8s = {"container_config": {"resources": {"limits": {"cpu": "2"}}}}
                         return {**super().get_op_tags(workflow, node), "dagster-k8s/config": k8s}
         """
-        from .gpus import gpu_op_tags
+        from .gpus import step_op_tags
 
-        gpus = gpu_op_tags(workflow.gpus.get(node.id, 0))  # GraphbookWorkflow(gpus=...)
+        gpus = step_op_tags(workflow, node)  # GraphbookWorkflow(gpus=...), graphbook.ray.options
         return {"graphbook/node_id": node.id, "graphbook/class": node.name, **gpus}
 
     def get_pool(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
-        """Concurrency pool: batch steps share ``gpu`` so one GPU is not oversubscribed across runs.
+        """Concurrency pool: batch steps and steps that request GPUs (``gpus=``,
+        ``graphbook.ray.options(num_gpus=...)``) share ``gpu`` so one GPU is not oversubscribed
+        across runs.
 
         A pool without a limit set on the instance does not restrict anything; set one with
         ``dagster instance concurrency set gpu 1``. A streaming op takes its first step's pool.
@@ -439,7 +441,9 @@ class GraphbookTranslator:
                     def get_pool(self, workflow, node):
                         return "a100" if node.step_kind == "batch" else None
         """
-        return "gpu" if node.step_kind == "batch" else None
+        from .gpus import step_request
+
+        return "gpu" if node.step_kind == "batch" or step_request(workflow, node)[0] > 0 else None
 
     def get_code_version(self, workflow: Workflow, node: WorkflowNode) -> Optional[str]:
         """Changes when the step's class, its file or the node's parameter values change, so the

@@ -1,10 +1,14 @@
-"""The sample and nightly workflows on a local Dask cluster on loopback (marker ``distributed``):
-notes and outputs as in one process; partitioned runs and two concurrent runs of one job."""
+"""The sample and nightly workflows on local Dask and Ray clusters on loopback (marker
+``distributed``): notes and outputs as in one process; partitioned runs and two concurrent runs
+of one job; a Graphbook program written for ``graphbook.ray`` run unchanged on Ray."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -188,7 +192,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """``ray start --head --block`` in its own process group (stopped by killing that group)."""
+    """``ray start --head --block`` with 2 logical GPUs, in its own process group (stopped by
+    killing that group)."""
     import os
     import shutil
     import signal
@@ -210,6 +215,9 @@ def ray_cluster():
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray 2.60 turns token auth on for a cluster when ~/.ray/auth_token exists (a local
+        # `ray.init()` writes one): the readiness probe below would then never get in
+        "RAY_AUTH_MODE": "disabled",
         "PATH": os.pathsep.join([str(ray.parent), os.environ.get("PATH", "")]),
     }  # the step's entrypoint is `dagster api ...`
     cmd = [
@@ -222,6 +230,7 @@ def ray_cluster():
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard}",
         "--num-cpus=2",
+        "--num-gpus=2",  # logical GPUs: Ray schedules and hands out ids, none is touched
         "--include-dashboard=true",
         f"--temp-dir={temp}",
     ]
@@ -266,3 +275,81 @@ def test_sample_workflow_on_ray_matches_one_process(ray_cluster, tmp_path, dagst
     )
     assert local.success, local.failure
     assert notes == local.notes
+
+
+# A Graphbook 0.13.3 program for Ray, unchanged: Graphbook's imports, ``graphbook.ray.options`` on
+# a step, ``g.run(executor=RayExecutor(address=...))``. Each step records the GPUs Ray gave its
+# process (Ray sets CUDA_VISIBLE_DEVICES for a job's entrypoint from its num_gpus).
+GRAPHBOOK_RAY_PROGRAM = """
+import os
+
+import graphbook as gb
+from graphbook import steps
+from graphbook.ray import RayExecutor, options
+
+
+class Numbers(steps.GeneratorSourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        for i in range(3):
+            yield {"out": {"i": i, "source_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}}
+
+
+@gb.step("Inference/Predict")
+@options(num_gpus=1)
+def predict(ctx, data):
+    data["predict_gpus"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    data["y"] = data["i"] * 10
+
+
+g = gb.Graph()
+
+
+@g()
+def _():
+    numbers = g.step(Numbers)
+    model = g.step(predict)
+    model.bind(numbers)
+
+
+if __name__ == "__main__":
+    g.run(executor=RayExecutor(address="{address}"), start_web_server=False)
+"""
+
+
+def test_graphbook_ray_program_runs_unchanged_on_the_cluster(ray_cluster, tmp_path, dagster_home):
+    """``python app.py`` runs the workflow through Dagster with dagster-ray's executor: each step
+    a Ray job, the ``options(num_gpus=1)`` step's job holding one of the cluster's GPUs."""
+    from ray.job_submission import JobSubmissionClient
+
+    program = tmp_path / "ray_app.py"
+    program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", ray_cluster))
+    env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "succeeded" in done.stdout
+    wdefs = build_workflow(GraphbookWorkflow(str(program)))
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        (record,) = instance.get_run_records()
+        run_id = record.dagster_run.run_id
+        notes = _load_notes(run_id, wdefs, GraphbookTranslator(), instance)
+        started = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.STEP_WORKER_STARTING
+        ).records
+        jobs = {}
+        for record in started:
+            entry = record.event_log_entry
+            data = entry.dagster_event.event_specific_data
+            jobs[entry.step_key] = data.metadata["Ray Submission ID"].value
+    assert [n["y"] for n in notes["Predict"]["out"]] == [0, 10, 20]
+    assert {n["predict_gpus"] for n in notes["Predict"]["out"]} <= {"0", "1"}  # one GPU of two
+    assert {n["source_gpus"] for n in notes["Numbers"]["out"]} <= {None, ""}  # none asked for
+    client = JobSubmissionClient(ray_cluster)  # each step ran as a Ray job of the cluster
+    assert {step: str(client.get_job_status(job)) for step, job in jobs.items()} == {
+        "ray_app__Numbers": "SUCCEEDED",
+        "ray_app__Predict": "SUCCEEDED",
+    }
