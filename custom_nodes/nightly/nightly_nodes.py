@@ -246,8 +246,10 @@ class ClassifyShapes(BatchStep):
             )
             self.log(f"accuracy {accuracy:.3f} on {self.labelled} labelled images")
 
-    def on_commit(self, shard_figures):
-        """Sharded (docs/sharding.md): the whole step's accuracy from the shards' summed counts."""
+    @staticmethod
+    def on_commit(shard_figures):
+        """Sharded (docs/sharding.md): the whole step's accuracy from the shards' summed counts
+        (static: the commit op builds no step, so it loads no model)."""
         labelled = sum(f.get("images_labelled", 0) for f in shard_figures)
         if not labelled:
             return {}

@@ -13,8 +13,8 @@ from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
 from ..execution.dead_runs import join_run
 from ..execution.shards import (
-    COMMIT_HOOK,
     SHARD_CRASH_RETRY,
+    commit_needs_step,
     commit_shards,
     plan_shards,
     run_shard,
@@ -190,7 +190,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     @dg.op(
         name=shard.commit_op,
         out=outs,
-        required_resource_keys=resources if hasattr(plan_step.cls, COMMIT_HOOK) else set(),
+        required_resource_keys=resources if commit_needs_step(plan_step.cls) else set(),
         **light,
     )
     def commit_op(context, shards):

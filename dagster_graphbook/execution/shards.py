@@ -14,11 +14,13 @@ unsharded op does (``emit_outputs``).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
+from ..authoring.log import LogTarget, log_target
 from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
 from ..plan.shards import FIGURES_NOTE
@@ -26,7 +28,16 @@ from .driver import check_skipped_share
 from .errors import StepFailure
 from .leases import shard_lease
 from .routing import PinNotes, StepResult
-from .step_op import OpRun, emit_outputs, failures_named, make_step, op_config, run_op, step_notes
+from .step_op import (
+    OpRun,
+    emit_outputs,
+    failures_named,
+    log_emitter,
+    make_step,
+    op_config,
+    run_op,
+    step_notes,
+)
 
 # a shard op's retry policy when the workflow sets none: its process dying (kill -9, out of
 # memory) raises nothing runtime.retries sees, so Dagster's executor retries the shard once
@@ -180,13 +191,31 @@ def check_complete(plan: StepPlan, shards: Sequence[ShardResult]) -> List[ShardR
     return sorted(shards, key=lambda s: s.index)
 
 
+def commit_needs_step(cls: type) -> bool:
+    """Whether a class's ``on_commit`` needs an instance (built with the step's resources: a
+    model loaded in the commit op); a ``staticmethod`` or ``classmethod`` needs none."""
+    hook = inspect.getattr_static(cls, COMMIT_HOOK, None)
+    return hook is not None and not isinstance(hook, (staticmethod, classmethod))
+
+
 def _commit_hook(context: Any, plan: StepPlan) -> Optional[Any]:
-    """The step's ``on_commit`` on an instance built from the op config, if its class has one."""
+    """The step's ``on_commit``, if its class has one, logging as the step does: on the class
+    (a static or class method), else on an instance built from the op config."""
     if not callable(getattr(plan.cls, COMMIT_HOOK, None)):
         return None
-    config = op_config(context)
-    config.pop(RUNTIME_KEY, None)
-    return getattr(make_step(context, plan, config), COMMIT_HOOK)
+    if commit_needs_step(plan.cls):
+        config = op_config(context)
+        config.pop(RUNTIME_KEY, None)
+        hook = getattr(make_step(context, plan, config), COMMIT_HOOK)
+    else:
+        hook = getattr(plan.cls, COMMIT_HOOK)
+    target = LogTarget(plan.node_id, plan.step_name, log_emitter(context.log))
+
+    def logged(shard_figures: List[Dict[str, Any]]) -> Any:
+        with log_target(target):  # self.log in the hook speaks for the step
+            return hook(shard_figures)
+
+    return logged
 
 
 def merge_shards(plan: StepPlan, shards: Sequence[ShardResult], hook: Any = None) -> OpRun:

@@ -138,6 +138,14 @@ NODES = """
             return {"num_classes": shard_figures[0]["num_classes"]}
 
 
+    class Logs(Parity):
+        \"\"\"Parity whose commit hook logs as the step (an instance: the step is built).\"\"\"
+
+        def on_commit(self, shard_figures):
+            self.log(f"committing {len(shard_figures)} shards")
+            return {}
+
+
     class Dumping(Parity):
         \"\"\"Parity that writes one file per item through dump_fn into ``marks``.\"\"\"
 
@@ -389,6 +397,27 @@ def test_a_whole_number_constant_figure_is_named_or_kept_by_on_commit(tmp_path, 
     meta = {k: m for k, _, m in _materializations(kept.dagster_home, kept.run_id)}
     assert meta["redteam/Parity/even"]["num_classes"] == 2
     assert "num_classes" not in meta["redteam/Parity/even"]["figures_note"]
+
+
+def test_on_commit_logs_as_the_step_and_a_static_one_needs_no_resources(tmp_path, nodes, run_wf):
+    """``self.log`` in on_commit speaks for the step (it failed: 'Only steps running in a
+    workflow can log'); a staticmethod hook builds no step, so the commit op requires no
+    resource (the nightly demo's: no model loaded for the commit)."""
+    from dagster_graphbook.execution.shards import commit_needs_step
+    import importlib.util
+
+    run = run_wf(_wf(tmp_path, n=12, parity="Logs"), [nodes], FAST, shards={"Parity": 3})
+    assert run.success, run.failure
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        said = [r.user_message for r in instance.all_logs(run.run_id)]
+    assert any("committing 3 shards" in m for m in said), said
+    spec = importlib.util.spec_from_file_location("redteam_nodes_probe", nodes / "redteam_nodes.py")
+    classes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(classes)
+    assert commit_needs_step(classes.Logs) and not commit_needs_step(classes.Parity)
+    from custom_nodes.nightly.nightly_nodes import ClassifyShapes
+
+    assert not commit_needs_step(ClassifyShapes)
 
 
 def test_an_on_commit_that_raises_fails_the_commit_naming_the_hook(tmp_path, nodes, run_wf):
