@@ -33,4 +33,4 @@ fi
 # The type checker on the package ([tool.mypy] in pyproject.toml; the package ships py.typed).
 .venv/bin/python -m mypy || { echo "[test] mypy failed (see above)"; exit 1; }
 
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=20 "$@"

@@ -960,15 +960,6 @@ def test_a_resume_of_a_resume_reads_the_shards_of_the_first_run(tmp_path, nodes,
 # The multiprocess executor (slow: a process per step; two tests)
 
 
-def test_multiprocess_shards_give_the_unsharded_notes(tmp_path, nodes, run_wf):
-    wf = _wf(tmp_path, n=8, collect=True)
-    whole = run_wf(wf, [nodes], FAST)
-    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 2}, executor="multiprocess")
-    assert whole.success and sharded.success, sharded.failure
-    assert sharded.notes == whole.notes
-    assert len(_shard_steps(sharded)) == 2
-
-
 def test_a_shard_killed_with_kill_9_is_retried_alone(tmp_path, nodes, run_wf):
     """Issue 24, done when: 'A shard killed with kill -9 mid-run is retried alone (the other
     shards' outputs are reused), and the run's materializations are complete'. Shard 2 of 2
@@ -976,11 +967,16 @@ def test_a_shard_killed_with_kill_9_is_retried_alone(tmp_path, nodes, run_wf):
     crash-only retry policy runs it again (F13: runtime.retries acts through RetryRequested,
     which a killed process never raises)."""
     marks = _marks(tmp_path)
-    wf = _wf(tmp_path, n=8, params={"marks": str(marks), "fail_at": 5, "interrupt": 2})
+    params = {"marks": str(marks), "fail_at": 5, "interrupt": 2}
+    wf = _wf(tmp_path, n=8, params=params, collect=True)
     run = run_wf(wf, [nodes], FAST, shards={"Parity": 2}, executor="multiprocess")
     assert (marks / "failed_once0").exists()  # it was killed once
     assert run.success, run.failure
-    assert _starts(marks).count("start") == 3
+    assert _starts(marks).count("start") == 3  # shard 1 once, shard 2 twice
+    assert len(_shard_steps(run)) == 2
+    whole = run_wf(wf, [nodes], FAST)  # in process, and shard 2's note 5 no longer kills
+    assert whole.success, whole.failure
+    assert run.notes == whole.notes  # every pin, in the unsharded order
 
 
 @pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
