@@ -350,7 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STEP.PARAM=VALUE",
         help=SET_HELP,
     )
-    run.add_argument("--executor", choices=["in_process", "multiprocess"], default="in_process")
+    run.add_argument(
+        "--executor",
+        choices=["in_process", "multiprocess"],
+        default=None,
+        help="default: in process, or multiprocess for a workflow with a sharded step",
+    )
     run.add_argument(
         "--partition", default=None, help="partition key (daily-partitioned workflows)"
     )

@@ -26,7 +26,7 @@ from ..dagster_internals import (
     TAGS_TO_MAYBE_OMIT_ON_RETRY,
 )
 from ..defs.definitions import GraphbookWorkflow, build_workflow
-from ..defs.executor import MULTIPROCESS, import_executor
+from ..defs.executor import MULTIPROCESS, default_mode, import_executor
 from ..errors import RequestError
 from ..execution.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
@@ -269,7 +269,7 @@ def run_workflow(
     *,
     instance: Optional[dg.DagsterInstance] = None,
     dagster_home: Optional[str] = None,
-    executor: str = "in_process",
+    executor: Optional[str] = None,
     partition_key: Optional[str] = None,
     notes_dir: Optional[str] = None,
     tags: Optional[Mapping[str, str]] = None,
@@ -290,7 +290,8 @@ def run_workflow(
     (then ``$DAGSTER_HOME`` or ``./.dagster_home``, where ``materialize`` and ``dagster dev``
     record).
 
-    ``executor`` is ``in_process`` (default), ``multiprocess`` (one process per step, as in
+    ``executor`` is ``in_process`` (the default, unless a step is sharded: then
+    ``multiprocess``, its shards in parallel), ``multiprocess`` (one process per step, as in
     ``dagster dev``; needs a workflow file or a Graph defined in a file) or the ``module:attr``
     of an ``ExecutorDefinition`` that each step process imports (``dagster_ray:ray_executor``,
     what ``graphbook.ray.RayExecutor`` asks for), ``executor_config`` its run config (the
@@ -351,12 +352,14 @@ class _Request:
     tags: Optional[Mapping[str, str]]
     quiet: bool
     from_failure: Optional[str]
-    executor: str = "in_process"  # or multiprocess, or the module:attr of an ExecutorDefinition
+    # None: the job's default (in process; multiprocess for a job with a sharded step), or
+    # in_process, multiprocess, or the module:attr of an ExecutorDefinition
+    executor: Optional[str] = None
     executor_config: Optional[Mapping[str, Any]] = None  # the latter's execution config
 
 
 # run_workflow's own executors (graphbook_executor's modes); any other is a module:attr
-_OWN_EXECUTORS = ("in_process", "multiprocess")
+_OWN_EXECUTORS = (None, "in_process", "multiprocess")
 _QUIET_LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}  # warnings, not the failure
 
 
@@ -384,7 +387,8 @@ def _run(
         run_config.setdefault("loggers", copy.deepcopy(_QUIET_LOGGERS))
     run_tags = _run_tags(request.tags)
     partition_key = request.partition_key
-    if request.executor == "in_process":
+    mode = request.executor or default_mode(job.executor_def)
+    if mode == "in_process":
         if job.executor_def.name == "graphbook_executor":  # recorded, so a resume is in process too
             run_config.setdefault("execution", {"config": {"in_process": {}}})
         result: Any = _execute_in_process(job, instance, run_config, partition_key, run_tags)
@@ -394,7 +398,7 @@ def _run(
             run_tags["dagster/partition"] = partition_key
         execution = (
             dict(MULTIPROCESS)  # graphbook_executor's mode
-            if request.executor == "multiprocess"
+            if mode == "multiprocess"
             else dict(request.executor_config or {})  # the job's own executor (dagster-ray's)
         )
         run_config.setdefault("execution", {"config": execution})
@@ -441,7 +445,7 @@ def _workflow_recon(
     notes_dir: Optional[str],
     streaming: Union[bool, Sequence[str]],
     translator: GraphbookTranslator,
-    executor: str = "in_process",
+    executor: Optional[str] = None,
 ) -> Any:
     """The workflow's job, rebuilt from its file in whichever process runs a step (with the
     run's executor where it is not one of ``graphbook_executor``'s modes)."""

@@ -69,6 +69,15 @@ graphbook_executor = _graphbook_executor({"in_process": {}})
 _SHARDED_DEFAULT = _graphbook_executor(MULTIPROCESS)
 
 
+def default_mode(executor_def: dg.ExecutorDefinition) -> str:
+    """``in_process`` or ``multiprocess``: how a run that names no executor runs a job with
+    this executor (``graphbook_executor``'s default mode; in process for any other)."""
+    if executor_def.name != "graphbook_executor":
+        return "in_process"
+    default = executor_def.config_schema.as_field().default_value
+    return "multiprocess" if "multiprocess" in default else "in_process"
+
+
 class _OwnedExecutor(dg.Executor):
     """Dagster's executor, run while this process holds the run's owner lock (``owned``), with
     the shards Dagster leaves out of a from-failure run added to it (``reexecution``)."""

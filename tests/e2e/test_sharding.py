@@ -175,6 +175,18 @@ FAST = {"Parity.runtime.num_workers": 0, "Parity.runtime.device": "cpu"}
 
 
 @pytest.fixture
+def run_wf(run_wf):
+    """The suite's ``run_wf``, in one process unless a test asks for another executor (a
+    sharded workflow's default is multiprocess: seconds a run on this suite's budget)."""
+
+    def run(*args, **kwargs):
+        kwargs.setdefault("executor", "in_process")
+        return run_wf(*args, **kwargs)
+
+    return run
+
+
+@pytest.fixture
 def nodes(tmp_path):
     return write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
 
@@ -403,8 +415,9 @@ def test_on_commit_logs_as_the_step_and_a_static_one_needs_no_resources(tmp_path
     """``self.log`` in on_commit speaks for the step (it failed: 'Only steps running in a
     workflow can log'); a staticmethod hook builds no step, so the commit op requires no
     resource (the nightly demo's: no model loaded for the commit)."""
-    from dagster_graphbook.execution.shards import commit_needs_step
     import importlib.util
+
+    from dagster_graphbook.execution.shards import commit_needs_step
 
     run = run_wf(_wf(tmp_path, n=12, parity="Logs"), [nodes], FAST, shards={"Parity": 3})
     assert run.success, run.failure
@@ -491,7 +504,8 @@ def test_from_failure_after_a_killed_run_runs_the_shards_that_never_ran(
         f"""
         from dagster_graphbook import run_workflow
         run_workflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}], params={FAST!r},
-                     dagster_home={dagster_home!r}, shards={{"Parity": 3}})
+                     dagster_home={dagster_home!r}, shards={{"Parity": 3}},
+                     executor="in_process")  # the kill takes the run's own process
         """
     )
     killed = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
@@ -969,11 +983,15 @@ def test_a_shard_killed_with_kill_9_is_retried_alone(tmp_path, nodes, run_wf):
     marks = _marks(tmp_path)
     params = {"marks": str(marks), "fail_at": 5, "interrupt": 2}
     wf = _wf(tmp_path, n=8, params=params, collect=True)
-    run = run_wf(wf, [nodes], FAST, shards={"Parity": 2}, executor="multiprocess")
+    # no executor named: a sharded workflow's default, multiprocess (shards in parallel)
+    run = run_wf(wf, [nodes], FAST, shards={"Parity": 2}, executor=None)
     assert (marks / "failed_once0").exists()  # it was killed once
     assert run.success, run.failure
     assert _starts(marks).count("start") == 3  # shard 1 once, shard 2 twice
     assert len(_shard_steps(run)) == 2
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        said = [r.user_message for r in instance.all_logs(run.run_id)]
+    assert any("multiprocess executor" in m for m in said), said[:5]
     whole = run_wf(wf, [nodes], FAST)  # in process, and shard 2's note 5 no longer kills
     assert whole.success, whole.failure
     assert run.notes == whole.notes  # every pin, in the unsharded order
