@@ -37,6 +37,8 @@ from typing import Any, Dict, List, Optional
 
 import dagster as dg
 
+from dagster_graphbook.defs.executor import MULTIPROCESS
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
@@ -90,10 +92,9 @@ def _inputs(images: int) -> Dict[str, Path]:
 
 
 def _execution(start_method: str) -> Dict[str, Any]:
-    method: Dict[str, Any] = {"spawn": {}}
-    if start_method == "forkserver":
-        method = {"forkserver": {"preload_modules": ["torch", "dagster_graphbook"]}}
-    return {"config": {"multiprocess": {"start_method": method}}}
+    if start_method == "forkserver":  # what a sharded job runs with by default
+        return {"config": dict(MULTIPROCESS)}
+    return {"config": {"multiprocess": {"start_method": {"spawn": {}}}}}
 
 
 def _run(
@@ -176,9 +177,10 @@ def main() -> None:
     parser.add_argument(
         "--start-method",
         choices=("spawn", "forkserver"),
-        default="spawn",
-        help="how the executor starts step processes (spawn: Dagster's default; forkserver: "
-        "forked from a server that imported torch and dagster_graphbook once)",
+        default="forkserver",
+        help="how the executor starts step processes (forkserver, a sharded job's default: "
+        "forked from a server that imported torch and dagster_graphbook once; spawn: Dagster's "
+        "own default)",
     )
     parser.add_argument(
         "--workers",
