@@ -22,7 +22,7 @@ from ..execution.shards import (
 from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import StepCheck
-from ..plan.gpus import GPU_TAG_KEYS
+from ..plan.gpus import without_gpus
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.plan import (
     OpPlan,
@@ -149,7 +149,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     # a slot of the step's pool, which the shards need
     light = {
         **ops,
-        "tags": {k: v for k, v in (args["op_tags"] or {}).items() if k not in GPU_TAG_KEYS},
+        "tags": without_gpus(args["op_tags"] or {}),
         "pool": None,
     }
 

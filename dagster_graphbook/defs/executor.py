@@ -93,10 +93,10 @@ class _OwnedExecutor(dg.Executor):
                 f"re-execution from failure: also running {', '.join(added)}, which never ran "
                 "in an earlier run (their step's commit needs every shard)"
             )
+        _refuse_before_start(plan_context, execution_plan)
         if not self.owned:
             yield from self.inner.execute(plan_context, execution_plan)
             return
-        _refuse_before_start(plan_context, execution_plan)
         with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
             yield from self.inner.execute(plan_context, execution_plan)
 

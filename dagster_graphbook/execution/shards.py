@@ -14,6 +14,7 @@ unsharded op does (``emit_outputs``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -129,10 +130,9 @@ def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> 
     plan, gpus = _the_step(op), op.shard.gpus if op.shard else None
     owner = f"run {context.run_id}, shard {piece.index + 1} of {piece.count} of {plan.label}"
     runtime = _runtime(context, op)
-    try:
-        with shard_lease(
-            runtime, gpus, label=plan.label, owner=owner, log=context.log.info
-        ) as lease:
+    lease_for = functools.partial(shard_lease, runtime, gpus, label=plan.label, owner=owner)
+    try:  # a lease that fails (no GPU free in time) is the step's failure, named, not retried
+        with failures_named(plan.label), lease_for(log=context.log.info) as lease:
             run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
     except dg.Failure as failure:
         failure.allow_retries = failure.allow_retries and not crash_only

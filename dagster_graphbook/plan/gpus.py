@@ -51,8 +51,52 @@ def gpu_op_tags(gpus: float, ray: Optional[Mapping[str, Any]] = None) -> Dict[st
     return tags
 
 
-# the op tags ``gpu_op_tags`` writes: what an op that needs no GPU must not carry
-GPU_TAG_KEYS = frozenset(gpu_op_tags(1))
+# where ``gpu_op_tags`` writes a GPU request, in each tag: what an op needing no GPU must not carry
+_GPU_ENTRIES = {
+    "dagster-k8s/config": ("container_config", "resources", "limits", "nvidia.com/gpu"),
+    "dagster-ray/config": ("num_gpus",),
+    "dagster-dask/resource_requirements": ("GPU",),
+}
+
+
+def merged_tags(*layers: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Op tags layered, later ones winning entry by entry inside mappings: a workflow's
+    ``op_tags={"dagster-k8s/config": {...secrets...}}`` keeps the step's GPU limit beside it."""
+    out: Dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            old = out.get(key)
+            both = isinstance(old, Mapping) and isinstance(value, Mapping)
+            out[key] = merged_tags(old, value) if both else value
+    return out
+
+
+def without_gpus(tags: Mapping[str, Any]) -> Dict[str, Any]:
+    """``tags`` less their GPU requests, and nothing else: a plan or commit op of a sharded
+    step keeps the workflow's k8s settings (secrets, volumes, image) and Ray options."""
+    out: Dict[str, Any] = {}
+    for key, value in tags.items():
+        path = _GPU_ENTRIES.get(key)
+        if path is not None and isinstance(value, Mapping):
+            value = _drop(value, path)
+            if not value:
+                continue
+        out[key] = value
+    return out
+
+
+def _drop(tree: Mapping[str, Any], path: Tuple[str, ...]) -> Dict[str, Any]:
+    """A copy of ``tree`` without the entry at ``path``, and without the mappings left empty."""
+    copy = dict(tree)
+    head, rest = path[0], path[1:]
+    if head in copy:
+        if rest and isinstance(copy[head], Mapping):
+            copy[head] = _drop(copy[head], rest)
+            if not copy[head]:
+                del copy[head]
+        elif not rest:
+            del copy[head]
+    return copy
 
 
 def resolve_gpus(

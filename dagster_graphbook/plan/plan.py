@@ -14,6 +14,7 @@ from ..errors import StepRef
 from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .checks import BoundCheck, StepCheck
+from .gpus import merged_tags
 from .job_steps import NOTES_IO_MANAGER_KEY
 from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
@@ -201,7 +202,7 @@ def compile_op(
         deps=wiring.deps(),
         config_schema=config,
         required_resource_keys={k for s in steps for k in s.resource_keys.values()},
-        op_tags={**tags, **(op_tags or {}), **names.steps_tag(list(segment), function_params)},
+        op_tags=merged_tags(tags, op_tags, names.steps_tag(list(segment), function_params)),
         pool=next((p for p in pools if p), None),
         partitions_def=partitions_def,
         retry_policy=retry_policy,

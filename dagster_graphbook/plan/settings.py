@@ -89,7 +89,8 @@ class BatchRuntime(StepRuntime):
         default=1,
         description="split the step's input notes into this many contiguous shards, each its own "
         "Dagster step (retried alone); the step must be sharded when the workflow is defined "
-        "(GraphbookWorkflow(shards=...)); here it changes how many. 1: not sharded",
+        "(GraphbookWorkflow(shards=...)); here it changes how many (1: one shard, still run "
+        "as plan, shard and commit). Of shards and shard_size, the one a run changes wins",
     )
     shard_size: Optional[int] = Field(
         default=None,

@@ -129,17 +129,18 @@ class NotesStore(dg.IOManager):
     def _store_step_output(self, context: dg.OutputContext, obj: Any) -> None:
         """An op output that is no asset, beside the workflow's notes, pruned as they are."""
         run_id, step_key = _source_run_id(context, context), str(context.step_key)
-        base = self._base(context.definition_metadata)
-        path = versions.step_output_path(base, run_id, step_key, _output_of(context))
+        base, partition = self._base(context.definition_metadata), _run_partition(context)
+        path = versions.step_output_path(base, run_id, step_key, _output_of(context), partition)
         try:
             versions.write_atomic(path, lambda f: pickle_notes(obj, f))
         except Exception as exc:
             raise dg.Failure(
                 f"{step_key}: its output's {_unpicklable(obj)}cannot be "
-                f"stored: {type(exc).__name__}: {exc}"
+                f"stored: {type(exc).__name__}: {exc}",
+                allow_retries=isinstance(exc, OSError),  # a note that cannot be pickled stays so
             ) from exc
         keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))
-        versions.prune_step_outputs(base, step_key, keep, _instance(context), protect=run_id)
+        versions.prune_step_outputs(base, step_key, partition, keep, _instance(context), run_id)
 
     def load_input(self, context: dg.InputContext) -> Any:
         upstream = context.upstream_output
@@ -147,7 +148,11 @@ class NotesStore(dg.IOManager):
             run_id = _source_run_id(upstream, context)
             step_key = str(upstream.step_key)
             stored = versions.step_output_path(
-                self._base(upstream.definition_metadata), run_id, step_key, _output_of(upstream)
+                self._base(upstream.definition_metadata),
+                run_id,
+                step_key,
+                _output_of(upstream),
+                _run_partition(context),  # a re-execution keeps its parent's partition
             )
             return versions.read_step_output(stored, step_key, run_id)
         key = context.asset_key
@@ -227,6 +232,15 @@ def _output_of(context: dg.OutputContext) -> List[str]:
     """The output's name, and its mapping key for one output of a ``DynamicOut``."""
     mapping_key = context.mapping_key
     return [context.name] + ([mapping_key] if mapping_key else [])
+
+
+def _run_partition(context: Any) -> Optional[str]:
+    """The partition of the run writing or reading an op output that is no asset."""
+    try:
+        step = context.step_context
+        return step.partition_key if step.has_partition_key else None
+    except Exception:  # a context built by hand has no step context
+        return None
 
 
 def _source_run_id(output: dg.OutputContext, current: Any) -> str:

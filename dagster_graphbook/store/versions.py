@@ -49,29 +49,54 @@ def notes_path(folder: UPath, run_id: str) -> UPath:
 STEP_OUTPUTS = ".step_outputs"  # beside the assets: outputs that are no asset (a shard's)
 
 
-def step_output_path(base: UPath, run_id: str, step_key: str, output: Sequence[str]) -> UPath:
+def step_output_path(
+    base: UPath, run_id: str, step_key: str, output: Sequence[str], partition: Optional[str]
+) -> UPath:
     """Where an op output that is no asset lives (a sharded step's slices and shard results):
-    ``<base>/.step_outputs/<node>/<run id>/<step key>/<output>[/<mapping key>].pkl``, written
-    once by its run (the run that produced it, also when a re-execution reads it). ``<node>``
-    is the step key's top-level node (the sharded step), the unit its runs are pruned by."""
+    ``<base>/.step_outputs/<node>/[<partition>/]<run id>/<step key>/<output>[/<mapping key>].pkl``,
+    written once by its run (the run that produced it, also when a re-execution reads it).
+    ``<node>`` (the step key's top-level node, the sharded step) and the run's partition are
+    the unit its runs are pruned by, as an asset's versions are per partition."""
     *folders, last = [str(part) for part in output]
-    node = step_key.split(".")[0].split("[")[0]
-    return base.joinpath(STEP_OUTPUTS, node, run_id, step_key, *folders) / f"{last}{NOTES_SUFFIX}"
+    folder = _step_outputs_folder(base, step_key, partition)
+    return folder.joinpath(run_id, step_key, *folders) / f"{last}{NOTES_SUFFIX}"
+
+
+def _step_outputs_folder(base: UPath, step_key: str, partition: Optional[str]) -> UPath:
+    folder = base.joinpath(STEP_OUTPUTS, step_key.split(".")[0].split("[")[0])
+    return folder / partition if partition is not None else folder
 
 
 def prune_step_outputs(
-    base: UPath, step_key: str, keep: int, instance: Optional[dg.DagsterInstance], protect: str
+    base: UPath,
+    step_key: str,
+    partition: Optional[str],
+    keep: int,
+    instance: Optional[dg.DagsterInstance],
+    run_id: str,
 ) -> List[str]:
-    """Delete all but the ``keep`` newest runs' outputs of ``step_key``'s node, as ``prune``
-    does with the node's notes (never an unfinished run's, never ``protect``'s)."""
-    folder = base.joinpath(STEP_OUTPUTS, step_key.split(".")[0].split("[")[0])
+    """Delete all but the ``keep`` newest runs' outputs of ``step_key``'s node and partition,
+    as ``prune`` does with its notes; never an unfinished run's, nor those of ``run_id`` and the
+    runs it re-executes (a resume reads them). Best effort: a folder another shard or run
+    deletes first is skipped."""
+    folder = _step_outputs_folder(base, step_key, partition)
     if keep <= 0 or not folder.exists():
         return []
-    runs = {p.name: p for p in folder.iterdir() if not p.name.startswith(".")}
-    stale = _stale(runs, keep, instance, [protect])
-    for run_id in stale:
-        runs[run_id].fs.rm(runs[run_id].path, recursive=True)
-    return stale
+    runs = {p.name: p for p in folder.iterdir() if not p.name.startswith(".") and p.is_dir()}
+    if partition is None and instance is not None:  # never a partition's folder
+        runs = {r: p for r, p in runs.items() if instance.has_run(r)}
+    try:
+        stale = _stale(runs, keep, instance, run_lineage(instance, run_id))
+    except FileNotFoundError:  # pruned meanwhile by another writer
+        return []
+    deleted = []
+    for stale_run in stale:
+        try:
+            runs[stale_run].fs.rm(runs[stale_run].path, recursive=True)
+            deleted.append(stale_run)
+        except FileNotFoundError:
+            continue
+    return deleted
 
 
 def read_step_output(path: UPath, step_key: str, run_id: str) -> Any:

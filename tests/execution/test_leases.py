@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence, Tuple
 import dagster as dg
 import pytest
 
+from dagster_graphbook.defs.executor import MULTIPROCESS
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.execution.leases import (
     GPU_IDS_ENV,
@@ -228,8 +229,9 @@ NODES = """
 
 
     class WhereAmI(BatchStep):
-        \"\"\"Records its process and CUDA_VISIBLE_DEVICES in each note. on_start waits (10 s at
-        most) until both shards started: both hold their leases at once.\"\"\"
+        \"\"\"Records its process and CUDA_VISIBLE_DEVICES in each note. on_start waits (60 s at
+        most: a loaded machine starts step processes slowly) until both shards started: both
+        hold their leases at once.\"\"\"
         RequiresInput = True
         Outputs = ["out"]
         Parameters = {"marks": {"type": "string", "default": ""}}
@@ -240,7 +242,7 @@ NODES = """
 
         def on_start(self):
             open(os.path.join(self.marks, str(os.getpid())), "w").close()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while len(os.listdir(self.marks)) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
 
@@ -255,16 +257,8 @@ NODES = """
 """
 
 
-# each step process forks from a server that imported these once (spawn imports them per step)
-FORKSERVER = {
-    "execution": {
-        "config": {
-            "multiprocess": {
-                "start_method": {"forkserver": {"preload_modules": ["dagster_graphbook", "torch"]}}
-            }
-        }
-    }
-}
+# what a sharded job runs with by default: step processes forked from a preloaded server
+FORKSERVER = {"execution": {"config": MULTIPROCESS}}
 
 
 def test_each_shard_process_gets_its_own_gpu(tmp_path, monkeypatch, run_wf):

@@ -278,18 +278,19 @@ def _inner_ops(tmp_path, nodes, **options):
 
 def test_only_the_shard_ops_request_the_steps_gpus_and_pool(tmp_path, nodes):
     """Red-team finding F4: plan (splits a list) and commit (merges results) carried the step's
-    GPU requests and pool, so each held a GPU pod, task or slot of its own."""
-    ops = _inner_ops(tmp_path, nodes, gpus={"Parity": 1})
+    GPU requests and pool, so each held a GPU pod, task or slot of its own. They keep the
+    workflow's own executor settings (a k8s secret for the shared notes_dir), which the shard op
+    gets beside its GPU limit."""
+    secrets = {"container_config": {"env_from": [{"secret_ref": {"name": "notes-s3"}}]}}
+    ops = _inner_ops(tmp_path, nodes, gpus={"Parity": 1}, op_tags={"dagster-k8s/config": secrets})
     k8s = json.loads(ops["shard"].tags["dagster-k8s/config"])  # Dagster keeps tags as JSON
     assert k8s["container_config"]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert k8s["container_config"]["env_from"] == secrets["container_config"]["env_from"]
     assert json.loads(ops["shard"].tags["dagster-ray/config"]) == {"num_gpus": 1}
     assert ops["shard"].pool == "gpu"
     for name in ("plan", "commit"):
-        gpu_tags = {
-            "dagster-k8s/config",
-            "dagster-ray/config",
-            "dagster-dask/resource_requirements",
-        }
+        assert json.loads(ops[name].tags["dagster-k8s/config"]) == secrets, name
+        gpu_tags = {"dagster-ray/config", "dagster-dask/resource_requirements"}
         assert gpu_tags.isdisjoint(ops[name].tags), (name, ops[name].tags)
         assert ops[name].pool is None, name
         assert "dagster_graphbook/steps" in ops[name].tags  # job readers still find the step
