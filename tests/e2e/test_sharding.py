@@ -942,13 +942,16 @@ def test_twelve_shards_keep_their_order(tmp_path, nodes, run_wf):
 
 def test_an_unpicklable_note_is_named_as_unsharded(tmp_path, nodes, run_wf):
     """F6: note 25 gets a threading.Lock: sharded as unsharded, the failure names the note's
-    key ('key 'lock' (lock) cannot be stored'), not a bare pickling error."""
+    key ('key 'lock' (lock) cannot be stored'), not a bare pickling error. The failure is
+    final: the shard op's crash-only retry policy does not run the shard again to fail alike."""
     wf = _wf(tmp_path, params={"lock_at": 25})
     whole = run_wf(wf, [nodes], FAST)
-    sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
+    marks = _marks(tmp_path)
+    sharded = run_wf(wf, [nodes], {**FAST, "Parity.marks": str(marks)}, shards={"Parity": 3})
     assert not whole.success and not sharded.success
     assert "key 'lock'" in whole.failure, whole.failure
     assert "key 'lock'" in sharded.failure, sharded.failure
+    assert _starts(marks).count("start") == 3  # each shard once
 
 
 def test_a_resume_of_a_resume_reads_the_shards_of_the_first_run(tmp_path, nodes, run_wf):
