@@ -75,7 +75,7 @@ def dagster_home(tmp_path: Path) -> str:
 @pytest.fixture
 def run_wf(dagster_home: str):
     """``run_wf(workflow, custom_nodes=[...], params={...}, **kw)`` against the test's own
-    DAGSTER_HOME."""
+    DAGSTER_HOME, in process unless ``executor`` is given."""
     from dagster_graphbook import run_workflow
 
     def run(
@@ -85,6 +85,9 @@ def run_wf(dagster_home: str):
         **kwargs: Any,
     ):
         kwargs.setdefault("dagster_home", dagster_home)
+        # in one process unless a test names another executor (executor=None: the job's own
+        # default, multiprocess for a sharded workflow, seconds a run on this suite's budget)
+        kwargs.setdefault("executor", "in_process")
         return run_workflow(
             workflow, custom_nodes=list(custom_nodes), params=params or {}, **kwargs
         )

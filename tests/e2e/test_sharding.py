@@ -175,18 +175,6 @@ FAST = {"Parity.runtime.num_workers": 0, "Parity.runtime.device": "cpu"}
 
 
 @pytest.fixture
-def run_wf(run_wf):
-    """The suite's ``run_wf``, in one process unless a test asks for another executor (a
-    sharded workflow's default is multiprocess: seconds a run on this suite's budget)."""
-
-    def run(*args, **kwargs):
-        kwargs.setdefault("executor", "in_process")
-        return run_wf(*args, **kwargs)
-
-    return run
-
-
-@pytest.fixture
 def nodes(tmp_path):
     return write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
 

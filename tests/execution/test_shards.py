@@ -111,18 +111,6 @@ NODES = """
 
 
 @pytest.fixture
-def run_wf(run_wf):
-    """The suite's ``run_wf``, in one process unless a test asks for another executor (a
-    sharded workflow's default is multiprocess: seconds a run on this suite's budget)."""
-
-    def run(*args, **kwargs):
-        kwargs.setdefault("executor", "in_process")
-        return run_wf(*args, **kwargs)
-
-    return run
-
-
-@pytest.fixture
 def nodes(tmp_path):
     return write_nodes(tmp_path / "nodes", "shard_nodes.py", NODES)
 
