@@ -38,3 +38,24 @@ def job(
     )
     defs = build_definitions([spec], notes_dir=notes_dir)
     return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]
+
+
+def sharded_job(
+    address: str, workflow: str, custom_nodes: Sequence[str], notes_dir: str, shards: int
+) -> dg.JobDefinition:
+    """The workflow's job on Ray at ``address`` with ``ClassifyShapes`` in ``shards`` shards,
+    each asking for one GPU (``gpus=``: ``num_gpus`` in its ``dagster-ray/config`` tag)."""
+    from dagster_ray import ray_executor
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = GraphbookWorkflow(
+        workflow,
+        custom_nodes=list(custom_nodes),
+        shards={"ClassifyShapes": shards},
+        gpus={"ClassifyShapes": 1},
+        executor=ray_executor.configured(
+            {"ray": {"address": address, "env_vars": [f"PYTHONPATH={root}"]}}
+        ),
+    )
+    defs = build_definitions([spec], notes_dir=notes_dir)
+    return defs.resolve_job_def(defs.jobs[0].name)  # type: ignore[union-attr]

@@ -5,21 +5,25 @@ of one job; a Graphbook program written for ``graphbook.ray`` run unchanged on R
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import dagster as dg
+import pandas as pd
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, run_workflow
 from dagster_graphbook.cli.run import _failure_message, _load_notes, run_config_for
 from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
-from tests.conftest import DAYS, PER_DAY, REPO
+from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
+from tests.e2e.test_nightly_sharded import TIMINGS, _files, _recorded
 
 pytestmark = pytest.mark.distributed
 distributed = pytest.importorskip(
@@ -192,7 +196,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """``ray start --head --block`` with 2 logical GPUs, in its own process group (stopped by
+    """``ray start --head --block`` with 4 logical GPUs, in its own process group (stopped by
     killing that group)."""
     import os
     import shutil
@@ -230,7 +234,7 @@ def ray_cluster():
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard}",
         "--num-cpus=2",
-        "--num-gpus=2",  # logical GPUs: Ray schedules and hands out ids, none is touched
+        "--num-gpus=4",  # logical GPUs: Ray schedules and hands out ids, none is touched
         "--include-dashboard=true",
         f"--temp-dir={temp}",
     ]
@@ -346,10 +350,163 @@ def test_graphbook_ray_program_runs_unchanged_on_the_cluster(ray_cluster, tmp_pa
             data = entry.dagster_event.event_specific_data
             jobs[entry.step_key] = data.metadata["Ray Submission ID"].value
     assert [n["y"] for n in notes["Predict"]["out"]] == [0, 10, 20]
-    assert {n["predict_gpus"] for n in notes["Predict"]["out"]} <= {"0", "1"}  # one GPU of two
+    assert {n["predict_gpus"] for n in notes["Predict"]["out"]} <= {"0", "1", "2", "3"}  # one of 4
     assert {n["source_gpus"] for n in notes["Numbers"]["out"]} <= {None, ""}  # none asked for
     client = JobSubmissionClient(ray_cluster)  # each step ran as a Ray job of the cluster
     assert {step: str(client.get_job_status(job)) for step, job in jobs.items()} == {
         "ray_app__Numbers": "SUCCEEDED",
         "ray_app__Predict": "SUCCEEDED",
     }
+
+
+class _StepGpus:
+    """Which GPUs Ray gave each step's process, read from this machine's processes while runs go
+    on: a Ray job's entrypoint (dagster-ray's ``dagster api execute_step``) is started with its
+    job's config in ``RAY_JOB_CONFIG_JSON_ENV_VAR`` (dagster-ray's metadata: the run id and the
+    step key) and, for a job holding GPUs, Ray's ``CUDA_VISIBLE_DEVICES``. ``seen``: (run id,
+    step key) -> the GPU ids its processes were started with; ``together``: the steps running at
+    the same instant, as each poll found them."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.seen: Dict[Tuple[str, str], Set[Optional[str]]] = {}
+        self.together: List[Dict[Tuple[str, str], Optional[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> _StepGpus:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            now: Dict[Tuple[str, str], Optional[str]] = {}
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    environ = Path(f"/proc/{pid}/environ").read_bytes()
+                except OSError:  # ended, or not ours
+                    continue
+                if b"RAY_JOB_CONFIG_JSON_ENV_VAR=" not in environ:
+                    continue
+                env = dict(
+                    e.decode(errors="replace").split("=", 1)
+                    for e in environ.split(b"\0")
+                    if b"=" in e
+                )
+                meta = json.loads(env["RAY_JOB_CONFIG_JSON_ENV_VAR"]).get("metadata") or {}
+                if "dagster/op" in meta:
+                    step = (meta["dagster/run-id"], meta["dagster/op"])
+                    now[step] = env.get("CUDA_VISIBLE_DEVICES")
+            for step, gpus in now.items():
+                self.seen.setdefault(step, set()).add(gpus)
+            self.together.append(now)
+            self._stop.wait(0.2)  # a step's process lives seconds
+
+    def of_run(self, run_id: str) -> Tuple[Dict[str, Set[Optional[str]]], List[Dict[str, Any]]]:
+        """``seen`` and ``together`` of the run ``run_id``, by step key."""
+        seen = {step: gpus for (run, step), gpus in self.seen.items() if run == run_id}
+        together = [{k[1]: v for k, v in now.items() if k[0] == run_id} for now in self.together]
+        return seen, together
+
+
+def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
+    project, ray_cluster, tmp_path, run_wf, monkeypatch
+):
+    """The nightly demo with ``ClassifyShapes`` in 4 shards, ``gpus={"ClassifyShapes": 1}``, on
+    dagster-ray's executor (issue 24): each shard a Ray job holding one of the head's 4 logical
+    GPUs, shards running at once on different GPUs; the notes of every pin, the Parquet rows,
+    the files written and ClassifyShapes's figures as the unsharded job's in one process.
+
+    64 images in batches of 16 make 4 shards of one batch each, the unsharded run's batches (a
+    batch of other images changes the CNN's last bits, docs/sharding.md)."""
+    from ray.job_submission import JobSubmissionClient
+
+    # the run's executor (in this process) looks for ended steps every 0.2 s, not every 1 s
+    monkeypatch.setenv("DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS", "0.2")
+    images, shards = 64, 4
+    folder = _shapes_data().make_day(tmp_path / "incoming", "2026-04-01", images)
+    out = tmp_path / "outputs"
+    params = {
+        "IncomingImages.folder": str(folder),
+        "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+        "SaveResized.output_dir": str(out),
+        "ClassifyShapes.batch_size": images // shards,
+    }
+    source, nodes = NIGHTLY
+    notes_dir = str(tmp_path / "notes")
+    wdefs = build_workflow(GraphbookWorkflow(source, custom_nodes=list(nodes)))
+    recon = dg.build_reconstructable_job(
+        "tests.e2e.distributed_jobs",
+        "sharded_job",
+        reconstructable_args=(ray_cluster, source, nodes, notes_dir, shards),
+    )
+    home = str(tmp_path / "ray_home")
+    os.makedirs(home)
+    with _StepGpus() as gpus, dg.DagsterInstance.from_config(home) as instance:
+        result = dg.execute_job(
+            recon,
+            instance=instance,
+            run_config=run_config_for(wdefs.workflow, params),
+            raise_on_error=False,
+        )
+        assert result.success, _failure_message(instance, result.run_id)
+        notes = _load_notes(result.run_id, wdefs, GraphbookTranslator(), instance)
+        started = instance.get_records_for_run(
+            result.run_id, of_type=dg.DagsterEventType.STEP_WORKER_STARTING
+        ).records
+    jobs = {  # step -> its Ray job
+        r.event_log_entry.step_key: r.event_log_entry.dagster_event.event_specific_data.metadata[
+            "Ray Submission ID"
+        ].value
+        for r in started
+    }
+    meta, _ = _recorded(home, result.run_id)
+    files = _files(out)
+    shutil.rmtree(out)
+
+    whole = run_wf(source, nodes, params, notes_dir=notes_dir)  # unsharded, in one process
+    assert whole.success, whole.failure
+    assert whole.dagster_home is not None
+    whole_meta, _ = _recorded(whole.dagster_home, whole.run_id)
+
+    shard_steps = sorted(k for k in jobs if "__shard[" in k)
+    assert shard_steps == [
+        f"nightly_shapes__ClassifyShapes.nightly_shapes__ClassifyShapes__shard[shard_{i}]"
+        for i in range(shards)
+    ]
+    # each step its own Ray job of the cluster, each shard one of its own
+    client = JobSubmissionClient(ray_cluster)
+    assert {s: str(client.get_job_status(job)) for s, job in jobs.items()} == dict.fromkeys(
+        jobs, "SUCCEEDED"
+    )
+    assert len(set(jobs.values())) == len(jobs)
+    # the GPU id Ray gave each shard's process (Ray sets CUDA_VISIBLE_DEVICES for a job holding
+    # GPUs only), one each; the other steps' jobs hold none; never one GPU to two running shards
+    seen, together = gpus.of_run(result.run_id)
+    given = {step: seen.get(step) for step in jobs}
+    for step in shard_steps:  # one id of the 4, the same in each of its processes
+        assert given[step] is not None and len(given[step]) == 1, given
+        assert given[step] <= {"0", "1", "2", "3"}, given
+    assert all(given[s] in (None, {None}) for s in jobs if s not in shard_steps), given
+    concurrent = [[now[s] for s in shard_steps if s in now] for now in together]
+    assert max(map(len, concurrent)) >= 2  # shards did run at once
+    assert all(len(set(ids)) == len(ids) for ids in concurrent), concurrent
+
+    assert notes == whole.notes  # every step's pins: same notes, same order
+    assert len(notes["ClassifyShapes"]["out"]) == images
+    assert files == _files(out) and len(files) == len(notes["SaveResized"]["out"]) > 0
+    tables = sorted(k for k, m in whole_meta.items() if "table_path" in m)  # the sink tables
+    assert tables == ["nightly_shapes/ReviewSplit/review", "nightly_shapes/SaveResized"]
+    for key in tables:
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(meta[key]["table_path"]), pd.read_parquet(whole_meta[key]["table_path"])
+        )
+    key = "nightly_shapes/ClassifyShapes"
+    figures = {k: v for k, v in whole_meta[key].items() if k not in TIMINGS}
+    assert {k: meta[key].get(k) for k in figures} == figures
+    assert figures["accuracy"] >= 0.9 and meta[key]["details"]["shards"] == shards
