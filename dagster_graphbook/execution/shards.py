@@ -239,7 +239,9 @@ def merge_shards(plan: StepPlan, shards: Sequence[ShardResult], hook: Any = None
         [f for r in results for f in r.files],
         items_in=sum(r.items_in for r in results),
     )
-    figures = merge_figures([s.run.figures.get(plan.node_id, {}) for s in shards], hook)
+    figures = merge_figures(
+        [s.run.figures.get(plan.node_id, {}) for s in shards], hook, [r.items_in for r in results]
+    )
     return OpRun({plan.node_id: merged}, {plan.node_id: figures})
 
 
@@ -263,11 +265,15 @@ def merge_stats(stats: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return merged
 
 
-def merge_figures(figures: Sequence[Mapping[str, Any]], hook: Any = None) -> Dict[str, Any]:
+def merge_figures(
+    figures: Sequence[Mapping[str, Any]], hook: Any = None, sizes: Sequence[int] = ()
+) -> Dict[str, Any]:
     """The step's own figures from its shards': whole numbers summed (as counts); the others
     from the step's ``on_commit(shard_figures)``, which may also return any summed one (a
     constant), else left out. A ``figures_note`` names what was left out, and the whole numbers
-    that were the same in every shard (a constant, or a count that happened to split evenly)."""
+    that were the same in every shard though the shards' ``sizes`` (items in) differ: a
+    constant, surely, that a sum multiplies (shards of one size say nothing: counts of even
+    shards are alike too)."""
     merged: Dict[str, Any] = {}
     left_out: List[str] = []
     alike: List[str] = []
@@ -275,7 +281,7 @@ def merge_figures(figures: Sequence[Mapping[str, Any]], hook: Any = None) -> Dic
         values = [f[key] for f in figures if key in f]
         if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             merged[key] = sum(values)
-            if len(values) > 1 and len(set(values)) == 1:
+            if len(values) > 1 and len(set(values)) == 1 and len(set(sizes)) > 1:
                 alike.append(key)
         else:
             left_out.append(key)
@@ -291,8 +297,8 @@ def merge_figures(figures: Sequence[Mapping[str, Any]], hook: Any = None) -> Dic
     alike = [k for k in alike if k not in returned]
     if alike:
         notes.append(
-            f"summed as counts though the same in every shard: {', '.join(alike)} (a constant "
-            "must come from the hook)"
+            f"summed as counts though the same in every shard, shards of different sizes: "
+            f"{', '.join(alike)} (a constant must come from the hook)"
         )
     if notes:
         merged[FIGURES_NOTE] = (
