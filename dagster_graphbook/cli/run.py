@@ -58,7 +58,22 @@ _DAGSTER_YAML = """\
 # Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
 telemetry:
   enabled: false
+# A run launched from the UI waits in the run queue until the daemon's next look, every 5 s by
+# default: look every second (docs/deploying.md#the-run-queue).
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
 """
+# What earlier versions wrote: such a file is brought up to date (one the user edited is kept).
+_OLD_DAGSTER_YAMLS = (
+    """\
+# Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
+telemetry:
+  enabled: false
+""",
+)
 
 
 def location_home(dagster_home: Optional[str] = None) -> str:
@@ -79,14 +94,26 @@ def tryout_home(dagster_home: Optional[str] = None) -> str:
 
 
 def default_dagster_home(dagster_home: Optional[str] = None) -> str:
-    """``location_home(dagster_home)``, created with a dagster.yaml."""
+    """``location_home(dagster_home)``, created with a dagster.yaml (``_DAGSTER_YAML``: the
+    settings ``dagster dev`` needs on it; one an earlier version wrote is brought up to date)."""
     home = location_home(dagster_home)
     os.makedirs(home, exist_ok=True)
     config = os.path.join(home, "dagster.yaml")
-    if not os.path.exists(config):
-        with open(config, "w") as f:
+    if not os.path.exists(config) or _written_before(config):
+        part = f"{config}.{os.getpid()}.part"
+        with open(part, "w") as f:
             f.write(_DAGSTER_YAML)
+        os.replace(part, config)  # whole: another process may be reading it
     return home
+
+
+def _written_before(config: str) -> bool:
+    """Whether ``config`` is a dagster.yaml an earlier version wrote, unedited."""
+    try:
+        with open(config) as f:
+            return f.read() in _OLD_DAGSTER_YAMLS
+    except OSError:
+        return False
 
 
 def get_instance(dagster_home: Optional[str] = None) -> dg.DagsterInstance:
