@@ -5,16 +5,18 @@ which is all a lease reads of them. One real sharded run on the multiprocess exe
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any, Optional, Sequence, Tuple
 
 import dagster as dg
 import pytest
 
-from dagster_graphbook.defs.executor import MULTIPROCESS
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.execution.leases import (
     GPU_IDS_ENV,
@@ -257,16 +259,13 @@ NODES = """
 """
 
 
-# what a sharded job runs with by default: step processes forked from a preloaded server
-FORKSERVER = {"execution": {"config": MULTIPROCESS}}
-
-
-def test_each_shard_process_gets_its_own_gpu(tmp_path, monkeypatch, run_wf):
+def test_each_shard_process_gets_its_own_gpu(tmp_path, dagster_home):
     """12 notes in 2 shards on the multiprocess executor, 2 GPUs given: each shard process saw
-    one GPU of its own, the event log says which, the commit's details record both."""
-    monkeypatch.setenv(GPU_IDS_ENV, "0,1")
-    monkeypatch.setenv(LEASE_DIR_ENV, str(tmp_path / "leases"))
-    monkeypatch.delenv(VISIBLE, raising=False)
+    one GPU of its own, the event log says which, the commit's details record both.
+
+    The run is started from a fresh interpreter holding the GPU ids in its environment: the
+    executor's forkserver, once started by an earlier run of this process, keeps the
+    environment it started with (step processes fork from it)."""
     nodes = write_nodes(tmp_path / "nodes", "where_nodes.py", NODES)
     wf = write_workflow(
         tmp_path,
@@ -277,22 +276,34 @@ def test_each_shard_process_gets_its_own_gpu(tmp_path, monkeypatch, run_wf):
     marks = tmp_path / "marks"
     marks.mkdir()
     params = {"WhereAmI.marks": str(marks), "WhereAmI.runtime.num_workers": 0}
-    run = run_wf(
-        wf, [nodes], params, shards={"WhereAmI": 2}, executor="multiprocess", run_config=FORKSERVER
+    script = (
+        "import json, sys\n"
+        "from dagster_graphbook import run_workflow\n"
+        f"run = run_workflow({str(wf)!r}, custom_nodes=[{str(nodes)!r}], params={params!r}, "
+        f"dagster_home={dagster_home!r}, shards={{'WhereAmI': 2}}, executor='multiprocess')\n"
+        "notes = run.notes.get('WhereAmI', {}).get('out', []) if run.success else []\n"
+        "json.dump({'run_id': run.run_id, 'failure': run.failure, 'notes': notes}, sys.stdout)\n"
     )
-    assert run.success, run.failure
-    notes = run["WhereAmI"]["out"]
+    env = {**os.environ, GPU_IDS_ENV: "0,1", LEASE_DIR_ENV: str(tmp_path / "leases")}
+    env.pop(VISIBLE, None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run["failure"] is None, run["failure"]
+    notes = run["notes"]
     assert [n["i"] for n in notes] == list(range(12))
     seen = {n["pid"]: n["visible"] for n in notes}
     assert len(seen) == 2 and os.getpid() not in seen, seen
     assert sorted(seen.values()) == ["0", "1"], seen
     assert {n["device"] for n in notes} == {"cpu"}  # the ids were given: torch sees no GPU
-    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
-        messages = [e.user_message for e in instance.all_logs(run.run_id)]
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        messages = [e.user_message for e in instance.all_logs(run["run_id"])]
         [materialization] = [
             e.asset_materialization
             for e in instance.all_logs(
-                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+                run["run_id"], of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
             )
             if "WhereAmI" in e.asset_materialization.asset_key.to_user_string()
         ]
