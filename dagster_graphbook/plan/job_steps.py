@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
@@ -77,18 +77,27 @@ def unfilled_in_job(
     """``STEP.PARAM -> value`` of every step parameter holding ``{partition_key}`` in ``run_config``
     (resolved: defaults filled in), for the ops ``op_names`` (default: all)."""
     wanted = None if op_names is None else set(op_names)
-    ops = run_config.get("ops") or {}
     found: Dict[str, str] = {}
+    for node, step, body in _step_configs(job, run_config):
+        if wanted is None or node.name in wanted:
+            for param, value in unfilled_placeholders(body, step.code).items():
+                found[f"{step.step}.{param}"] = value
+    return found
+
+
+def _step_configs(
+    job: dg.JobDefinition, run_config: Mapping[str, Any]
+) -> Iterator[Tuple[Any, TaggedStep, Dict[str, Any]]]:
+    """``(top-level node, step, the step's config)`` for every step the job's ops run, read from
+    resolved ``run_config``: a streaming op's steps each under their op name, a sharded step's
+    under its graph's inner ops."""
+    ops = run_config.get("ops") or {}
     for node in job.graph.nodes:
-        if wanted is not None and node.name not in wanted:
-            continue
         for step in read_steps_tag(node_tags(node)):
             body = _node_config(ops, node.name)
             if step.op_name != node.name:  # a streaming op: each step's config under its op name
                 body = body.get(step.op_name) or {}
-            for param, value in unfilled_placeholders(body, step.code).items():
-                found[f"{step.step}.{param}"] = value
-    return found
+            yield node, step, body
 
 
 def _node_config(ops: Mapping[str, Any], name: str) -> Dict[str, Any]:
@@ -105,22 +114,17 @@ def runtime_problems(job: dg.JobDefinition, run_config: Mapping[str, Any]) -> Di
     """``STEP.runtime -> what is wrong`` for each step whose ``runtime`` block in ``run_config``
     (resolved) no run could take (``shards: 0``, both ``shards`` and ``shard_size`` changed):
     refused before the run starts, not when the step's turn comes after hours of upstream work."""
-    from .settings import read_runtime, runtime_kind, runtime_problem
+    from .settings import RUNTIME_KEY, read_runtime, runtime_kind, runtime_problem
 
-    ops = run_config.get("ops") or {}
     found: Dict[str, str] = {}
-    for node in job.graph.nodes:
-        for step in read_steps_tag(node_tags(node)):
-            body = _node_config(ops, node.name)
-            if step.op_name != node.name:  # a streaming op: each step's config under its op name
-                body = body.get(step.op_name) or {}
-            block = body.get("runtime")
-            if not isinstance(block, Mapping):
-                continue
-            try:
-                read_runtime(runtime_kind(block), block, _shard_defaults(node))
-            except ValueError as exc:  # pydantic's ValidationError is one
-                found[f"{step.step}.runtime"] = runtime_problem(exc)
+    for node, step, body in _step_configs(job, run_config):
+        block = body.get(RUNTIME_KEY)
+        if not isinstance(block, Mapping):
+            continue
+        try:
+            read_runtime(runtime_kind(block), block, _shard_defaults(node))
+        except ValueError as exc:  # pydantic's ValidationError is one
+            found[f"{step.step}.runtime"] = runtime_problem(exc)
     return found
 
 
