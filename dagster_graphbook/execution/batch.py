@@ -463,6 +463,7 @@ def _batches(
             run.item_failed("load_fn", index, tb, progress)
         if batch.indices:
             _process_batch(run, batch, batch.indices, has_load, has_dump, device, dumps, progress)
+        batch = None  # a lent batch goes back to the loader when nothing else holds it
         if dumps is not None:
             for done in dumps.poll():
                 run.dump_done(done, progress)

@@ -4,6 +4,7 @@ worker-death and hang tests fail where they change)."""
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any, List, Optional
 
@@ -87,3 +88,14 @@ def is_cuda_in_bad_fork_error(exc: BaseException) -> bool:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb is not None and tb.tb_frame.f_code is torch.cuda._lazy_init.__code__
+
+
+def storage_refs(tensor: torch.Tensor) -> int:
+    """Holders of ``tensor``'s storage besides ``tensor`` itself: other tensors and views on it
+    (numpy arrays too), and its Python storage object where something keeps that.
+
+    ``_storage_Use_Count`` counts C++ holders, here ``tensor`` and the storage object taken below;
+    that object, kept alive by torch for the storage, has three Python references here.
+    """
+    storage = tensor.untyped_storage()
+    return torch._C._storage_Use_Count(storage._cdata) - 2 + sys.getrefcount(storage) - 3

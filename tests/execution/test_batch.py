@@ -764,6 +764,60 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
         loader.close()
 
 
+def _lent_batches(keep):
+    """Run a ProcessLoader over 24 batches; ``keep(batch)`` is what the step keeps of each.
+    Returns (the loader after the run, what was kept, whether each batch was a view of a ring
+    block)."""
+    from dagster_graphbook.execution.loader_pool import ItemDataset, ProcessLoader
+
+    dataset = ItemDataset(list(range(96)), KeepTensors.load_fn, {})
+    settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
+    loader = ProcessLoader(dataset, 4, settings, pin_memory=False, node=("9", "S"))
+    kept, in_ring = [], []
+    try:
+        for batch in loader:
+            ptr = batch.stacked.data_ptr()
+            in_ring.append(
+                any(b.data_ptr() <= ptr < b.data_ptr() + b.numel() for b in loader.blocks.values())
+            )
+            kept.append((batch.indices, keep(batch)))
+            batch = None
+    finally:
+        loader.close()
+    return loader, kept, in_ring
+
+
+def test_cpu_batches_are_lent_from_the_ring_without_a_copy():
+    loader, _, in_ring = _lent_batches(lambda batch: None)
+    assert all(in_ring) and len(in_ring) == 24
+    assert loader.lend  # nothing kept a batch: every one was lent
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        lambda b: b.outputs(),  # the per-item views (a note keeping its tensor)
+        lambda b: b.stacked[1:].numpy(),  # a numpy array on the block
+        lambda b: b.stacked.untyped_storage(),  # the storage object alone
+    ],
+    ids=["views", "numpy", "storage"],
+)
+def test_a_kept_lent_batch_is_never_overwritten(keep):
+    """A step that keeps what it was lent retires the slot (its worker takes a new block) and the
+    rest of the run is copied out: every kept value still holds its own items afterwards."""
+    loader, kept, in_ring = _lent_batches(keep)
+    assert in_ring[0] and not any(in_ring[1:])  # lent once, then copied
+    assert not loader.lend
+    for indices, value in kept:
+        data = value if not isinstance(value, list) else torch.stack(value)
+        if isinstance(value, torch.UntypedStorage):
+            flat = torch.tensor([], dtype=torch.float32).set_(value)
+            data = flat[len(flat) - 4 * 15 :].view(4, 3, 5)  # after the ring's header, if any
+        data = torch.as_tensor(data)
+        first = indices[1:] if data.shape[0] == len(indices) - 1 else indices
+        assert [float(t[0, 0]) for t in data] == [float(i) for i in first]
+
+
 _SIGCHLD_PROBE = r"""
 import json, logging, signal, sys, threading, time
 from dagster_graphbook.authoring.steps import BatchStep
