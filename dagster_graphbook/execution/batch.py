@@ -23,6 +23,7 @@ from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
+from .priority import AutoPriority
 from .progress import Progress
 from .routing import Pins, StepResult
 from .stall import StallWatchdog
@@ -323,10 +324,11 @@ def run_batch_step(
         lambda: _stuck(run, progress, dumps),
         lambda m: emit("warning", m),
     )
+    priority = AutoPriority(settings.worker_nice, [loader, dumps], lambda m: emit("info", m))
     failed = True
     try:
         with watchdog:
-            _batches(run, loader, dumps, progress, watchdog, has_load, has_dump, device)
+            _batches(run, loader, dumps, progress, watchdog, priority, has_load, has_dump, device)
         failed = False
     finally:
         loader.close()
@@ -441,6 +443,7 @@ def _batches(
     dumps: Any,
     progress: Progress,
     watchdog: StallWatchdog,
+    priority: AutoPriority,
     has_load: bool,
     has_dump: bool,
     device: str,
@@ -468,6 +471,7 @@ def _batches(
             for done in dumps.poll():
                 run.dump_done(done, progress)
         run.release_ready(progress)
+        priority.observe(progress)
         progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
     if dumps is not None:
         run.stage = "dump_fn"

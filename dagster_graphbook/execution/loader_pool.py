@@ -24,6 +24,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime
 from ..store.tensors import map_tensors
 from .errors import WorkerDied, cuda_fork_hint, exit_hint
+from .threads import pool_thread_ids
 from .torch_internals import (
     BatchNotReady,
     forget_worker_pids,
@@ -34,7 +35,7 @@ from .torch_internals import (
     tasks_outstanding,
     wait_in_slices,
 )
-from .workers import SHM_DIR, init_worker, lower_priority, shm_free_bytes
+from .workers import SHM_DIR, init_worker, lower_priority, renice, shm_free_bytes
 
 
 class LoadedBatch(NamedTuple):
@@ -416,6 +417,10 @@ class ProcessLoader:
             del self.blocks[key]
             self.lend = False
 
+    def lower(self, by: int) -> None:
+        """Lower the workers' priority by ``by`` nice levels (see ``priority.py``)."""
+        renice([w.pid for w in loader_workers(self._it) if w.is_alive()], by)
+
     def in_flight(self) -> Optional[int]:
         """Batches requested from workers but not yet consumed (DataLoader keeps this privately)."""
         return tasks_outstanding(self._it)
@@ -476,7 +481,7 @@ class ThreadLoader:
         self, dataset: ItemDataset, batch_size: int, settings: BatchRuntime, stack: bool = False
     ):
         self.dataset = dataset
-        self.nice = settings.worker_nice
+        self.nice = max(0, settings.worker_nice)  # -1: chosen later (priority.py)
         self.stack = stack
         self.ranges = _batches(len(dataset), batch_size)
         self.num_workers = max(1, settings.num_workers)
@@ -488,8 +493,7 @@ class ThreadLoader:
         self.pool = ThreadPoolExecutor(
             self.num_workers,
             thread_name_prefix="graphbook-load",
-            initializer=lower_priority,
-            initargs=(self.nice, True),
+            initializer=self._started,
         )
         ranges = iter(self.ranges)
         for r in ranges:
@@ -502,6 +506,15 @@ class ThreadLoader:
             if nxt is not None:
                 self.pending.append(self.pool.submit(_load_range, self.dataset, nxt, self.stack))
             yield batch
+
+    def _started(self) -> None:
+        lower_priority(self.nice, thread=True)
+
+    def lower(self, by: int) -> None:
+        """Lower the threads' priority by ``by`` nice levels (see ``priority.py``)."""
+        self.nice += by
+        if self.pool is not None:
+            renice(pool_thread_ids(self.pool), by)
 
     def in_flight(self) -> int:
         return len(self.pending)

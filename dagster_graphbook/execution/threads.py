@@ -55,3 +55,8 @@ def pool_processes(pool: ProcessPoolExecutor) -> List[Any]:
     keeps privately (CPython 3.8-3.13: ``_processes``, pid -> process); none once it forgot them.
     ``tests/e2e/test_reliability_faults.py`` fails where this differs."""
     return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def pool_thread_ids(pool: ThreadPoolExecutor) -> List[int]:
+    """Native ids of a ``ThreadPoolExecutor``'s threads (CPython keeps them in ``_threads``)."""
+    return [t.native_id for t in getattr(pool, "_threads", ()) if t.native_id is not None]

@@ -8,7 +8,7 @@ import os
 import shutil
 import signal
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from ..authoring._tempfiles import pid_exists  # the one check that a pid exists
 
@@ -64,6 +64,16 @@ def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
         return None
 
 
+def renice(ids: Sequence[int], by: int) -> None:
+    """Raise the nice value of processes or of this process's threads (on Linux a thread id is
+    accepted as a pid) by ``by``, up to 19; ids that are gone are skipped."""
+    for i in ids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, i, min(19, os.getpriority(os.PRIO_PROCESS, i) + by))
+        except OSError:
+            pass
+
+
 def lower_priority(nice: int, thread: bool = False) -> None:
     """Raise this worker's nice value by ``nice`` (for a thread: only that thread's, as Linux
     allows).
@@ -74,18 +84,12 @@ def lower_priority(nice: int, thread: bool = False) -> None:
     """
     if nice <= 0:
         return
-    try:
-        if thread and sys.platform.startswith("linux"):
-            import threading
+    if thread and sys.platform.startswith("linux"):
+        import threading
 
-            tid = threading.get_native_id()
-            os.setpriority(
-                os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-            )
-        elif not thread:
-            os.nice(nice)
-    except (OSError, AttributeError):
-        pass
+        renice([threading.get_native_id()], nice)
+    elif not thread:
+        renice([os.getpid()], nice)
 
 
 def init_worker(

@@ -70,9 +70,12 @@ class BatchRuntime(StepRuntime):
     )
     progress_interval_s: float = _progress_interval()
     worker_nice: int = Field(
-        default=0,
+        default=-1,
+        ge=-1,
+        le=19,
         description="added to the nice value of loader and dump workers, so a CPU-bound model "
-        "in the step keeps its core",
+        "in the step keeps its core; -1: 10 once the step's first batches show it waits for its "
+        "loaders less than half the time, else 0",
     )
     max_skipped_fraction: Optional[float] = Field(
         default=None,
