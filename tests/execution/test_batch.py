@@ -748,6 +748,70 @@ def test_worker_nice_lowers_loader_and_dump_worker_priority_only(tmp_path, worke
     )  # the step itself keeps its priority
 
 
+class PaceProbe(NiceProbe):
+    """NiceProbe whose load_fn or on_item_batch takes ``slow`` seconds a call: which one makes the
+    step model-bound or load-bound."""
+
+    def __init__(self, slow_model: bool):
+        super().__init__(batch_size=2)
+        self.slow_model = slow_model
+
+    @staticmethod
+    def load_fn(item, slow=0.0):
+        time.sleep(slow)
+        return NiceProbe.load_fn(item)
+
+    def on_item_batch(self, outputs, items, notes):
+        if self.slow_model:
+            time.sleep(0.02)
+        return super().on_item_batch(outputs, items, notes)
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+@pytest.mark.parametrize("model_bound", [True, False], ids=["model-bound", "load-bound"])
+def test_default_worker_priority_is_lowered_only_when_the_model_is_the_bottleneck(
+    tmp_path, worker_type, model_bound
+):
+    """worker_nice -1 (the default): after the first batches the loaders and dumpers of a step
+    that hardly waits for them are lowered by 10, and the step says so; a step that waits for its
+    loaders leaves them at its own priority."""
+    from dagster_graphbook.execution.priority import AUTO_NICE, WARMUP_BATCHES
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    step_obj = PaceProbe(slow_model=model_bound)
+    step_obj.load_fn_params = {"slow": 0.0 if model_bound else 0.02}
+    n = 2 * (WARMUP_BATCHES + 12)
+    notes = [{"items": list(range(n)), "dir": str(tmp_path)}]
+    said = []
+    run_batch_step(
+        step_obj,
+        notes,
+        settings(num_workers=2, worker_type=worker_type, prefetch=2),
+        emit=lambda level, msg: said.append(msg),
+    )
+    seen = notes[0]["nice"]
+    lowered = min(19, base + AUTO_NICE)
+    if model_bound:
+        assert seen[0] == base and seen[-1] == lowered, seen
+        dumped = [int((tmp_path / f"{i}.txt").read_text()) for i in range(n)]
+        assert dumped[-1] == lowered, dumped
+        assert any("lowered by nice 10" in m for m in said), said
+    else:
+        assert set(seen) == {base}, seen
+        assert not any("lowered by nice" in m for m in said), said
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base and _thread_nice() == base
+
+
+def test_a_worker_nice_set_by_the_run_is_kept_even_when_model_bound(tmp_path):
+    from dagster_graphbook.execution.priority import WARMUP_BATCHES
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    n = 2 * (WARMUP_BATCHES + 12)
+    notes = [{"items": list(range(n)), "dir": str(tmp_path)}]
+    run(PaceProbe(slow_model=True), notes, num_workers=2, worker_nice=0)
+    assert set(notes[0]["nice"]) == {base}
+
+
 def test_ring_slot_rewritten_too_early_fails_loudly():
     """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the
     rewrite."""
