@@ -23,6 +23,7 @@ from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
+from .pools import BatchPools
 from .priority import AutoPriority
 from .progress import Progress
 from .routing import Pins, StepResult
@@ -294,12 +295,14 @@ def run_batch_step(
     emit: Optional[Emit] = None,
     dropped: Optional[Dict[str, int]] = None,
     note_offset: int = 0,
+    pools: Optional[BatchPools] = None,
 ) -> StepResult:
     """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool.
 
     A stream calls this once per chunk of a step's notes: ``note_offset`` is the step's number of
-    the chunk's first note (errors and messages count notes from the whole step), and ``dropped``
-    counts notes routed to undeclared pins across the calls."""
+    the chunk's first note (errors and messages count notes from the whole step), ``dropped``
+    counts notes routed to undeclared pins across the calls, and ``pools`` (kept by the stream's
+    driver) keeps the worker processes from one chunk to the next."""
     emit = emit or (lambda level, msg: None)
     settings = _usable_settings(settings if settings is not None else BatchRuntime(), label, emit)
     device = resolve_device(settings.device)
@@ -312,8 +315,9 @@ def run_batch_step(
     run = _BatchRun(step, notes, settings, pins, label, node, emit, dropped, note_offset)
     run.flatten()
     has_load, has_dump = _own_fns(step, settings, label)
-    loader = _make_loader(run, batch_size, device, has_load)
-    dumps = _make_dump_pool(run, has_dump)
+    pools = pools if pools is not None else BatchPools()
+    loader = pools.loader(run, batch_size, device, has_load)
+    dumps = pools.dump_pool(run, has_dump)
     progress = Progress(
         label, len(run.items), len(notes), device, lambda m: emit("info", m),
         settings.progress_interval_s,
@@ -324,16 +328,14 @@ def run_batch_step(
         lambda: _stuck(run, progress, dumps),
         lambda m: emit("warning", m),
     )
-    priority = AutoPriority(settings.worker_nice, [loader, dumps], lambda m: emit("info", m))
+    priority = pools.auto_priority(settings, [loader, dumps], lambda m: emit("info", m))
     failed = True
     try:
         with watchdog:
             _batches(run, loader, dumps, progress, watchdog, priority, has_load, has_dump, device)
         failed = False
     finally:
-        loader.close()
-        if dumps is not None:
-            dumps.close(abort=failed)
+        pools.end_run(loader, failed)
     emit("info", progress.line(0, 0))
     stats: Dict[str, Any] = {
         **progress.stats(),
@@ -402,41 +404,6 @@ def _own_fns(step: Any, settings: BatchRuntime, label: Label) -> Tuple[bool, boo
     return has_load, has_dump
 
 
-def _make_loader(run: _BatchRun, batch_size: int, device: str, has_load: bool) -> Any:
-    """The batches of the run's items: ``load_fn`` in worker processes or threads (or none)."""
-    from .loader_pool import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
-
-    settings, step = run.settings, run.step
-    if not has_load:
-        return SyncBatches(run.items, batch_size)
-    dataset = ItemDataset(
-        run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {})
-    )
-    dataset.call_timeout_s = settings.call_timeout_s
-    if settings.worker_type == "process":
-        loader = ProcessLoader(
-            dataset,
-            batch_size,
-            settings,
-            pin_memory=device.startswith("cuda"),
-            node=run.node,
-            label=run.label,
-        )
-        loader.warn = lambda m: run.emit("warning", f"{run.label}: {m}")  # e.g. /dev/shm too small
-        return loader
-    return ThreadLoader(dataset, batch_size, settings, stack=device != "cpu")
-
-
-def _make_dump_pool(run: _BatchRun, has_dump: bool) -> Any:
-    """The pool that runs ``dump_fn`` calls (None when the step has no ``dump_fn``)."""
-    from .dump_pool import DumpPool
-
-    settings = run.settings
-    if not has_dump:
-        return None
-    return DumpPool(run.step.dump_fn, settings, node=run.node, label=run.label)
-
-
 def _batches(
     run: _BatchRun,
     loader: Any,
@@ -456,7 +423,8 @@ def _batches(
         t0 = time.perf_counter()
         run.stage = "load_fn"
         batch = next(batches, None)  # a dead loader worker raises WorkerDied
-        progress.loader_wait_s += time.perf_counter() - t0
+        waited = time.perf_counter() - t0
+        progress.loader_wait_s += waited
         watchdog.touch()
         if batch is None:
             break
@@ -471,7 +439,7 @@ def _batches(
             for done in dumps.poll():
                 run.dump_done(done, progress)
         run.release_ready(progress)
-        priority.observe(progress)
+        priority.observe(waited, time.perf_counter() - t0)
         progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
     if dumps is not None:
         run.stage = "dump_fn"

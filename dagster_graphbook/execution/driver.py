@@ -24,6 +24,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
 from .batch import run_batch_step
 from .errors import ItemError, StepFailure, short_repr
+from .pools import BatchPools
 from .routing import Pins, StepResult, dropped_stats, normalize_yield
 from .stall import StallWatchdog
 
@@ -94,6 +95,8 @@ class StepDriver:
         self.files: List[Tuple[str, int]] = []
         self.batch: Dict[str, float] = {}  # summed figures of the batch runs
         self.seconds = 0.0
+        # a streamed batch step's worker processes live from its first chunk to its end
+        self.pools = BatchPools(keep=True) if chunked and kind == "batch" else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     @contextmanager
@@ -139,6 +142,8 @@ class StepDriver:
             self.emit("error", str(exc))
         finally:
             self.watchdog.__exit__()
+            if self.pools is not None:
+                self.pools.close(abort=failed)
 
     # -- notes -----------------------------------------------------------------------------------
     def source(self) -> Iterator[Dict[str, List[Any]]]:
@@ -224,6 +229,7 @@ class StepDriver:
                 result = run_batch_step(
                     self.step, notes, runtime, pins=self.pins, label=self.label,
                     node=self.node, emit=emit, dropped=self.dropped, note_offset=offset,
+                    pools=self.pools,
                 )  # fmt: skip
         finally:
             self.seconds += time.perf_counter() - start

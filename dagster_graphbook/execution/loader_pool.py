@@ -72,12 +72,17 @@ class ItemDataset(Dataset):
 
     call_timeout_s: Optional[float] = None  # runtime.call_timeout_s (see call_timeout.py)
 
-    def __getitem__(self, i: int) -> Tuple[int, Any, Optional[str]]:
+    def __getitem__(self, key: Any) -> Tuple[int, Any, Optional[str]]:
+        """``key``: an item's index, or ``(index, item)`` for an item sent with its task (a
+        stream's later chunks, which the workers were not forked with; see ``_Tasks``)."""
         from .call_timeout import time_limit
 
+        i, item = key if isinstance(key, tuple) else (key, self.items[key])
         try:
+            if isinstance(key, tuple):
+                item = map_tensors(PipedBatch.tensor, item, leaf=(PipedBatch,))
             with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
-                return i, self.load_fn(self.items[i], **self.params), None
+                return i, self.load_fn(item, **self.params), None
         except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
             return i, None, traceback.format_exc() + exit_hint(exc, "load_fn") + cuda_fork_hint(exc)
 
@@ -195,8 +200,8 @@ class _SlabRing:
 
 
 class PipedBatch(NamedTuple):
-    """A stacked batch sent by value through the worker's result pipe: the fallback when
-    ``/dev/shm`` is too small for the ring (64 MiB by default in Docker and Kubernetes)."""
+    """A tensor sent by value through a pipe: a stacked batch when ``/dev/shm`` is too small for
+    the ring (64 MiB by default in Docker and Kubernetes), or one in an item sent with its task."""
 
     array: Any  # numpy array: pickled by value, never through torch's shared-memory files
     dtype: torch.dtype
@@ -254,6 +259,35 @@ def _batches(n: int, batch_size: int) -> BatchSampler:
     return BatchSampler(SequentialSampler(range(n)), batch_size, drop_last=False)
 
 
+def _by_value(item: Any) -> Any:
+    """``item`` with its CPU tensors as ``PipedBatch``es: pickled by value through the task pipe,
+    never moved to ``/dev/shm`` by torch's reducer (which would share a note's whole tensor)."""
+    return map_tensors(
+        lambda t: PipedBatch.of(t.detach(), "item") if t.device.type == "cpu" else t, item
+    )
+
+
+class _Tasks:
+    """The DataLoader's batch sampler: the current chunk's batches, as item indices when the
+    workers were forked with its items, else as ``(index, item)`` pairs sent with each task."""
+
+    def __init__(self, n: int, batch_size: int):
+        self.batch_size = batch_size
+        self.ranges = _batches(n, batch_size)
+        self.items: Optional[Sequence[Any]] = None
+
+    def send(self, items: Sequence[Any]) -> None:
+        self.ranges, self.items = _batches(len(items), self.batch_size), items
+
+    def __iter__(self) -> Iterator[List[Any]]:
+        items = self.items
+        for r in self.ranges:
+            yield r if items is None else [(i, _by_value(items[i])) for i in r]
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+
 # DataLoader checks worker liveness each time a wait for data times out. Its own interval is 5 s
 # (and its SIGCHLD handler only works in the main thread), so wait in short slices instead
 # (``wait_in_slices``): a dead worker is then reported within about a second.
@@ -290,7 +324,9 @@ class ProcessLoader:
         ring_slots: Optional[int] = None,
         warn: Optional[Callable[[str], None]] = None,
         label: Label = "batch step",
+        keep: bool = False,
     ):
+        """``keep``: the workers serve later chunks too (``aim``), until ``close``."""
         kwargs: Dict[str, Any] = {}
         num_workers, prefetch = settings.num_workers, max(1, settings.prefetch)
         if num_workers > 0:
@@ -298,7 +334,7 @@ class ProcessLoader:
                 prefetch_factor=prefetch,
                 multiprocessing_context=settings.start_method,
                 worker_init_fn=_WorkerInit(*node, settings.worker_nice),
-                persistent_workers=False,
+                persistent_workers=keep,
             )
         # slots per worker: more than the tasks a worker can be ahead of the consumed batch
         budget = shm_budget(num_workers) if num_workers > 0 else None  # sized from free /dev/shm
@@ -309,9 +345,10 @@ class ProcessLoader:
         self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
         self.dataset = dataset
+        self.tasks = _Tasks(len(dataset), batch_size)
         self.loader = DataLoader(
             dataset,
-            batch_sampler=_batches(len(dataset), batch_size),
+            batch_sampler=self.tasks,
             num_workers=num_workers,
             collate_fn=collate_fn,
             pin_memory=False,
@@ -324,8 +361,15 @@ class ProcessLoader:
         self._lent: Optional[SlabRef] = None
         self._it: Optional[Iterator[LoadedBatch]] = None
 
+    def aim(self, dataset: ItemDataset) -> None:
+        """Load ``dataset``'s items next (a stream's next chunk), with the same workers."""
+        self.dataset, self.loaded = dataset, 0
+        self.tasks.send(dataset.items)
+
     def __iter__(self) -> Iterator[LoadedBatch]:
         keep_out_sigchld_handler()
+        if self._it is not None:  # kept workers: their restart waits in torch's own slices
+            wait_in_slices(self._it, None)
         self._it = iter(self.loader)
         wait_in_slices(self._it, LIVENESS_CHECK_S)
         while True:

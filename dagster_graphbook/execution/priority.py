@@ -10,10 +10,7 @@ once: an unprivileged process cannot raise a priority it lowered.
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Optional, Sequence
-
-from .progress import Progress
+from typing import Any, Callable, Sequence
 
 AUTO = -1  # runtime.worker_nice: choose from the measured cost of a batch
 AUTO_NICE = 10  # workers get ~10% of a core the model wants (CFS weights 110 vs 1024)
@@ -23,31 +20,44 @@ MODEL_BOUND_WAIT_SHARE = 0.5
 
 class AutoPriority:
     """Lowers the workers of ``pools`` (objects with ``lower(by)``) once, when the step is seen
-    to be model-bound; does nothing when ``worker_nice`` was set."""
+    to be model-bound; does nothing when ``worker_nice`` was set. One per step: a stream's
+    chunks add up to its first batches."""
 
     def __init__(self, worker_nice: int, pools: Sequence[Any], say: Callable[[str], None]):
         self.pools = [p for p in pools if p is not None and hasattr(p, "lower")]
         self.say = say
-        self.decided = worker_nice != AUTO or not self.pools
-        self.since: Optional[tuple] = None  # (time, wait, batches) after the first batch
+        self.decided = worker_nice != AUTO
+        self.lowered = 0  # nice levels the workers were lowered by
+        self.batches = -1  # the step's first batch pays the pools' start-up: not counted
+        self.waited = self.spent = 0.0
 
-    def observe(self, progress: Progress) -> None:
+    def adopt(self, pools: Sequence[Any]) -> None:
+        """The pools of the step's next run (a stream's next chunk): new ones get the decision."""
+        new = [p for p in pools if p is not None and hasattr(p, "lower")]
+        for pool in new:
+            if self.lowered and not any(pool is old for old in self.pools):
+                pool.lower(self.lowered)
+        self.pools = new
+
+    def observe(self, waited_s: float, spent_s: float) -> None:
+        """One batch: ``waited_s`` for the loader out of ``spent_s`` in all."""
         if self.decided:
             return
-        batches, now = progress.counts["batches"], time.perf_counter()
-        if self.since is None:
-            self.since = (now, progress.loader_wait_s, batches)
+        self.batches += 1
+        if self.batches < 1:
             return
-        t0, wait0, b0 = self.since
-        if batches - b0 < WARMUP_BATCHES:
+        self.waited += waited_s
+        self.spent += spent_s
+        if self.batches < WARMUP_BATCHES:
             return
         self.decided = True
-        share = (progress.loader_wait_s - wait0) / max(now - t0, 1e-9)
-        if share < MODEL_BOUND_WAIT_SHARE:
+        share = self.waited / max(self.spent, 1e-9)
+        if share < MODEL_BOUND_WAIT_SHARE and self.pools:
+            self.lowered = AUTO_NICE
             for pool in self.pools:
                 pool.lower(AUTO_NICE)
             self.say(
-                f"loader and dump workers lowered by nice {AUTO_NICE}: over {batches - b0} "
+                f"loader and dump workers lowered by nice {AUTO_NICE}: over {self.batches} "
                 f"batches the step waited for them {share:.0%} of the time, so on_item_batch "
                 "is the bottleneck and keeps its core (runtime.worker_nice sets this yourself)"
             )

@@ -36,7 +36,7 @@ class BatchNotReady(Exception):
     so ``next`` may be called again to keep waiting."""
 
 
-def wait_in_slices(iterator: Any, slice_s: float) -> None:
+def wait_in_slices(iterator: Any, slice_s: Optional[float]) -> None:
     """Make ``next(iterator)`` (a multi-process DataLoader iterator) raise ``BatchNotReady`` when
     no batch arrived within ``slice_s``.
 
@@ -48,6 +48,9 @@ def wait_in_slices(iterator: Any, slice_s: float) -> None:
     """
     if not hasattr(iterator, "_try_get_data"):
         return  # num_workers=0: loads in this process, nothing to wait for
+    if slice_s is None:  # back to torch's own wait (a kept iterator's restart counts on it)
+        iterator.__dict__.pop("_get_data", None)
+        return
     ref = weakref.ref(iterator)  # no cycle: the iterator's __del__ still stops its workers
 
     def get_data() -> Any:

@@ -295,6 +295,24 @@ def test_backpressure_a_slow_consumer_holds_the_source(tmp_path, nodes, run_wf):
     assert [n["mean"] for n in run["Reduce"]["out"]] == [float(i) for i in range(120)]
 
 
+def test_a_streamed_batch_step_forks_its_loader_workers_once(tmp_path, nodes, run_wf):
+    """The stream runs the batch step once per chunk of 16 items (8 chunks here); its loader
+    workers are forked at the first chunk and serve every later one (items travel with their
+    tasks), so two workers load all 120 items, in order."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    wf = _images_workflow(tmp_path, tmp_path / "trace.txt", 120, pid_dir=str(pid_dir))
+    params = {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}
+    config = {"ops": {"images__stream": {"config": {"streaming": {"queue_items": 16}}}}}
+    run = run_wf(wf, [nodes], params, streaming=True, run_config=config)
+    assert run.success, run.failure
+    assert [n["mean"] for n in run["Reduce"]["out"]] == [float(i) for i in range(120)]
+    pids = {int(p.name.split("-")[1]) for p in pid_dir.iterdir()}
+    assert len(pids) == 2, f"{len(pids)} loader processes for 8 chunks"
+    alive = [p for p in psutil.Process().children() if p.pid in pids]
+    assert not alive, f"loader workers left after the step ended: {alive}"
+
+
 MNIST_NODES = """
     import torch
     from graphbook import event, param, resource, source, step
