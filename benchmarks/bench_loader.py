@@ -11,6 +11,7 @@ the anchors of the same run), then the issue's targets with PASS or MISS:
               (for reference: the issue sets its targets on the 256x256 set);
   compute     a conv model calibrated to cost about one batch's sequential load: end-to-end vs
               load-only and compute-only (overlap);
+  chunks      a stream's chunks of 64 items: pools per chunk vs pools kept for the step;
   memory      peak memory of the project's pools at 800 vs 8000 items.
 Each run includes starting and stopping its pool, as one Dagster op run would. Configurations
 run interleaved, run by run, so background load on a shared machine hits them alike; the load
@@ -461,6 +462,58 @@ def compute_bound_mode(paths, args) -> None:
         print("  * " + line)
 
 
+def chunks_mode(paths, args) -> None:
+    """A streamed batch step runs once per chunk of ``queue_items`` items: the same images in one
+    run, in chunks of 64 with new pools per chunk (as streams did before issue 25), and in chunks
+    of 64 and 256 with the step's pools kept (``BatchPools(keep=True)``, as streams do now)."""
+    try:
+        from dagster_graphbook.execution.batch import run_batch_step
+        from dagster_graphbook.execution.pools import BatchPools
+        from dagster_graphbook.plan.settings import BatchRuntime
+    except ImportError as e:
+        print(f"\nChunks: n/a ({e})")
+        return
+    n, settings = len(paths), BatchRuntime(num_workers=NUM_WORKERS, device="cpu")
+
+    def chunked(size: int, keep: bool):
+        def run():
+            pools = BatchPools(keep=True) if keep else None
+            try:
+                for i in range(0, n, size):
+                    notes = [{"path": p} for p in paths[i : i + size]]
+                    run_batch_step(ImageBatchStep(), notes, settings=settings, pools=pools)
+            finally:
+                if pools is not None:
+                    pools.close()
+
+        return run
+
+    configs = {
+        "one run (the default mode)": chunked(n, False),
+        "chunks of 64, pools per chunk (before)": chunked(64, False),
+        "chunks of 64, pools kept (streams now)": chunked(64, True),
+        "chunks of 256, pools kept": chunked(256, True),
+    }
+    print("  running chunked runs (interleaved) ...", file=sys.stderr, flush=True)
+    measured = measure_round_robin(configs, args.repeats, args.timeout)
+    rates = {k: None if isinstance(v, BaseException) else rate(n, v) for k, v in measured.items()}
+    whole = rates["one run (the default mode)"]
+    print(
+        f"\nChunks: {n} JPEGs 256x256 through the process pool, {NUM_WORKERS} workers, batch "
+        f"{BATCH_SIZE}, median of {args.repeats} interleaved runs ({load_avg()})"
+    )
+    print_table(
+        ["configuration", "items/s", "vs one run"],
+        [[k, f2(r, 1), ratio(r, whole)] for k, r in rates.items()],
+    )
+    kept = rates["chunks of 64, pools kept (streams now)"]
+    target(
+        "streams: chunks of 64 with kept pools >= 0.8x one run",
+        kept / whole if kept and whole else None,
+        kept >= 0.8 * whole if kept and whole else None,
+    )
+
+
 def _tree_pids(pid: int) -> list[int]:
     pids = [pid]
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -605,7 +658,7 @@ def memory_mode(args) -> None:
         print("  * " + line)
 
 
-MODES = ("throughput", "big", "compute", "memory")
+MODES = ("throughput", "big", "compute", "chunks", "memory")
 
 
 def main() -> None:
@@ -650,7 +703,7 @@ def main() -> None:
         f"bench_loader: {os.cpu_count()} CPUs, torch {torch.__version__}, {load_avg()} at start",
         flush=True,
     )
-    if "throughput" in modes or "compute" in modes:
+    if {"throughput", "compute", "chunks"} & set(modes):
         print(
             f"  preparing {args.items} images 256x256 under {DATA} ...", file=sys.stderr, flush=True
         )
@@ -668,6 +721,8 @@ def main() -> None:
         )
     if "compute" in modes:
         compute_bound_mode(paths, args)
+    if "chunks" in modes:
+        chunks_mode(paths, args)
     if "memory" in modes:
         memory_mode(args)
     print(f"\nTargets (issues 3 and 25; ratios from this run, {load_avg()} at end)")

@@ -828,6 +828,45 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
         loader.close()
 
 
+class Doubles(BatchStep):
+    """Items are rows of a note's tensor (``item_key`` holds a tensor); load_fn doubles them."""
+
+    def __init__(self):
+        super().__init__(batch_size=3, item_key="rows")
+
+    @staticmethod
+    def load_fn(row):
+        return (row * 2, os.getpid())
+
+    def on_item_batch(self, outputs, items, notes):
+        for (out, pid), note in zip(outputs, notes):
+            note.setdefault("doubled", []).append(out)
+            note.setdefault("pids", []).append(pid)
+
+
+def test_kept_pools_serve_later_chunks_with_tensor_items():
+    """A stream's later chunks reach the workers forked for its first one: items (here views of
+    a note's tensor) are sent by value with their tasks, never by sharing the note's storage."""
+    from dagster_graphbook.execution.pools import BatchPools
+
+    pools = BatchPools(keep=True)
+    chunks = [
+        [{"rows": torch.arange(k * 40, k * 40 + 40, dtype=torch.float32).view(10, 4)}]
+        for k in range(3)
+    ]
+    try:
+        for chunk in chunks:
+            run_batch_step(Doubles(), chunk, settings(num_workers=2), pools=pools)
+    finally:
+        pools.close()
+    for chunk in chunks:
+        note = chunk[0]
+        assert torch.equal(torch.stack(note["doubled"]), note["rows"] * 2)
+        assert not note["rows"].is_shared()  # the note's tensor never went to /dev/shm
+    pids = {pid for chunk in chunks for pid in chunk[0]["pids"]}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
 def _lent_batches(keep):
     """Run a ProcessLoader over 24 batches; ``keep(batch)`` is what the step keeps of each.
     Returns (the loader after the run, what was kept, whether each batch was a view of a ring
