@@ -7,6 +7,7 @@ and a model that runs in the consuming (main) process.
 
 from __future__ import annotations
 
+import math
 import resource
 import signal
 import statistics
@@ -106,6 +107,88 @@ def calibrated_conv_model(
     return model, statistics.median(p[0] for p in final), statistics.median(p[1] for p in final)
 
 
+class CudaConvModel(torch.nn.Module):
+    """ConvModel's GPU variant: 64-channel 3x3 convs at full 224x224 resolution, so each kernel
+    runs long enough that the GPU, not the launches from the step's thread, sets the pace; the
+    middle conv repeats `reps` times. Each call records a CUDA event pair around the model's
+    work (busy_s() sums them) and the time of the first call since reset().
+
+    sync_each_batch: read the result back every batch (float(y.sum())), as a step that logs a
+    loss or converts outputs to numpy does; otherwise the output stays on the GPU and the step's
+    thread goes on to the next batch while the GPU works."""
+
+    def __init__(self, device: str = "cuda", reps: int = 1, sync_each_batch: bool = False):
+        super().__init__()
+        self.device, self.reps, self.sync_each_batch = device, reps, sync_each_batch
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU())
+        self.block = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU())
+        self.head = torch.nn.Sequential(
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10)
+        )
+        self.to(device).eval()
+        self.reset()
+
+    def reset(self) -> None:
+        self.events: list = []
+        self.first_call: Optional[float] = None
+
+    @torch.no_grad()
+    def __call__(self, batch: Any) -> Any:
+        if self.first_call is None:
+            self.first_call = time.perf_counter()
+        x = as_batch(batch)  # the batch op hands over CUDA tensors: this stacks on the GPU
+        if not x.is_cuda:  # a DataLoader's (pinned) CPU batch
+            x = x.to(self.device, non_blocking=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        y = self.stem(x)
+        for _ in range(self.reps):
+            y = self.block(y)
+        y = self.head(y)
+        end.record()
+        self.events.append((start, end))
+        return float(y.sum()) if self.sync_each_batch else y
+
+    def busy_s(self) -> float:
+        """Seconds the GPU spent in the model's work since reset() (synchronizes first)."""
+        torch.cuda.synchronize()
+        return sum(start.elapsed_time(end) for start, end in self.events) / 1e3
+
+
+def calibrated_cuda_model(
+    paths: Sequence[str], device: str = "cuda", samples: int = 10
+) -> tuple[CudaConvModel, float, float]:
+    """CudaConvModel whose GPU time per batch is about one batch's sequential load time or a
+    little more (reps rounded up): with 2 or more loader workers the model is the bottleneck.
+    Returns (model, load_s, gpu_s), medians of load/forward pairs as in calibrated_conv_model."""
+    model = CudaConvModel(device, reps=1)
+    samples = max(1, min(samples, len(paths) // BATCH_SIZE))
+
+    def pairs() -> list[tuple[float, float]]:
+        out = []
+        for i in range(samples):
+            t0 = time.perf_counter()
+            batch = torch.stack(
+                [load_item(p) for p in paths[i * BATCH_SIZE : (i + 1) * BATCH_SIZE]]
+            )
+            load_s = time.perf_counter() - t0
+            x = batch.to(device)
+            model.reset()
+            model(x)
+            out.append((load_s, model.busy_s()))
+        return out
+
+    pairs()  # warm-up: CUDA context, cuDNN's choice of kernels
+    model.reps = max(1, math.ceil(statistics.median(load / gpu for load, gpu in pairs())))
+    final = pairs()
+    short = statistics.median(load / gpu for load, gpu in final)
+    if short > 1:  # the stem and head do not repeat: scale the repeated part up, once
+        model.reps = math.ceil(model.reps * short)
+        final = pairs()
+    model.reset()
+    return model, statistics.median(p[0] for p in final), statistics.median(p[1] for p in final)
+
+
 # ---- harness -------------------------------------------------------------------------------
 
 
@@ -198,17 +281,24 @@ class PathDataset(Dataset):
 
 
 def run_dataloader(
-    paths: Sequence[str], stack: bool, model: Model = trivial_model, timeout: float = 120
+    paths: Sequence[str],
+    stack: bool,
+    model: Model = trivial_model,
+    timeout: float = 120,
+    num_workers: int = NUM_WORKERS,
+    pin_memory: bool = False,
 ) -> None:
     """(b) collate_fn=list: what Graphbook-style on_item_batch(outputs=list) needs; (c) default
-    collate stacks in the worker."""
+    collate stacks in the worker. `pin_memory` (CUDA only) pins each batch in the main process,
+    as a GPU training loop would."""
     loader = DataLoader(
         PathDataset(paths),
         batch_size=BATCH_SIZE,
-        num_workers=NUM_WORKERS,
+        num_workers=num_workers,
         collate_fn=None if stack else list,
-        multiprocessing_context="fork",
-        timeout=timeout,
+        multiprocessing_context="fork" if num_workers else None,
+        timeout=timeout if num_workers else 0,
+        pin_memory=pin_memory,
     )
     for batch in loader:
         model(batch)

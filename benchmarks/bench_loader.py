@@ -2,7 +2,8 @@
 0.13.3.
 
     python benchmarks/bench_loader.py [--items 800] [--repeats 3] [--only
-    throughput,big,compute,memory]
+    throughput,big,compute,memory] [--scale-workers 1,2,4,8,16] [--scale-items N]
+    [--gpu-workers 2]
 
 Not a test. One run measures every mode and prints a table per mode (medians and ratios against
 the anchors of the same run), then the issue's targets with PASS or MISS:
@@ -12,7 +13,16 @@ the anchors of the same run), then the issue's targets with PASS or MISS:
   compute     a conv model calibrated to cost about one batch's sequential load: end-to-end vs
               load-only and compute-only (overlap);
   chunks      a stream's chunks of 64 items: pools per chunk vs pools kept for the step;
-  memory      peak memory of the project's pools at 800 vs 8000 items.
+  memory      peak memory of the project's pools at 800 vs 8000 items;
+  scale       (only when named: --only scale; issue 25 part 3) the batch op's process and thread
+              pools vs DataLoader (default collate) at 1, 2, 4, 8, 16 loader workers
+              (--scale-workers; counts above 2x the CPUs are skipped), --scale-items images
+              (default --items), trivial model on the CPU; then, where torch sees CUDA, a model
+              on the GPU calibrated to about one batch's sequential load (the bottleneck): the
+              GPU's busy time (CUDA events around the model's work) as a share of the batch op's
+              wall time, with --gpu-workers loaders, and host-to-device copy times of a stacked
+              batch from pinned vs pageable memory. Without CUDA those rows are n/a. On a
+              16-core machine, use --scale-items 4000 or more so pool start-up does not dominate.
 Each run includes starting and stopping its pool, as one Dagster op run would. Configurations
 run interleaved, run by run, so background load on a shared machine hits them alike; the load
 average is printed with each table. Images come from benchmarks/.data/.
@@ -28,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -39,9 +50,11 @@ import torch  # noqa: E402
 from baselines import (  # noqa: E402
     BATCH_SIZE,
     NUM_WORKERS,
+    CudaConvModel,
     Model,
     as_batch,
     calibrated_conv_model,
+    calibrated_cuda_model,
     configure,
     load_item,
     measure_round_robin,
@@ -96,6 +109,8 @@ def run_project(
     model: Model = trivial_model,
     notes: Optional[list] = None,
     nice: Optional[int] = None,
+    num_workers: int = NUM_WORKERS,
+    device: str = "cpu",
 ):
     """One run of the project's batch op over one note per path; returns its result (raises
     ProjectUnavailable)."""
@@ -108,7 +123,7 @@ def run_project(
     # the step's default settings but the pool kind (and worker_nice where a row names it)
     chosen = {"worker_nice": nice} if nice is not None else {}
     settings = BatchRuntime(
-        num_workers=NUM_WORKERS, worker_type=worker_type, device="cpu", **chosen
+        num_workers=num_workers, worker_type=worker_type, device=device, **chosen
     )
     result = run_batch_step(ImageBatchStep(model), notes, settings=settings)
     released = sum(len(v) for v in result.outputs.values())
@@ -658,7 +673,261 @@ def memory_mode(args) -> None:
         print("  * " + line)
 
 
-MODES = ("throughput", "big", "compute", "chunks", "memory")
+# ---- scale: loader workers, and the GPU (issue 25, part 3) -----------------------------------
+
+H2D_SHAPES = ((BATCH_SIZE, 3, 224, 224), (64, 3, 224, 224))  # one stacked batch, and a bigger one
+H2D_COPIES = 50
+GPU_BUSY_GOAL = 0.9
+GPU_BUSY_TARGET = (
+    "scale: GPU busy >= 90% of the batch op's wall time when the model is the bottleneck"
+)
+
+
+def scale_worker_counts(spec: str) -> tuple[list[int], list[int]]:
+    """(worker counts to run, counts skipped for being above 2x this machine's CPUs)."""
+    asked = [int(w) for w in spec.split(",") if w.strip()]
+    cap = 2 * (os.cpu_count() or 1)
+    return [w for w in asked if w <= cap], [w for w in asked if w > cap]
+
+
+def scale_mode(paths, args) -> None:
+    """The batch op's pools against DataLoader (default collate) at each worker count, I/O-bound
+    (trivial model, device cpu); then the GPU rows (gpu_rows)."""
+    n, R, T = len(paths), args.repeats, args.timeout
+    counts, skipped = scale_worker_counts(args.scale_workers)
+    kinds = (
+        ("process", lambda w: lambda: run_project(paths, "process", num_workers=w)),
+        ("thread", lambda w: lambda: run_project(paths, "thread", num_workers=w)),
+        (
+            "DataLoader",
+            lambda w: lambda: run_dataloader(paths, True, timeout=T, num_workers=w),
+        ),
+    )
+    notes = []
+    if skipped:
+        notes.append(
+            f"skipped {', '.join(map(str, skipped))} workers: more than 2x this machine's "
+            f"{os.cpu_count()} CPUs"
+        )
+    rates: dict = {}
+    if counts:
+        print(
+            "  running batch op (process and thread pools) and DataLoader at "
+            f"{', '.join(map(str, counts))} workers (interleaved) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        runs = {f"{kind} w={w}": make(w) for w in counts for kind, make in kinds}
+        for label, times in measure_round_robin(runs, R, T).items():
+            rates[label] = None if isinstance(times, BaseException) else rate(n, times)
+            if isinstance(times, BaseException):
+                why = times if isinstance(times, ProjectUnavailable) else repr(times)
+                notes.append(f"{label}: n/a ({why})")
+    rows, lowest = [], None
+    base = counts[0] if counts else None
+    for w in counts:
+        proc, thr, dl = (rates.get(f"{kind} w={w}") for kind, _ in kinds)
+        rows.append(
+            [
+                str(w),
+                f2(proc, 1),
+                f2(thr, 1),
+                f2(dl, 1),
+                ratio(proc, dl),
+                ratio(thr, dl),
+                ratio(proc, rates.get(f"process w={base}")),
+                ratio(dl, rates.get(f"DataLoader w={base}")),
+            ]
+        )
+        if proc and dl:
+            lowest = min(lowest or proc / dl, proc / dl)
+    print(
+        f"\nScale: {n} JPEGs 256x256 -> 224x224 tensors, batch {BATCH_SIZE}, trivial model, "
+        f"device cpu, median of {R} interleaved runs after 1 warm-up, {os.cpu_count()} CPUs, "
+        f"{load_avg()} at end"
+    )
+    print_table(
+        [
+            "workers",
+            "batch op process it/s",
+            "batch op thread it/s",
+            "DataLoader (stack) it/s",
+            "process / DL",
+            "thread / DL",
+            f"process vs w={base}",
+            f"DL vs w={base}",
+        ],
+        rows,
+    )
+    for line in notes:
+        print("  * " + line)
+    target(
+        "scale: process pool >= 1.0x DataLoader stacked at every worker count (lowest)",
+        lowest,
+        lowest >= 1.0 if lowest else None,
+    )
+    gpu_rows(paths, args)
+
+
+def gpu_rows(paths, args) -> None:
+    """On CUDA: GPU busy share of the batch op's wall time with a model that is the bottleneck,
+    and host-to-device copy times from pinned vs pageable memory."""
+    if not torch.cuda.is_available():
+        print(
+            "\nGPU: n/a (no CUDA device): the GPU busy share and host-to-device copy rows need one"
+        )
+        for kind in ("process", "thread"):
+            target(f"{GPU_BUSY_TARGET} ({kind} pool)", None, None)
+        return
+    n, R, T, w = len(paths), args.repeats, args.timeout, args.gpu_workers
+    model, load_s, gpu_s = calibrated_cuda_model(paths)
+    models = {False: model, True: CudaConvModel("cuda", model.reps, sync_each_batch=True)}
+    configs = (
+        (
+            "batch op, process pool",
+            lambda m: run_project(paths, "process", m, num_workers=w, device="cuda"),
+        ),
+        (
+            "batch op, thread pool",
+            lambda m: run_project(paths, "thread", m, num_workers=w, device="cuda"),
+        ),
+        (
+            "DataLoader (stack), pin_memory (reference)",
+            lambda m: run_dataloader(paths, True, m, timeout=T, num_workers=w, pin_memory=True),
+        ),
+    )
+    # label -> [(GPU busy s, wall s of the run, wall s from the model's first call), ...]
+    spans: dict = {}
+
+    def timed(label, m, go):
+        def run():
+            m.reset()
+            t0 = time.perf_counter()
+            go(m)
+            busy = m.busy_s()  # synchronizes: the run's wall time includes the queued GPU work
+            end = time.perf_counter()
+            spans.setdefault(label, []).append((busy, end - t0, end - m.first_call))
+
+        return run
+
+    runs = {}
+    for sync in (False, True):
+        for label, go in configs:
+            key = (label, "read back each batch" if sync else "stay on the GPU")
+            runs[key] = timed(key, models[sync], go)
+    print(
+        f"  running the GPU model ({w} loader workers, interleaved) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    measured = measure_round_robin(runs, R, T)
+    rows, notes, busy = [], [], {}
+    for key, times in measured.items():
+        label, outputs = key
+        if isinstance(times, BaseException):
+            why = times if isinstance(times, ProjectUnavailable) else repr(times)
+            notes.append(f"{label}, outputs {outputs}: n/a ({why})")
+            rows.append([label, outputs] + ["n/a"] * 4)
+            continue
+        done = spans[key][1:]  # the first was the warm-up
+        share = statistics.median(b / wall for b, wall, _ in done)
+        steady = statistics.median(b / since for b, _, since in done)
+        busy[key] = share
+        rows.append(
+            [
+                label,
+                outputs,
+                f2(rate(n, times), 1),
+                f2(1e3 * statistics.median(b for b, _, _ in done) / -(-n // BATCH_SIZE)),
+                f"{share:.1%}",
+                f"{steady:.1%}",
+            ]
+        )
+    print(
+        f"\nGPU: {torch.cuda.get_device_name()}, CudaConvModel x{model.reps} = "
+        f"{gpu_s * 1e3:.1f} ms GPU/batch vs sequential load {load_s * 1e3:.1f} ms/batch "
+        f"({w} workers load a batch every ~{load_s / w * 1e3:.1f} ms: "
+        f"{'the model is' if gpu_s > load_s / w else 'NOT the model but the loaders may be'} "
+        f"the bottleneck), {n} items, device cuda, median of {R} interleaved runs after 1 warm-up"
+    )
+    print_table(
+        [
+            "configuration",
+            "model outputs",
+            "it/s",
+            "GPU ms/batch",
+            "GPU busy / op wall",
+            "GPU busy / wall from 1st batch",
+        ],
+        rows,
+    )
+    print(
+        "  * GPU busy: CUDA event pairs around the model's work in each batch, summed; op wall: "
+        "the whole run (pool start and stop, the final synchronize); from 1st batch: from the "
+        "model's first call"
+    )
+    for line in notes:
+        print("  * " + line)
+    for kind in ("process", "thread"):
+        share = busy.get((f"batch op, {kind} pool", "stay on the GPU"))
+        target(
+            f"{GPU_BUSY_TARGET} ({kind} pool)",
+            share,
+            share >= GPU_BUSY_GOAL if share is not None else None,
+            "{:.1%}",
+        )
+    h2d_copy_table()
+
+
+def h2d_copy_table(copies: int = H2D_COPIES) -> None:
+    """Median time of one host-to-device copy of a stacked float32 batch, from pageable and from
+    pinned memory (CUDA events, each copy synchronized before the next)."""
+    rows = []
+    for shape in H2D_SHAPES:
+        dst = torch.empty(shape, device="cuda")
+        ms = {}
+        for kind in ("pageable", "pinned"):
+            src = torch.rand(shape)
+            src = src.pin_memory() if kind == "pinned" else src
+            elapsed = []
+            for _ in range(copies + 1):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                dst.copy_(src, non_blocking=True)
+                end.record()
+                torch.cuda.synchronize()
+                elapsed.append(start.elapsed_time(end))
+            ms[kind] = statistics.median(elapsed[1:])  # the first was the warm-up
+        size = dst.numel() * dst.element_size()
+        rows.append(
+            [
+                "x".join(map(str, shape)),
+                f"{size / 2**20:.1f}",
+                f"{ms['pageable']:.3f}",
+                f"{ms['pinned']:.3f}",
+                f"{size / ms['pageable'] / 1e6:.1f}",
+                f"{size / ms['pinned'] / 1e6:.1f}",
+                ratio(ms["pageable"], ms["pinned"]),
+            ]
+        )
+    print(f"\nHost-to-device copy of one float32 batch, median of {copies} copies (CUDA events)")
+    print_table(
+        [
+            "batch",
+            "MiB",
+            "pageable ms",
+            "pinned ms",
+            "pageable GB/s",
+            "pinned GB/s",
+            "pinned speedup",
+        ],
+        rows,
+    )
+
+
+MODES = ("throughput", "big", "compute", "chunks", "memory", "scale")
+DEFAULT_MODES = ("throughput", "big", "compute", "chunks", "memory")  # scale: --only scale
 
 
 def main() -> None:
@@ -689,8 +958,26 @@ def main() -> None:
     )
     ap.add_argument(
         "--only",
-        default=",".join(MODES),
-        help=f"modes to run (comma-separated: {', '.join(MODES)})",
+        default=",".join(DEFAULT_MODES),
+        help=f"modes to run (comma-separated: {', '.join(MODES)}; default "
+        f"{','.join(DEFAULT_MODES)})",
+    )
+    ap.add_argument(
+        "--scale-workers",
+        default="1,2,4,8,16",
+        help="scale: loader worker counts (counts above 2x the CPUs are skipped)",
+    )
+    ap.add_argument(
+        "--scale-items",
+        type=int,
+        default=None,
+        help="scale: images of the 256x256 set (default: --items)",
+    )
+    ap.add_argument(
+        "--gpu-workers",
+        type=int,
+        default=NUM_WORKERS,
+        help="scale: loader workers of the GPU runs (CUDA only)",
     )
     args = ap.parse_args()
     args.configs = set(args.configs.split(","))
@@ -725,6 +1012,11 @@ def main() -> None:
         chunks_mode(paths, args)
     if "memory" in modes:
         memory_mode(args)
+    if "scale" in modes:
+        # last: the GPU rows start CUDA in this process, which the other modes' forks never see
+        n = args.scale_items or args.items
+        print(f"  preparing {n} images 256x256 under {DATA} ...", file=sys.stderr, flush=True)
+        scale_mode(make_image_set(DATA, n, 256), args)
     print(f"\nTargets (issues 3 and 25; ratios from this run, {load_avg()} at end)")
     print_table(["target", "measured", "result"], TARGETS)
 
