@@ -59,9 +59,20 @@ def _graphbook_executor(default: Mapping[str, Any]) -> dg.ExecutorDefinition:
         loaded once per run), run while this process owns the run."""
         create = _DAGSTER_DEFAULT.executor_creation_fn
         assert create is not None  # Dagster's default executor has one
-        return _OwnedExecutor(create(init_context), owned=True)
+        return _OwnedExecutor(create(_preloading(init_context)), owned=True)
 
     return graphbook_executor
+
+
+def _preloading(context: dg.InitExecutorContext) -> dg.InitExecutorContext:
+    """``multiprocess`` picked in the launchpad without a ``start_method``: the step processes
+    fork from the preloaded forkserver too (``MULTIPROCESS``), not Dagster's spawn, which imports
+    torch and this package again in each of them. A ``start_method`` the run names is kept."""
+    chosen = context.executor_config.get("multiprocess")
+    if not isinstance(chosen, Mapping) or chosen.get("start_method"):
+        return context
+    config = {**context.executor_config, "multiprocess": {**chosen, **MULTIPROCESS["multiprocess"]}}
+    return context._replace(executor_config=config)
 
 
 graphbook_executor = _graphbook_executor({"in_process": {}})
