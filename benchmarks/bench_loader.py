@@ -103,6 +103,9 @@ class ProjectUnavailable(Exception):
     pass
 
 
+CHOSEN_NICE: dict = {}  # worker_type -> the worker_nice each default-settings run ended with
+
+
 def run_project(
     paths: Sequence[str],
     worker_type: str,
@@ -126,6 +129,8 @@ def run_project(
         num_workers=num_workers, worker_type=worker_type, device=device, **chosen
     )
     result = run_batch_step(ImageBatchStep(model), notes, settings=settings)
+    if nice is None and model is not no_model:  # what the default chose (see compute_bound_mode)
+        CHOSEN_NICE.setdefault(worker_type, []).append(result.stats.get("worker_nice"))
     released = sum(len(v) for v in result.outputs.values())
     if released != len(notes) or result.stats["items"] != len(notes):
         raise RuntimeError(
@@ -397,6 +402,7 @@ def compute_bound_mode(paths, args) -> None:
         file=sys.stderr,
         flush=True,
     )
+    CHOSEN_NICE.clear()
     measured = measure_round_robin(runs, R, T)
     failed = {k: v for k, v in measured.items() if isinstance(v, BaseException)}
     rates = {k: None if k in failed else rate(n, v) for k, v in measured.items()}
@@ -457,8 +463,9 @@ def compute_bound_mode(paths, args) -> None:
     )
     print(
         "  * default settings choose worker_nice from the first batches (10 when the step waits "
-        "for its loaders less than half the time, as here); the worker_nice=0 rows show "
-        "equal priority"
+        "for its loaders less than half the time); their end-to-end runs ended at "
+        + ", ".join(f"{k} {v}" for k, v in CHOSEN_NICE.items())
+        + "; the worker_nice=0 rows show equal priority"
     )
     for label, kind in ((configs[2][0], "process"), (configs[3][0], "thread")):
         v, f = overlap.get(label), floor.get(label)

@@ -342,6 +342,8 @@ def run_batch_step(
         "device": device,
         "worker_type": settings.worker_type,
         "num_workers": settings.num_workers,
+        # the workers' priority at the end: the run's worker_nice, else what the step chose
+        "worker_nice": settings.worker_nice if settings.worker_nice >= 0 else priority.lowered,
         "items_skipped": len(run.errors),
     }
     stats.update(run.out.dropped_stats())

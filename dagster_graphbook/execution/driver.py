@@ -236,7 +236,9 @@ class StepDriver:
         self.items_in += result.items_in
         for key, value in result.stats.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if key != "num_workers" and not key.startswith("notes_dropped_"):
+                if key == "worker_nice":  # a setting, not a count: the last chunk's
+                    self.batch[key] = value
+                elif key != "num_workers" and not key.startswith("notes_dropped_"):
                     self.batch[key] = self.batch.get(key, 0) + value
         self.batch["chunks"] = self.batch.get("chunks", 0) + 1
         return result

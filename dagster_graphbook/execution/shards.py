@@ -47,7 +47,7 @@ from .step_op import (
 SHARD_CRASH_RETRY = dg.RetryPolicy(max_retries=1)
 COMMIT_HOOK = "on_commit"  # a step's optional hook: on_commit(self, shard_figures) -> figures
 # stats that are settings or ratios, not amounts: never summed across shards
-_NOT_SUMMED = frozenset({"num_workers", "items_per_s"})
+_NOT_SUMMED = frozenset({"num_workers", "worker_nice", "items_per_s"})
 
 
 @dataclass

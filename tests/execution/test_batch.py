@@ -783,12 +783,13 @@ def test_default_worker_priority_is_lowered_only_when_the_model_is_the_bottlenec
     n = 2 * (WARMUP_BATCHES + 12)
     notes = [{"items": list(range(n)), "dir": str(tmp_path)}]
     said = []
-    run_batch_step(
+    result = run_batch_step(
         step_obj,
         notes,
         settings(num_workers=2, worker_type=worker_type, prefetch=2),
         emit=lambda level, msg: said.append(msg),
     )
+    assert result.stats["worker_nice"] == (AUTO_NICE if model_bound else 0)  # in its metadata
     seen = notes[0]["nice"]
     lowered = min(19, base + AUTO_NICE)
     if model_bound:
