@@ -156,14 +156,16 @@ class _SlabRing:
     passes its descriptor through multiprocessing's resource sharer (a connection per tensor).
     Measured on a 2-core machine for one 8x3x224x224 float batch: about 7 ms of worker CPU and
     2 ms in the step process, against 1 ms here (write into a block already mapped on both sides,
-    send its slot number, copy it out once in the step process): as much as loading 5 of the 8
-    images. A block is sent once, when its slot first needs it (or needs a bigger one).
+    send its slot number; the step is lent the slot on the CPU, or copies it into pinned memory
+    for a GPU): as much as loading 5 of the 8 images. A block is sent once, when its slot first
+    needs it (or needs a bigger one).
 
     Reuse is safe because DataLoader (map-style dataset, in order) hands tasks to its workers in
     turn and sends a new one only when it gives a batch to the step: a worker is at most
-    ``prefetch`` tasks ahead of the batch being consumed, so with ``prefetch + 1`` slots or more a
-    slot is rewritten only after the step copied it out. Each batch stamps its number into the
-    block before its data, and the step checks the stamp after its copy, so a slot rewritten too
+    ``prefetch`` tasks ahead of the batch being consumed, so with ``prefetch + 1`` slots a slot is
+    rewritten only after the step gave it back (``ProcessLoader._take_back``: before it asks for
+    the next batch). Each batch stamps its number into the block before its data, and the step
+    checks the stamp when it gives the slot back (or after its copy), so a slot rewritten too
     early (a DataLoader that dispatched differently) fails loudly instead of mixing batches.
     """
 
@@ -187,8 +189,7 @@ class _SlabRing:
         block, new = self.blocks[slot], None
         if block is None or block.numel() < size or int(_retired(block)[0]):
             try:
-                block = new = torch.empty(size, dtype=torch.uint8).share_memory_()
-                block[:_HEADER].zero_()
+                block = new = _shared_block(size)
             except RuntimeError as exc:  # "unable to allocate shared memory ... No space left"
                 why = f"/dev/shm is full ({str(exc).strip().splitlines()[0][:120]})"
                 return PipedBatch.of(torch.stack(values), why)
@@ -197,6 +198,14 @@ class _SlabRing:
         _stamp(block)[0] = self.seq
         torch.stack(values, out=_view(block, shape, dtype))
         return SlabRef(worker, slot, self.seq, new, shape, dtype)
+
+
+def _shared_block(size: int) -> torch.Tensor:
+    """``size`` bytes made in shared memory at once (``share_memory_()`` on a new tensor would
+    fill private memory first and copy it over: twice the page faults), header zeroed."""
+    block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+    block[:_HEADER].zero_()
+    return block
 
 
 class PipedBatch(NamedTuple):
@@ -336,9 +345,10 @@ class ProcessLoader:
                 worker_init_fn=_WorkerInit(*node, settings.worker_nice),
                 persistent_workers=keep,
             )
-        # slots per worker: more than the tasks a worker can be ahead of the consumed batch
+        # slots per worker: the batch the step holds, and the ``prefetch`` a worker can be ahead
+        # (each block costs ~5 ms to make and send: about 4 images' loading)
         budget = shm_budget(num_workers) if num_workers > 0 else None  # sized from free /dev/shm
-        collate_fn = _WorkerCollate(ring_slots or prefetch + 2, budget)
+        collate_fn = _WorkerCollate(ring_slots or prefetch + 1, budget)
         self.warn = warn
         self.label = label  # names the step in a WorkerDied
         self.loaded = 0  # items of the batches handed out (the step has finished with them)
