@@ -30,6 +30,7 @@ from .torch_internals import (
     forget_worker_pids,
     keep_out_sigchld_handler,
     loader_workers,
+    new_shared_storage,
     shutdown_workers,
     storage_refs,
     tasks_outstanding,
@@ -203,7 +204,7 @@ class _SlabRing:
 def _shared_block(size: int) -> torch.Tensor:
     """``size`` bytes made in shared memory at once (``share_memory_()`` on a new tensor would
     fill private memory first and copy it over: twice the page faults), header zeroed."""
-    block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+    block = torch.empty(0, dtype=torch.uint8).set_(new_shared_storage(size))
     block[:_HEADER].zero_()
     return block
 

@@ -102,3 +102,8 @@ def storage_refs(tensor: torch.Tensor) -> int:
     """
     storage = tensor.untyped_storage()
     return torch._C._storage_Use_Count(storage._cdata) - 2 + sys.getrefcount(storage) - 3
+
+
+def new_shared_storage(size: int) -> torch.UntypedStorage:
+    """``size`` bytes of CPU storage made in shared memory directly (what torch's reducers use)."""
+    return torch.UntypedStorage._new_shared(size)
