@@ -462,8 +462,8 @@ def compute_bound_mode(paths, args) -> None:
         "worker_nice=0 rows use the load-only time of the default rows"
     )
     print(
-        "  * default settings choose worker_nice from the first batches (10 when the step waits "
-        "for its loaders less than half the time); their end-to-end runs ended at "
+        "  * default settings choose worker_nice from the first batches (10 when on_item_batch "
+        "takes more than half the step's time); their end-to-end runs ended at "
         + ", ".join(f"{k} {v}" for k, v in CHOSEN_NICE.items())
         + "; the worker_nice=0 rows show equal priority"
     )

@@ -422,11 +422,10 @@ def _batches(
     run.release_ready(progress)  # notes with no items leave at once (in order)
     batches = iter(loader)
     while True:
-        t0 = time.perf_counter()
+        t0, computed = time.perf_counter(), progress.on_item_batch_s
         run.stage = "load_fn"
         batch = next(batches, None)  # a dead loader worker raises WorkerDied
-        waited = time.perf_counter() - t0
-        progress.loader_wait_s += waited
+        progress.loader_wait_s += time.perf_counter() - t0
         watchdog.touch()
         if batch is None:
             break
@@ -441,7 +440,7 @@ def _batches(
             for done in dumps.poll():
                 run.dump_done(done, progress)
         run.release_ready(progress)
-        priority.observe(waited, time.perf_counter() - t0)
+        priority.observe(progress.on_item_batch_s - computed, time.perf_counter() - t0)
         progress.maybe_report(loader.in_flight(), dumps.in_flight() if dumps else 0)
     if dumps is not None:
         run.stage = "dump_fn"

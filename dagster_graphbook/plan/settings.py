@@ -74,8 +74,8 @@ class BatchRuntime(StepRuntime):
         ge=-1,
         le=19,
         description="added to the nice value of loader and dump workers, so a CPU-bound model "
-        "in the step keeps its core; -1: 10 once the step's first batches show it waits for its "
-        "loaders less than half the time, else 0",
+        "in the step keeps its core; -1: 10 once the step's first batches show it spends more "
+        "than half its time in on_item_batch, else 0",
     )
     max_skipped_fraction: Optional[float] = Field(
         default=None,

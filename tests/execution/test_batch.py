@@ -803,6 +803,34 @@ def test_default_worker_priority_is_lowered_only_when_the_model_is_the_bottlenec
     assert os.getpriority(os.PRIO_PROCESS, 0) == base and _thread_nice() == base
 
 
+class SlowDumps(PaceProbe):
+    """Fast loads and model, dump_fn 20 ms: the step waits for its dumps to drain."""
+
+    @staticmethod
+    def dump_fn(path, _):
+        time.sleep(0.02)
+        NiceProbe.dump_fn(path, _)
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_a_step_waiting_for_its_dumps_keeps_its_workers_priority(tmp_path, worker_type):
+    """Waiting for dumps is not computing: lowering the dumpers would slow the bottleneck."""
+    from dagster_graphbook.execution.priority import WARMUP_BATCHES
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    n = 2 * (WARMUP_BATCHES + 12)
+    notes = [{"items": list(range(n)), "dir": str(tmp_path)}]
+    result = run(
+        SlowDumps(slow_model=False),
+        notes,
+        num_workers=2,
+        worker_type=worker_type,
+        max_dumps_in_flight=2,
+    )
+    assert result.stats["worker_nice"] == 0
+    assert {int((tmp_path / f"{i}.txt").read_text()) for i in range(n)} == {base}
+
+
 def test_a_worker_nice_set_by_the_run_is_kept_even_when_model_bound(tmp_path):
     from dagster_graphbook.execution.priority import WARMUP_BATCHES
 
