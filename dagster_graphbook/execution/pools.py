@@ -4,8 +4,8 @@ A step run in one go makes its pools and closes them at its end. A streamed batc
 per chunk of its notes (``streaming.queue_items``); its driver keeps one ``BatchPools`` from the
 first chunk to the step's end, so worker processes are forked once per step, not per chunk:
 forking two loader workers from a step process that holds torch costs about 60 ms of CPU (9,200
-page faults), and with the default chunks of 64 items the stream's process pool ran at half the
-speed of the same step run in one go (403 against 834 images/s, ``bench_streaming.py``).
+page faults), and with the default chunks of 64 items the stream's process pool ran at 0.35x
+the speed of the same step run in one go (``benchmarks/bench_loader.py --only chunks``).
 """
 
 from __future__ import annotations
