@@ -305,16 +305,29 @@ def test_kept_pools_give_load_fn_the_items_the_default_mode_gives():
     assert kept.seen == per_chunk.seen
 
 
-def test_kept_pools_take_float8_tensor_items():
-    """An item that is a float8 tensor (numpy has no float8) in a later chunk."""
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip("no float8 in this torch")
+def _float8():
+    return torch.ones(4).to(torch.float8_e4m3fn)
+
+
+def _sparse():
+    return torch.eye(4).to_sparse()
+
+
+def _conj():
+    return torch.ones(4, dtype=torch.cfloat).conj()  # lazy conjugate bit set
+
+
+@pytest.mark.parametrize("make", [_float8, _sparse, _conj], ids=["float8", "sparse", "conj"])
+def test_kept_pools_take_tensor_items_numpy_cannot_hold(make):
+    """Items that are tensors numpy cannot represent (float8, sparse, a lazily conjugated view)
+    load in a stream's later chunk as they do in its first (and in the default mode)."""
     chunks = [
-        [{"rows": [torch.ones(4) for _ in range(2)]}],
-        [{"rows": [torch.ones(4).to(torch.float8_e4m3fn) for _ in range(2)]}],
+        [{"rows": [make() for _ in range(2)]}],
+        [{"rows": [make() for _ in range(2)]}],
     ]
     step = _streamed(Seer, chunks)
-    assert len(step.seen) == 4 and step.seen[-1][0] == "torch.float8_e4m3fn"
+    assert len(step.seen) == 4
+    assert step.seen[2:] == step.seen[:2]
 
 
 class Skipper(BatchStep):
@@ -664,3 +677,93 @@ def test_launchpad_multiprocess_keeps_max_concurrent_and_tag_limits(tmp_path, ru
     run = run_wf(wf, [nodes], executor="multiprocess", run_config=cfg)
     assert run.success, run.failure
     assert out.exists()
+
+
+CWD_NODES = """
+    import os
+
+    from graphbook import param, source, step
+
+
+    @step("C/Cwd")
+    @source()
+    @param("out", "string")
+    def cwd(ctx):
+        with open(ctx.out, "w") as f:
+            f.write(os.getcwd())
+        yield {"out": {"pid": os.getpid()}}
+"""
+
+
+def test_launchpad_multiprocess_steps_run_in_the_runs_current_directory(tmp_path, run_wf):
+    """Two launchpad-multiprocess runs from one process, the second after a chdir: its step
+    process must run in the directory the run's process is in now (spawn's behaviour), not the
+    one the forkserver started in."""
+    from tests.conftest import step_node, write_nodes, write_workflow
+
+    nodes = write_nodes(tmp_path / "nodes", "cwd_nodes.py", CWD_NODES)
+    cfg = {"execution": {"config": {"multiprocess": {}}}}
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    seen = []
+    old = os.getcwd()
+    try:
+        for k, folder in enumerate(dirs):
+            folder.mkdir()
+            os.chdir(folder)
+            out = tmp_path / f"cwd{k}.txt"
+            wf = write_workflow(
+                tmp_path, f"cwd{k}", [step_node("1", "Cwd", {"out": str(out)}, source=True)], []
+            )
+            run = run_wf(wf, [nodes], executor="multiprocess", run_config=cfg)
+            assert run.success, run.failure
+            seen.append(out.read_text())
+    finally:
+        os.chdir(old)
+    assert seen == [str(d) for d in dirs], seen
+
+
+def _stream_wf(tmp_path, n, **load):
+    from tests.conftest import write_nodes
+    from tests.execution.test_stream import NODES, _images_workflow
+
+    nodes = write_nodes(tmp_path / "nodes", "stream_nodes.py", NODES)
+    return _images_workflow(tmp_path, tmp_path / "trace.txt", n, **load), nodes
+
+
+STREAM_CFG = {"ops": {"images__stream": {"config": {"streaming": {"queue_items": 16}}}}}
+STREAM_PARAMS = {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}
+
+
+def test_streamed_results_equal_the_default_mode_and_leave_nothing(tmp_path, run_wf):
+    """Property: a stream of 5 chunks (kept pools, lent batches kept in notes by the guide's
+    pattern) gives the default mode's results; no child process or /dev/shm entry is left."""
+    before_kids, before_shm = _kids(), _shm()
+    wf, nodes = _stream_wf(tmp_path, 72)
+    streamed = run_wf(wf, [nodes], STREAM_PARAMS, streaming=True, run_config=STREAM_CFG)
+    assert streamed.success, streamed.failure
+    default = run_wf(wf, [nodes], STREAM_PARAMS)
+    assert default.success, default.failure
+    means = [n["mean"] for n in streamed["Reduce"]["out"]]
+    assert means == [n["mean"] for n in default["Reduce"]["out"]]
+    assert means == [float(i) * 3 * 64 * 64 / (3 * 64 * 64) for i in range(72)]
+    deadline = time.monotonic() + 5
+    while (_kids() - before_kids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (_kids() - before_kids)
+    assert not (_shm() - before_shm)
+
+
+def test_streamed_loader_worker_killed_in_chunk_three_fails_naming_the_step(tmp_path, run_wf):
+    """Property: a kept loader worker SIGKILLed in a later chunk of a real stream fails the run
+    promptly with an error naming the step; no worker is left behind."""
+    before = _kids()
+    wf, nodes = _stream_wf(tmp_path, 64, kill_item="img-40")
+    start = time.monotonic()
+    run = run_wf(wf, [nodes], STREAM_PARAMS, streaming=True, run_config=STREAM_CFG)
+    assert not run.success
+    assert time.monotonic() - start < 25
+    assert "LoadImages" in str(run.failure) and "died" in str(run.failure), run.failure
+    deadline = time.monotonic() + 5
+    while (_kids() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (_kids() - before)
