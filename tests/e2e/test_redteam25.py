@@ -767,3 +767,140 @@ def test_streamed_loader_worker_killed_in_chunk_three_fails_naming_the_step(tmp_
     while (_kids() - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not (_kids() - before)
+
+
+class Nothing(Keeper):
+    def on_item_batch(self, outputs, items, notes):
+        self.kept.append(float(outputs[0][0, 0]))
+
+
+@pytest.mark.parametrize("dump", [False, True], ids=["no-dump", "dump"])
+def test_a_step_that_keeps_nothing_stays_lent_through_the_driver(dump):
+    """Property (the point of lending): through run_batch_step, a step that keeps nothing of its
+    batches is lent every batch (no slot retired, no fall back to copies)."""
+    from dagster_graphbook.execution.pools import BatchPools
+
+    class WithDump(Nothing):
+        def on_item_batch(self, outputs, items, notes):
+            super().on_item_batch(outputs, items, notes)
+            return [(float(o[0, 0]),) for o in outputs]
+
+        @staticmethod
+        def dump_fn(x):
+            pass
+
+    pools = BatchPools(keep=True)
+    step = WithDump("none") if dump else Nothing("none")
+    try:
+        run_batch_step(step, [{"items": list(range(40))}], _settings(), pools=pools)
+        loader = pools.process_loader
+        assert loader.lend, "the driver kept a reference: every batch after the first is copied"
+        assert len(loader.blocks) == 2 * 3  # workers x (prefetch + 1), none retired
+    finally:
+        pools.close()
+    assert step.kept == [float(i) for i in range(0, 40, 4)]
+
+
+class RaisesSometimes(Keeper):
+    """Keeps the views of every batch, then raises for every third batch (after keeping them,
+    and with them in the exception's frames) under on_item_error skip."""
+
+    def on_item_batch(self, outputs, items, notes):
+        self.kept += list(zip(items, outputs))
+        if (items[0] // 4) % 3 == 1:
+            self.errors = getattr(self, "errors", 0) + 1
+            raise ValueError(f"model failed on batch {items[0] // 4}: {outputs[0][0, 0]}")
+
+
+@pytest.mark.parametrize("workers,prefetch", [(1, 1), (2, 3)])
+def test_lent_views_kept_before_on_item_batch_raised_under_skip(workers, prefetch):
+    """Property: views kept by batches whose on_item_batch then raised (skip policy) keep their
+    own items."""
+    step = RaisesSometimes("views")
+    run_batch_step(
+        step,
+        [{"items": list(range(48))}],
+        _settings(num_workers=workers, prefetch=prefetch, on_item_error="skip"),
+    )
+    assert len(step.kept) == 48 and step.errors == 4
+    _check_kept(step.kept)
+
+
+SLEEP_NODES = """
+    import os
+    import time
+
+    from graphbook import param, source, step
+
+
+    @step("Z/Sleeper")
+    @source()
+    @param("out", "string")
+    def sleeper(ctx):
+        with open(ctx.out, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(60)
+        yield {"out": {"pid": os.getpid()}}
+"""
+
+_RUN_SCRIPT = """
+import sys
+from dagster_graphbook import run_workflow
+run_workflow(sys.argv[1], custom_nodes=[sys.argv[2]], params={}, dagster_home=sys.argv[3],
+             executor="multiprocess",
+             run_config={"execution": {"config": {"multiprocess": %s}}})
+"""
+
+
+@pytest.mark.parametrize(
+    "chosen", ["{}", "{'start_method': {'spawn': {}}}"], ids=["plain", "spawn"]
+)
+def test_step_processes_do_not_outlive_a_killed_launchpad_multiprocess_run(tmp_path, chosen):
+    """The run's process is SIGKILLed (OOM killer) while its step runs: the step process (forked
+    from the forkserver, not a child of the run's process) must not go on running by itself."""
+    import subprocess
+    import sys
+
+    from tests.conftest import step_node, write_nodes, write_workflow
+
+    nodes = write_nodes(tmp_path / "nodes", "sleep_nodes.py", SLEEP_NODES)
+    out = tmp_path / "pid.txt"
+    wf = write_workflow(
+        tmp_path, "sleepy", [step_node("1", "Sleeper", {"out": str(out)}, source=True)], []
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUN_SCRIPT % chosen, str(wf), str(nodes), str(home)],
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    step_pid = None
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (out.exists() and out.read_text()):
+            time.sleep(0.1)
+        assert out.exists(), "the step never started"
+        step_pid = int(out.read_text())
+        proc.kill()
+        proc.wait(5)
+        deadline = time.monotonic() + 5
+        while psutil.pid_exists(step_pid) and time.monotonic() < deadline:
+            try:
+                if psutil.Process(step_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.1)
+        alive = psutil.pid_exists(step_pid) and (
+            psutil.Process(step_pid).status() != psutil.STATUS_ZOMBIE
+        )
+        assert not alive, f"step process {step_pid} outlived its killed run by 5 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if step_pid and psutil.pid_exists(step_pid):
+            try:
+                os.kill(step_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
