@@ -13,7 +13,9 @@ steps execute, so a run worker killed from outside is found dead by the next run
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Mapping, Sequence, Union
+import os
+from multiprocessing import forkserver
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 import dagster as dg
 
@@ -59,9 +61,29 @@ def _graphbook_executor(default: Mapping[str, Any]) -> dg.ExecutorDefinition:
         loaded once per run), run while this process owns the run."""
         create = _DAGSTER_DEFAULT.executor_creation_fn
         assert create is not None  # Dagster's default executor has one
-        return _OwnedExecutor(create(_preloading(init_context)), owned=True)
+        context = _preloading(init_context)
+        chosen: Any = context.executor_config.get("multiprocess") or {}
+        if "forkserver" in (chosen.get("start_method") or {}):
+            forkserver_with_this_environment()
+        return _OwnedExecutor(create(context), owned=True)
 
     return graphbook_executor
+
+
+_FORKSERVER_ENV: Optional[Dict[str, str]] = None  # os.environ when this process's server started
+
+
+def forkserver_with_this_environment() -> None:
+    """Restart this process's forkserver when ``os.environ`` changed since it started: step
+    processes fork from it and see its environment, so a script or test running several runs in
+    one process would otherwise give later runs' steps the first run's variables."""
+    global _FORKSERVER_ENV
+    server = forkserver._forkserver  # CPython's one server per process (3.8-3.13)
+    env = dict(os.environ)
+    if getattr(server, "_forkserver_pid", None) is not None and _FORKSERVER_ENV not in (None, env):
+        server._stop()  # type: ignore[attr-defined]  # used by CPython's own tests
+    if getattr(server, "_forkserver_pid", None) is None or _FORKSERVER_ENV is None:
+        _FORKSERVER_ENV = env
 
 
 def _preloading(context: dg.InitExecutorContext) -> dg.InitExecutorContext:

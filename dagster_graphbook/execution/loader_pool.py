@@ -10,6 +10,7 @@ its error policy.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import traceback
@@ -81,7 +82,7 @@ class ItemDataset(Dataset):
         i, item = key if isinstance(key, tuple) else (key, self.items[key])
         try:
             if isinstance(key, tuple):
-                item = map_tensors(PipedBatch.tensor, item, leaf=(PipedBatch,))
+                item = map_tensors(lambda v: v.tensor(), item, leaf=(PipedBatch, _Saved))
             with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
                 return i, self.load_fn(item, **self.params), None
         except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
@@ -138,6 +139,19 @@ def _nbytes(shape: Tuple[int, ...], dtype: torch.dtype) -> int:
 
 def _view(block: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return block[_HEADER : _HEADER + _nbytes(shape, dtype)].view(dtype).view(shape)
+
+
+def _lent_view(block: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """The batch in ``block``, on a storage of its own that holds the block through a numpy view.
+
+    A plain view would share the block's storage: a step that pickles it to another process
+    (a ``torch.multiprocessing`` queue) would send the ring's block itself, which the worker
+    rewrites later. This storage is not shared memory, so torch's reducer moves it into new shared
+    memory first (a copy), and the step's own tensors follow it off the block.
+    """
+    return torch.frombuffer(
+        block.numpy(), dtype=dtype, offset=_HEADER, count=math.prod(shape)
+    ).view(shape)
 
 
 def _stamp(block: torch.Tensor) -> torch.Tensor:
@@ -197,7 +211,8 @@ class _SlabRing:
             self.blocks[slot] = block
         self.seq += 1
         _stamp(block)[0] = self.seq
-        torch.stack(values, out=_view(block, shape, dtype))
+        with torch.no_grad():  # a load_fn's requires_grad tensors: stack(out=) refuses autograd
+            torch.stack(values, out=_view(block, shape, dtype))
         return SlabRef(worker, slot, self.seq, new, shape, dtype)
 
 
@@ -213,19 +228,22 @@ class PipedBatch(NamedTuple):
     """A tensor sent by value through a pipe: a stacked batch when ``/dev/shm`` is too small for
     the ring (64 MiB by default in Docker and Kubernetes), or one in an item sent with its task."""
 
-    array: Any  # numpy array: pickled by value, never through torch's shared-memory files
+    array: Any  # its bytes as a numpy uint8 array: pickled by value, never through /dev/shm
     dtype: torch.dtype
     reason: str
+    shape: Tuple[int, ...] = ()
+    requires_grad: bool = False
 
     @classmethod
     def of(cls, block: torch.Tensor, reason: str) -> PipedBatch:
-        if block.dtype == torch.bfloat16:  # numpy has no bfloat16
-            return cls(block.view(torch.int16).numpy(), block.dtype, reason)
-        return cls(block.numpy(), block.dtype, reason)
+        """Any dtype numpy lacks (bfloat16, float8) travels as its bytes."""
+        dense = block.detach().resolve_conj().resolve_neg().contiguous()
+        data = dense.reshape(-1).view(torch.uint8).numpy()
+        return cls(data, dense.dtype, reason, tuple(dense.shape), block.requires_grad)
 
     def tensor(self) -> torch.Tensor:
-        out = torch.from_numpy(self.array)
-        return out.view(torch.bfloat16) if self.dtype == torch.bfloat16 else out
+        out = torch.from_numpy(self.array).view(self.dtype).view(self.shape)
+        return out.requires_grad_() if self.requires_grad else out
 
 
 SHM_HELP = (
@@ -271,10 +289,28 @@ def _batches(n: int, batch_size: int) -> BatchSampler:
 
 def _by_value(item: Any) -> Any:
     """``item`` with its CPU tensors as ``PipedBatch``es: pickled by value through the task pipe,
-    never moved to ``/dev/shm`` by torch's reducer (which would share a note's whole tensor)."""
-    return map_tensors(
-        lambda t: PipedBatch.of(t.detach(), "item") if t.device.type == "cpu" else t, item
-    )
+    never moved to ``/dev/shm`` by torch's reducer (which would share a note's whole tensor).
+    Sparse and other non-strided tensors are pickled by value by torch's own ``save``."""
+    return map_tensors(_tensor_by_value, item)
+
+
+def _tensor_by_value(t: torch.Tensor) -> Any:
+    if t.device.type != "cpu":
+        return t
+    if t.layout != torch.strided:
+        buffer = io.BytesIO()
+        torch.save(t, buffer)
+        return _Saved(buffer.getvalue())
+    return PipedBatch.of(t, "item")
+
+
+class _Saved(NamedTuple):
+    """A tensor ``torch.save``d to bytes (a sparse item of a stream's later chunk)."""
+
+    data: bytes
+
+    def tensor(self) -> torch.Tensor:
+        return torch.load(io.BytesIO(self.data), weights_only=True)
 
 
 class _Tasks:
@@ -381,7 +417,16 @@ class ProcessLoader:
         keep_out_sigchld_handler()
         if self._it is not None:  # kept workers: their restart waits in torch's own slices
             wait_in_slices(self._it, None)
-        self._it = iter(self.loader)
+            try:
+                self._it = iter(self.loader)
+            except RuntimeError as exc:  # a kept worker died between chunks
+                _drop_frame_locals(exc)
+                dead = self._dead_workers()
+                if dead:
+                    raise self._died(dead) from exc
+                raise
+        else:
+            self._it = iter(self.loader)
         wait_in_slices(self._it, LIVENESS_CHECK_S)
         while True:
             try:
@@ -438,7 +483,7 @@ class ProcessLoader:
             block = self.blocks[(ref.worker, ref.slot)]
             if self.lend:
                 self._lent = ref._replace(block=None)
-                return batch._replace(stacked=_view(block, ref.shape, ref.dtype))
+                return batch._replace(stacked=_lent_view(block, ref.shape, ref.dtype))
             out = torch.empty(ref.shape, dtype=ref.dtype, pin_memory=self.pin)
             out.copy_(_view(block, ref.shape, ref.dtype))
             _check_stamp(block, ref)

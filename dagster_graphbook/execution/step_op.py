@@ -33,6 +33,7 @@ from .guard import check_code_config, check_partition_key
 from .routing import PinNotes, StepResult, dropped_stats
 from .step_metadata import step_metadata
 from .stream import StreamingRun, StreamStep
+from .workers import die_with_the_run
 
 
 def config_kwargs(
@@ -202,6 +203,7 @@ def run_op(
     op runs alone): ``notes`` are a shard's slice of the step's input notes (instead of
     ``inputs``), the first of them the step's note ``first_note``; ``max_skipped_fraction`` is
     then the commit's to check, on the whole step's share."""
+    die_with_the_run()
     config = op_config(context)
     emit = log_emitter(context.log)
     drivers: Dict[str, StepDriver] = {}

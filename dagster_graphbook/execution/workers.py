@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from ..authoring._tempfiles import pid_exists  # the one check that a pid exists
@@ -38,6 +39,38 @@ def die_with_parent(step_pid: Optional[int] = None) -> None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if step_pid is not None and not pid_running(step_pid):
         os._exit(1)
+
+
+_WATCHING_RUN = False
+
+
+def die_with_the_run() -> None:
+    """A step process that a run's process started (Dagster's multiprocess executor) dies with
+    it, so a killed run leaves no step writing for it. Runs in process, and daemonic pool
+    children, are left alone.
+
+    Spawned, the run's process is this one's parent: the parent-death signal does it. Forked by
+    a forkserver, the server is, and it outlives the run (CPython hands each child the server's
+    liveness pipe, so its children keep it running): a thread watches the run's pid instead.
+    """
+    global _WATCHING_RUN
+    parent = multiprocessing.parent_process()
+    if parent is None or multiprocessing.current_process().daemon or parent.pid is None:
+        return
+    die_with_parent(parent.pid)
+    if os.getppid() != parent.pid and not _WATCHING_RUN:
+        _WATCHING_RUN = True
+        import threading
+
+        threading.Thread(
+            target=_kill_self_when_gone, args=(parent.pid,), name="graphbook-run-watch", daemon=True
+        ).start()
+
+
+def _kill_self_when_gone(pid: int, every_s: float = 1.0) -> None:
+    while pid_running(pid):
+        time.sleep(every_s)
+    os.kill(os.getpid(), signal.SIGKILL)  # as the parent-death signal would
 
 
 def pid_running(pid: int) -> bool:
