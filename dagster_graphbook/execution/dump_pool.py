@@ -98,7 +98,10 @@ def _exited(procs: List[Any], wait_s: float = DEATH_WAIT_S) -> List[Tuple[int, i
     deadline = time.monotonic() + wait_s
     while True:
         gone = [(p.pid, p.exitcode) for p in procs if not p.is_alive()]
-        if any(code != -signal.SIGTERM for _, code in gone) or time.monotonic() >= deadline:
+        signalled = any(
+            code is not None and code < 0 and code != -signal.SIGTERM for _, code in gone
+        )
+        if signalled or time.monotonic() >= deadline:  # an exit code alone may be a sibling's
             return gone
         time.sleep(0.01)
 
@@ -188,7 +191,12 @@ class DumpPool:
         SIGTERM once it saw the death, so those are named only when no other is gone)."""
         procs = {**self.workers, **{p.pid: p for p in pool_processes(self.executor)}}
         gone = _exited(list(procs.values()))
-        dead = [(pid, code) for pid, code in gone if code != -signal.SIGTERM] or gone
+        # the one killed by a signal first: a sibling that saw the pool's pipes close may have
+        # exited with code 1 before the pool's SIGTERM reached it
+        killed = [(pid, code) for pid, code in gone if code is not None and code < 0]
+        dead = [d for d in killed if d[1] != -signal.SIGTERM] + [
+            d for d in gone if d not in killed and d[1] != -signal.SIGTERM
+        ] or gone
         return WorkerDied(
             self.label,
             "a dump worker process died (killed by a signal: out of memory, segfault or kill) "
