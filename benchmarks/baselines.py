@@ -77,6 +77,19 @@ class ConvModel(torch.nn.Module):
         return float(y.sum())
 
 
+def _load_forward_pairs(
+    paths: Sequence[str], samples: int, forward: Callable[[torch.Tensor], float]
+) -> list[tuple[float, float]]:
+    """(load seconds, forward seconds) of up to `samples` batches, each loaded then forwarded:
+    this machine's speed drifts (shared host), and a pair sees the same conditions."""
+    out = []
+    for i in range(max(1, min(samples, len(paths) // BATCH_SIZE))):
+        t0 = time.perf_counter()
+        batch = torch.stack([load_item(p) for p in paths[i * BATCH_SIZE : (i + 1) * BATCH_SIZE]])
+        out.append((time.perf_counter() - t0, forward(batch)))
+    return out
+
+
 def calibrated_conv_model(
     paths: Sequence[str], samples: int = 10
 ) -> tuple[ConvModel, float, float]:
@@ -87,19 +100,14 @@ def calibrated_conv_model(
     this machine's speed drifts (shared host), and a pair sees the same conditions.
     """
     model = ConvModel(1)
-    samples = max(1, min(samples, len(paths) // BATCH_SIZE))
+
+    def forward(batch: torch.Tensor) -> float:
+        t0 = time.perf_counter()
+        model(batch)
+        return time.perf_counter() - t0
 
     def pairs() -> list[tuple[float, float]]:
-        out = []
-        for i in range(samples):
-            t0 = time.perf_counter()
-            batch = torch.stack(
-                [load_item(p) for p in paths[i * BATCH_SIZE : (i + 1) * BATCH_SIZE]]
-            )
-            t1 = time.perf_counter()
-            model(batch)
-            out.append((t1 - t0, time.perf_counter() - t1))
-        return out
+        return _load_forward_pairs(paths, samples, forward)
 
     pairs()  # warm-up
     model.reps = max(1, round(statistics.median(load / fwd for load, fwd in pairs())))
@@ -165,21 +173,15 @@ def calibrated_cuda_model(
     little more (reps rounded up): with 2 or more loader workers the model is the bottleneck.
     Returns (model, load_s, gpu_s), medians of load/forward pairs as in calibrated_conv_model."""
     model = CudaConvModel(device, reps=1)
-    samples = max(1, min(samples, len(paths) // BATCH_SIZE))
+
+    def forward(batch: torch.Tensor) -> float:
+        x = batch.to(device)
+        model.reset()
+        model(x)
+        return model.busy_s()
 
     def pairs() -> list[tuple[float, float]]:
-        out = []
-        for i in range(samples):
-            t0 = time.perf_counter()
-            batch = torch.stack(
-                [load_item(p) for p in paths[i * BATCH_SIZE : (i + 1) * BATCH_SIZE]]
-            )
-            load_s = time.perf_counter() - t0
-            x = batch.to(device)
-            model.reset()
-            model(x)
-            out.append((load_s, model.busy_s()))
-        return out
+        return _load_forward_pairs(paths, samples, forward)
 
     pairs()  # warm-up: CUDA context, cuDNN's choice of kernels
     model.reps = max(1, math.ceil(statistics.median(load / gpu for load, gpu in pairs())))

@@ -284,9 +284,13 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
     dl_list, gbr = rates.get(configs[1][1]), rates.get(gb_label)
     order = [c[1] for c in configs[:4]] + [gb_label] + [c[1] for c in configs[4:]]
     rows = []
+    cpu_ms_of = {k: 1e3 * statistics.median(v) / n for k, v in cpu.items() if v}
+    seq_cpu = cpu_ms_of.get(configs[0][1])
     for label in (c for c in order if c in rates):
         r, times = rates[label], results[label]
-        cpu_ms = 1e3 * statistics.median(cpu[label]) / n if cpu.get(label) else None
+        cpu_ms = cpu_ms_of.get(label)
+        # the share of the ideal this configuration's CPU cost allows with every core busy
+        ceiling = seq_cpu / cpu_ms if seq_cpu and cpu_ms and label != configs[0][1] else None
         rows.append(
             [
                 label,
@@ -299,6 +303,8 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
                 ratio(r, gbr),
                 f2(r / (2 * seq) if r and seq else None),
                 f2(cpu_ms),
+                f2(ceiling),
+                f2(r / (2 * seq) / ceiling if r and seq and ceiling else None),
             ]
         )
     print(
@@ -319,13 +325,19 @@ def throughput_mode(paths, size, args, with_graphbook: bool = True) -> None:
             "vs Graphbook",
             "frac of ideal (2x seq)",
             "CPU ms/item",
+            "CPU ceiling",
+            "core use",
         ],
         rows,
     )
     print(
         "  * CPU ms/item: CPU time of the run (step process, its threads and pool "
         "workers) per item, median;"
-        " unlike items/s it hardly depends on what else the machine runs"
+        " unlike items/s it hardly depends on what else the machine runs\n"
+        "  * CPU ceiling: sequential's CPU ms/item over this row's, the frac of ideal its CPU cost"
+        " allows with both cores busy; core use: frac of ideal / CPU ceiling (1.00: no core"
+        " idle). A frac of ideal short of its goal is extra CPU where the ceiling is low, idle"
+        " cores where core use is"
     )
     for line in notes:
         print("  * " + line)

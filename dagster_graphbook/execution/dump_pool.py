@@ -27,7 +27,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime
 from .errors import WorkerDied, cuda_fork_hint, exit_hint
 from .threads import pool_processes, pool_thread_ids
-from .workers import init_worker, lower_priority, renice
+from .workers import PoolNice, init_worker
 
 _DUMP_FN: Optional[Callable[..., Any]] = None
 _CALL_TIMEOUT_S: Optional[float] = None
@@ -124,7 +124,7 @@ class DumpPool:
         self.max_in_flight = max(1, settings.max_dumps_in_flight)
         self.pending: Dict[Future, Any] = {}
         size = max(1, settings.dump_pool_size)
-        self.nice = nice = max(0, settings.worker_nice)  # -1: chosen later (priority.py)
+        self.nice = PoolNice(settings.worker_nice)
         self.threads = settings.worker_type == "thread" or settings.num_workers == 0
         self.size = size
         # the worker processes, kept here: a broken pool may forget its own before we look
@@ -133,26 +133,22 @@ class DumpPool:
             self.executor: Any = ThreadPoolExecutor(
                 size,
                 thread_name_prefix="graphbook-dump",
-                initializer=self._started,
+                initializer=self.nice.thread_started,
             )
         else:
             self.executor = ProcessPoolExecutor(
                 size,
                 mp_context=multiprocessing.get_context(settings.start_method),
                 initializer=_init,
-                initargs=(dump_fn, *node, nice, settings.call_timeout_s, os.getpid()),
+                initargs=(dump_fn, *node, self.nice.nice, settings.call_timeout_s, os.getpid()),
             )
-
-    def _started(self) -> None:
-        lower_priority(self.nice, thread=True)  # threads start on demand: read the level now
 
     def lower(self, by: int) -> None:
         """Lower the workers' priority by ``by`` nice levels (see ``priority.py``)."""
-        self.nice += by
         if self.threads:
-            renice(pool_thread_ids(self.executor), by)
+            self.nice.lower(pool_thread_ids(self.executor), by)
         else:
-            renice([p.pid for p in pool_processes(self.executor) if p.is_alive()], by)
+            self.nice.lower([p.pid for p in pool_processes(self.executor) if p.is_alive()], by)
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
         done = self.poll(block=len(self.pending) >= self.max_in_flight)

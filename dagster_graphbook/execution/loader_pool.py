@@ -16,6 +16,7 @@ import os
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -37,7 +38,7 @@ from .torch_internals import (
     tasks_outstanding,
     wait_in_slices,
 )
-from .workers import SHM_DIR, init_worker, lower_priority, renice, shm_free_bytes
+from .workers import SHM_DIR, PoolNice, init_worker, renice, shm_free_bytes
 
 
 class LoadedBatch(NamedTuple):
@@ -417,20 +418,15 @@ class ProcessLoader:
         keep_out_sigchld_handler()
         if self._it is not None:  # kept workers: their restart waits in torch's own slices
             wait_in_slices(self._it, None)
-            try:
+            with self._deaths_named():  # a kept worker died between chunks
                 self._it = iter(self.loader)
-            except RuntimeError as exc:  # a kept worker died between chunks
-                _drop_frame_locals(exc)
-                dead = self._dead_workers()
-                if dead:
-                    raise self._died(dead) from exc
-                raise
         else:
             self._it = iter(self.loader)
         wait_in_slices(self._it, LIVENESS_CHECK_S)
         while True:
             try:
-                batch = next(self._it)
+                with self._deaths_named():
+                    batch = next(self._it)
             except StopIteration:
                 return
             except BatchNotReady:
@@ -439,17 +435,24 @@ class ProcessLoader:
                     raise self._died(dead) from None
                 # a slow batch, not a dead worker: keep waiting (the iterator state is unchanged)
                 continue
-            except RuntimeError as exc:  # torch found a dead worker, or another failure
-                _drop_frame_locals(exc)
-                dead = self._dead_workers()
-                if dead:
-                    raise self._died(dead) from exc
-                raise
             batch = self._receive(batch)
             self.loaded += len(batch.indices) + len(batch.errors)
             yield batch
             batch = None  # the step is done with it (it dropped its own references): take it back
             self._take_back()
+
+    @contextmanager
+    def _deaths_named(self) -> Iterator[None]:
+        """torch's RuntimeError while a worker is gone (it says so only in its message) becomes
+        one ``WorkerDied`` naming the step and the items; any other failure passes as it is."""
+        try:
+            yield
+        except RuntimeError as exc:
+            _drop_frame_locals(exc)
+            dead = self._dead_workers()
+            if dead:
+                raise self._died(dead) from exc
+            raise
 
     def _dead_workers(self) -> List[Tuple[int, Optional[int]]]:
         """(pid, exit code) of the workers that are gone while batches are still expected."""
@@ -544,9 +547,9 @@ def _check_stamp(block: torch.Tensor, ref: SlabRef) -> None:
     """Fail loudly when a worker wrote into the slot while the step still read it."""
     if int(_stamp(block)[0]) != ref.seq:
         raise RuntimeError(
-            f"internal error: loader worker {ref.worker} rewrote ring slot {ref.slot} before "
-            f"batch {ref.seq} was copied out (it holds batch {int(_stamp(block)[0])}); please "
-            "report this with your torch version"
+            f"internal error: loader worker {ref.worker} rewrote ring slot {ref.slot} while "
+            f"batch {ref.seq} was still in the step's hands (it holds batch "
+            f"{int(_stamp(block)[0])}); please report this with your torch version"
         )
 
 
@@ -581,7 +584,7 @@ class ThreadLoader:
         self, dataset: ItemDataset, batch_size: int, settings: BatchRuntime, stack: bool = False
     ):
         self.dataset = dataset
-        self.nice = max(0, settings.worker_nice)  # -1: chosen later (priority.py)
+        self.nice = PoolNice(settings.worker_nice)
         self.stack = stack
         self.ranges = _batches(len(dataset), batch_size)
         self.num_workers = max(1, settings.num_workers)
@@ -593,7 +596,7 @@ class ThreadLoader:
         self.pool = ThreadPoolExecutor(
             self.num_workers,
             thread_name_prefix="graphbook-load",
-            initializer=self._started,
+            initializer=self.nice.thread_started,
         )
         ranges = iter(self.ranges)
         for r in ranges:
@@ -607,14 +610,9 @@ class ThreadLoader:
                 self.pending.append(self.pool.submit(_load_range, self.dataset, nxt, self.stack))
             yield batch
 
-    def _started(self) -> None:
-        lower_priority(self.nice, thread=True)
-
     def lower(self, by: int) -> None:
         """Lower the threads' priority by ``by`` nice levels (see ``priority.py``)."""
-        self.nice += by
-        if self.pool is not None:
-            renice(pool_thread_ids(self.pool), by)
+        self.nice.lower(pool_thread_ids(self.pool) if self.pool is not None else [], by)
 
     def in_flight(self) -> int:
         return len(self.pending)

@@ -125,6 +125,21 @@ def lower_priority(nice: int, thread: bool = False) -> None:
         renice([os.getpid()], nice)
 
 
+class PoolNice:
+    """A pool's nice level: the one its threads set when they start (on demand, so they read it
+    then), raised for the workers already running by ``lower`` (see ``priority.py``)."""
+
+    def __init__(self, nice: int):
+        self.nice = max(0, nice)  # -1: chosen later, by priority.py
+
+    def thread_started(self) -> None:
+        lower_priority(self.nice, thread=True)
+
+    def lower(self, ids: Sequence[int], by: int) -> None:
+        self.nice += by
+        renice(ids, by)
+
+
 def init_worker(
     node_id: str, node_name: str, nice: int = 0, step_pid: Optional[int] = None
 ) -> None:

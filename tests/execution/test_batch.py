@@ -850,7 +850,7 @@ def test_ring_slot_rewritten_too_early_fails_loudly():
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
     loader = ProcessLoader(dataset, 4, settings, pin_memory=False, node=("9", "S"), ring_slots=1)
     try:
-        with pytest.raises(RuntimeError, match="rewrote ring slot 0 before batch"):
+        with pytest.raises(RuntimeError, match="rewrote ring slot 0 while batch"):
             for _ in loader:
                 time.sleep(0.05)  # a slow step: the workers run ahead into the only slot
     finally:
