@@ -418,9 +418,7 @@ class ProcessLoader:
         keep_out_sigchld_handler()
         if self._it is not None:  # kept workers: their restart waits in torch's own slices
             wait_in_slices(self._it, None)
-            with self._deaths_named():  # a kept worker died between chunks
-                self._it = iter(self.loader)
-        else:
+        with self._deaths_named():  # a kept worker may have died between chunks
             self._it = iter(self.loader)
         wait_in_slices(self._it, LIVENESS_CHECK_S)
         while True:
