@@ -311,6 +311,10 @@ def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
     (home / "dagster.yaml").write_text(WEBSERVER_INSTANCE_YAML)
     port = _free_port()
     log_path = home / "webserver.log"
+    # the checkout first: the code servers run in their location's working directory, where an
+    # editable install made from another checkout (a git worktree sharing its venv) would
+    # otherwise give the location and its runs that checkout's package, not the one under test
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     with open(log_path, "w") as log:
         # start_new_session + SIGINT reset: the whole group can be stopped with SIGINT even when
         # pytest
@@ -328,7 +332,7 @@ def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
                 str(port),
             ],
             cwd=REPO,
-            env={**os.environ, "DAGSTER_HOME": str(home)},
+            env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": pythonpath},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

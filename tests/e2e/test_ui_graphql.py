@@ -1,5 +1,6 @@
 """What the UI reads, through a real dagster-webserver's GraphQL: asset checks, code versions and
-"Unsynced", progress lines in a run's log, and a broken workflow beside working ones.
+"Unsynced", progress lines in a run's log, a broken workflow beside working ones, and the steps of a
+run that picked ``multiprocess`` forked from the preloaded forkserver.
 
 The location (tests/e2e/ui_cases.py) is written to a temporary folder that the tests edit like a
 user would (a parameter in the workflow file, a step's source) before reloading it as the UI's
@@ -8,12 +9,16 @@ user would (a parameter in the workflow file, a step's source) before reloading 
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
+from dagster_graphbook.defs.executor import MULTIPROCESS
+from dagster_graphbook.execution.workers import pid_running
 from tests.conftest import serve_webserver
 from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
 
@@ -209,3 +214,30 @@ def test_code_versions_change_on_edits_and_the_asset_shows_unsynced(server, proj
     changed = {k for k in ours if after_source[k]["opVersion"] != after_param[k]["opVersion"]}
     assert changed == {"versioned/Tally"}
     assert after_source["versioned/Tally"]["staleStatus"] == "STALE"
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) multiprocess picked in the launchpad
+
+
+def test_multiprocess_from_the_launchpad_forks_the_steps_from_the_preloaded_forkserver(
+    server, project
+):
+    # as typed in the launchpad: no start_method, which Dagster alone would take as spawn
+    run_id = _launch(server, "forked", {"execution": {"config": {"multiprocess": {}}}})
+    server.expect_success(run_id)
+    record = json.loads((project / "forked_process.json").read_text())
+    run_pid, parent = record["run_pid"], record["parent"]
+    # a process of its own, started for the run's process...
+    assert run_pid is not None and record["pid"] != run_pid, record
+    # ...but not its child (spawn): forked by the run's forkserver, which preloaded the package
+    # and torch
+    assert parent["pid"] != run_pid and parent["ppid"] == run_pid, record
+    assert "from multiprocessing.forkserver import main" in parent["cmdline"], record
+    preload = MULTIPROCESS["multiprocess"]["start_method"]["forkserver"]["preload_modules"]
+    assert repr(preload)[1:-1] in parent["cmdline"], record  # main(r, w, [...preload], ...)
+    # the server ends with the run: nothing of it left running
+    deadline = time.time() + 30
+    while pid_running(parent["pid"]) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not pid_running(parent["pid"]), f"forkserver {parent['pid']} outlived run {run_id}"

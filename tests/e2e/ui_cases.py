@@ -8,7 +8,9 @@ and returns the ``workspace.yaml`` that a real ``dagster-webserver`` serves as l
   progress) -> Score (reports ``accuracy``) -> After; a warning check ``row_count >= 1`` on
   Items and a blocking check ``accuracy >= 0.9`` on Score;
 - ``versioned``: Items -> Tally, Tally's step in a file of its own, for edits;
-- ``broken``: names a step no node file defines, so it loads as ``FAILED TO LOAD: ...``.
+- ``broken``: names a step no node file defines, so it loads as ``FAILED TO LOAD: ...``;
+- ``forked``: one step, Where, writing how its process was started (which process forked it,
+  with that one's command line) to ``forked_process.json`` beside the workflows.
 """
 
 from __future__ import annotations
@@ -66,6 +68,35 @@ def score(ctx, data):
     ctx.dagster_metadata = {"accuracy": ctx.score}
 
 
+@step("UI/Where")
+@source()
+@param("record", "string", default="")
+def where(ctx):
+    \"\"\"Writes how this step's process was started: its parent (the forkserver or the run's
+    process) with that one's command line and parent, and the run's process (multiprocessing's
+    parent of this one).\"\"\"
+    import json
+    import multiprocessing
+    import os
+
+    def stat(pid):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\\0", b" ").decode()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        return {"pid": pid, "cmdline": cmdline, "ppid": ppid}
+
+    run = multiprocessing.parent_process()
+    record = {
+        "pid": os.getpid(),
+        "run_pid": run.pid if run is not None else None,
+        "parent": stat(os.getppid()),
+    }
+    with open(ctx.record, "w") as f:
+        json.dump(record, f)
+    yield {"out": {"i": 0, "items": [0]}}
+
+
 @step("UI/After")
 @param("marker", "string", default="")
 def after(ctx, data):
@@ -97,6 +128,7 @@ defs = build_definitions(
         GraphbookWorkflow(ROOT + "/checked.json", custom_nodes=NODES, checks=CHECKS),
         GraphbookWorkflow(ROOT + "/versioned.json", custom_nodes=NODES),
         GraphbookWorkflow(ROOT + "/broken.json", custom_nodes=NODES),
+        GraphbookWorkflow(ROOT + "/forked.json", custom_nodes=NODES),
     ],
     notes_dir=ROOT + "/notes",
 )
@@ -132,6 +164,12 @@ def make_ui_project(root: Path, *, with_repository: bool = False) -> Path:
         "broken",
         [step_node("1", "Items", {"n": 2}, source=True), step_node("2", BROKEN_STEP)],
         [edge("1", "out", "2")],
+    )
+    write_workflow(
+        root,
+        "forked",
+        [step_node("1", "Where", {"record": str(root / "forked_process.json")}, source=True)],
+        [],
     )
     (root / "location.py").write_text(LOCATION_PY.format(root=str(root)))
     workspace = root / "workspace.yaml"
