@@ -1,0 +1,220 @@
+"""Red team 25b: what tests/e2e/test_redteam25.py missed in lent ring slots, kept pools across a
+stream's chunks and automatic worker priority. Real worker processes, real /dev/shm, real kills."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from dagster_graphbook.authoring.steps import BatchStep
+from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.pools import BatchPools
+from dagster_graphbook.plan.settings import BatchRuntime
+
+
+def _settings(**kw):
+    return BatchRuntime(**{**dict(num_workers=2, device="cpu", start_method="fork"), **kw})
+
+
+def _kids() -> set:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Kept pools: a later chunk's items travel through the task pipe
+
+
+class LockItems(BatchStep):
+    """Items are dicts that hold a lock (a source yielding records with a handle, a lock or a
+    lambda): fine for workers forked with them, not picklable."""
+
+    def __init__(self):
+        super().__init__(2, "items")
+        self.got = []
+
+    @staticmethod
+    def load_fn(item):
+        return torch.full((2,), float(item["i"]))
+
+    def on_item_batch(self, outputs, items, notes):
+        self.got += [float(o[0]) for o in outputs]
+
+
+def _lock_items(lo, hi):
+    return [{"items": [{"i": i, "lock": threading.Lock()} for i in range(lo, hi)]}]
+
+
+def test_a_later_chunks_unpicklable_items_load_or_fail_promptly_never_hang():
+    """A stream's chunk 1 loads items that cannot be pickled (the workers were forked with them);
+    chunk 2's are sent to the kept workers with their tasks, and multiprocessing's queue feeder
+    thread only prints the pickling error and drops the task: the step then waits forever for
+    that batch (the stall warning repeats, nothing fails). It must load them as chunk 1 did (as
+    pools made per chunk do), or fail at once naming the step and the pickling problem."""
+    label = "step 3 (LockStep)"
+    pools = BatchPools(keep=True)
+    step = LockItems()
+    cfg = _settings(num_workers=2, prefetch=1)
+    outcome = {}
+
+    def chunk2():
+        try:
+            run_batch_step(step, _lock_items(4, 8), cfg, pools=pools, label=label)
+            outcome["ok"] = True
+        except BaseException as exc:  # noqa: BLE001 - the failure is what is tested
+            outcome["err"] = exc
+
+    hung = False
+    try:
+        run_batch_step(step, _lock_items(0, 4), cfg, pools=pools, label=label)
+        assert step.got == [0.0, 1.0, 2.0, 3.0]
+        workers = _kids()
+        thread = threading.Thread(target=chunk2, daemon=True)
+        thread.start()
+        thread.join(8)
+        hung = thread.is_alive()
+        if hung:  # unstick it: the loader then sees its workers dead and fails
+            for pid in workers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            thread.join(10)
+    finally:
+        pools.close(abort=True)
+    assert not hung, "chunk 2 with unpicklable items hung waiting for batches never sent"
+    if "err" in outcome:
+        err = str(outcome["err"])
+        assert "LockStep" in err and "pickle" in err.lower(), err
+    else:
+        assert step.got == [float(i) for i in range(8)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Lent ring slots: what load_fn may return
+
+
+class Shapes(BatchStep):
+    def __init__(self, make):
+        super().__init__(4, "items")
+        self.got = []
+        self.load_fn_params = {"make": make}
+
+    @staticmethod
+    def load_fn(item, make):
+        if make == "empty":  # no detections in this image: a [0] tensor
+            return torch.zeros(0)
+        if make == "no_boxes":  # a [0, 4] box tensor
+            return torch.zeros(0, 4)
+        return torch.sparse_coo_tensor([[0]], [float(item)], (3,))
+
+    def on_item_batch(self, outputs, items, notes):
+        self.got += [(i, tuple(o.shape), o.to_dense().sum().item()) for i, o in zip(items, outputs)]
+
+
+@pytest.mark.parametrize("make", ["empty", "no_boxes", "sparse"])
+def test_load_fn_values_that_num_workers_0_takes_load_with_process_workers(make):
+    """load_fn returning zero-element tensors (an image with no detections: shape [0] or [0, 4])
+    or sparse tensors loads with num_workers=0, but with process workers the step fails as a
+    whole: the lent view of an empty ring slot makes ``torch.frombuffer`` raise "both buffer
+    length (64) and count (0) must not be 0"; a sparse batch makes the worker's
+    ``torch.stack(out=<strided slot>)`` raise NotImplementedError. Both bare torch errors, not
+    naming the step. Process workers must give what num_workers=0 gives."""
+    inline = Shapes(make)
+    run_batch_step(inline, [{"items": list(range(8))}], _settings(num_workers=0))
+    assert len(inline.got) == 8
+    pooled = Shapes(make)
+    run_batch_step(pooled, [{"items": list(range(8))}], _settings(num_workers=2))
+    assert pooled.got == inline.got
+
+
+# ---------------------------------------------------------------------------------------------
+# Automatic worker priority
+
+
+class DumpsLater(BatchStep):
+    """Model-bound (on_item_batch sleeps); dumps only from item 24 on (a step that saves some
+    batches: the dump pool's processes start after the priority was decided)."""
+
+    def __init__(self, folder):
+        super().__init__(2, "items")
+        self.folder = folder
+
+    @staticmethod
+    def load_fn(item):
+        return torch.full((2,), float(item))
+
+    def on_item_batch(self, outputs, items, notes):
+        time.sleep(0.02)
+        if items[0] < 24:
+            return None
+        return [(os.path.join(self.folder, f"{i}.txt"),) for i in items]
+
+    @staticmethod
+    def dump_fn(path):
+        with open(path, "w") as f:
+            f.write(f"{os.getpid()} {os.getpriority(os.PRIO_PROCESS, 0)}")
+
+
+def test_auto_priority_lowers_dump_workers_started_after_the_decision(tmp_path):
+    """A model-bound step's workers are lowered by 10 (its stats say worker_nice 10), but
+    ProcessPoolExecutor starts its processes at the first submit: a step whose first dumps come
+    after the decision gets dump workers at the step's own nice (their initializer got
+    worker_nice -1 -> 0, and the renice found no process to lower)."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    result = run_batch_step(DumpsLater(str(tmp_path)), [{"items": list(range(40))}], _settings())
+    assert result.stats["worker_nice"] == 10
+    seen = {p.read_text() for p in tmp_path.iterdir()}
+    assert len(list(tmp_path.iterdir())) == 16
+    nices = {int(s.split()[1]) for s in seen}
+    assert nices == {min(19, base + 10)}, f"dump workers ran at nice {nices}: (pid nice) {seen}"
+
+
+# ---------------------------------------------------------------------------------------------
+# /dev/shm
+
+
+class Plain(BatchStep):
+    def __init__(self):
+        super().__init__(4, "items")
+
+    @staticmethod
+    def load_fn(item):
+        return torch.full((64, 64), float(item))
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+
+
+def _torch_shm() -> set:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("torch_")}
+
+
+def test_ring_blocks_leave_dev_shm_with_the_file_system_sharing_strategy():
+    """``torch.multiprocessing.set_sharing_strategy("file_system")`` (the usual fix for "too many
+    open files") makes the ring's blocks named files in /dev/shm. A plain DataLoader's tensors
+    are unlinked when the last holder drops them; the ring's stay after the step ended, its
+    workers were joined and the step process dropped everything (until the process exits):
+    each run of a step in a long-lived process (in-process runs, a stream's op) leaves
+    workers x (prefetch + 1) batch-sized files behind, until /dev/shm is full."""
+    import torch.multiprocessing as tmp
+
+    old = tmp.get_sharing_strategy()
+    before = _torch_shm()
+    tmp.set_sharing_strategy("file_system")
+    try:
+        run_batch_step(Plain(), [{"items": list(range(32))}], _settings(num_workers=2))
+        gc.collect()
+        deadline = time.monotonic() + 3
+        while (_torch_shm() - before) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _torch_shm() - before
+    finally:
+        tmp.set_sharing_strategy(old)
+    assert not left, f"{len(left)} ring blocks left in /dev/shm after the step: {sorted(left)[:4]}"
