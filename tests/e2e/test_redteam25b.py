@@ -3,6 +3,7 @@ stream's chunks and automatic worker priority. Real worker processes, real /dev/
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import signal
@@ -94,6 +95,92 @@ def test_a_later_chunks_unpicklable_items_load_or_fail_promptly_never_hang():
         assert "LockStep" in err and "pickle" in err.lower(), err
     else:
         assert step.got == [float(i) for i in range(8)]
+
+
+@dataclasses.dataclass
+class Record:
+    """An item that is an object holding a tensor (not a dict, list or tuple)."""
+
+    image: torch.Tensor
+
+
+class Normalises(BatchStep):
+    """load_fn normalises the item's tensor in place (an augmentation written in place): with
+    workers forked with the items, or sent a copy, that touches the worker's copy only."""
+
+    def __init__(self):
+        super().__init__(2, "items")
+        self.got = []
+
+    @staticmethod
+    def load_fn(item):
+        item.image.mul_(2)
+        return item.image.clone()
+
+    def on_item_batch(self, outputs, items, notes):
+        self.got += [o.tolist() for o in outputs]
+
+
+def test_a_later_chunks_object_items_are_sent_by_value_not_shared_with_the_workers():
+    """``_by_value`` walks dicts, lists and tuples only: a tensor inside another object (a
+    dataclass record) goes through torch's reducer, which moves the note's own tensor into
+    /dev/shm in place and maps it in the worker. load_fn's in-place work then changes the
+    step's note (chunk 2's images doubled, chunk 1's not), and a note's tensors (or the whole
+    storage they view) end up in shared memory."""
+    pools = BatchPools(keep=True)
+    step = Normalises()
+    chunks = [[{"items": [Record(torch.ones(3)) for _ in range(4)]}] for _ in range(2)]
+    try:
+        for chunk in chunks:
+            run_batch_step(step, chunk, _settings(), pools=pools)
+    finally:
+        pools.close()
+    assert step.got == [[2.0, 2.0, 2.0]] * 8
+    notes = [[r.image.tolist() for r in chunk[0]["items"]] for chunk in chunks]
+    assert notes == [[[1.0, 1.0, 1.0]] * 4] * 2, f"load_fn changed the step's notes: {notes}"
+    shared = [r.image.is_shared() for chunk in chunks for r in chunk[0]["items"]]
+    assert not any(shared), f"notes' tensors moved to /dev/shm: {shared}"
+
+
+class TypeSeer(BatchStep):
+    def __init__(self):
+        super().__init__(2, "items")
+        self.seen = []
+
+    @staticmethod
+    def load_fn(item):
+        return (type(item).__name__, str(item.format), tuple(item.canvas_size))
+
+    def on_item_batch(self, outputs, items, notes):
+        self.seen += list(outputs)
+
+
+def test_a_later_chunks_tensor_subclass_items_keep_their_type_and_metadata():
+    """torchvision's ``tv_tensors`` (BoundingBoxes with their format and canvas size, Image,
+    Mask) are tensor subclasses: chunk 1's load_fn gets them as they are, chunk 2's gets a plain
+    Tensor (``PipedBatch`` rebuilds a ``torch.Tensor``), so ``item.format`` raises
+    AttributeError there (or a v2 transform treats boxes as an image)."""
+    from torchvision import tv_tensors
+
+    def boxes():
+        return tv_tensors.BoundingBoxes(
+            torch.tensor([[0, 0, 5, 5]]), format="XYXY", canvas_size=(10, 10)
+        )
+
+    pools = BatchPools(keep=True)
+    step = TypeSeer()
+    try:
+        for _ in range(2):
+            run_batch_step(
+                step,
+                [{"items": [boxes(), boxes()]}],
+                _settings(on_item_error="skip"),
+                pools=pools,
+            )
+    finally:
+        pools.close()
+    first = ("BoundingBoxes", "BoundingBoxFormat.XYXY", (10, 10))
+    assert step.seen == [first] * 4, step.seen
 
 
 # ---------------------------------------------------------------------------------------------
