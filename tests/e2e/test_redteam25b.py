@@ -183,6 +183,41 @@ def test_a_later_chunks_tensor_subclass_items_keep_their_type_and_metadata():
     assert step.seen == [first] * 4, step.seen
 
 
+class PerNoteScale(BatchStep):
+    """Sets ``load_fn_params`` from each note in ``on_data`` (Graphbook puts the params on the
+    load queue with each item, when its note is enqueued)."""
+
+    def __init__(self):
+        super().__init__(2, "items")
+        self.got = []
+
+    def on_data(self, note):
+        self.load_fn_params = {"scale": note["scale"]}
+
+    @staticmethod
+    def load_fn(item, scale):
+        return torch.full((2,), float(item * scale))
+
+    def on_item_batch(self, outputs, items, notes):
+        self.got += [float(o[0]) for o in outputs]
+
+
+def test_a_later_chunks_load_fn_params_reach_the_kept_workers():
+    """``BatchPools.loader`` builds each chunk's ``ItemDataset`` with the step's current
+    ``load_fn_params``, but ``aim`` only sends the items: the kept workers call load_fn with the
+    params of the chunk they were forked in. Pools made per chunk (and Graphbook, which sends
+    the params with each item) give chunk 2 its own."""
+    pools = BatchPools(keep=True)
+    step = PerNoteScale()
+    try:
+        for k, scale in enumerate((1, 10)):
+            chunk = [{"items": list(range(k * 4, k * 4 + 4)), "scale": scale}]
+            run_batch_step(step, chunk, _settings(), pools=pools)
+    finally:
+        pools.close()
+    assert step.got == [0.0, 1.0, 2.0, 3.0, 40.0, 50.0, 60.0, 70.0], step.got
+
+
 # ---------------------------------------------------------------------------------------------
 # Lent ring slots: what load_fn may return
 
