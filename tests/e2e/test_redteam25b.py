@@ -389,3 +389,64 @@ def test_ring_blocks_leave_dev_shm_with_the_file_system_sharing_strategy():
     finally:
         tmp.set_sharing_strategy(old)
     assert not left, f"{len(left)} ring blocks left in /dev/shm after the step: {sorted(left)[:4]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchpad multiprocess from the preloaded forkserver
+
+ENV_NODES = """
+    import os
+
+    from graphbook import param, source, step
+
+
+    @step("E/Env")
+    @source()
+    @param("out", "string")
+    def env(ctx):
+        with open(ctx.out, "w") as f:
+            f.write(os.environ.get("REDTEAM25B_VAR", "<unset>"))
+        yield {"out": {"pid": os.getpid()}}
+"""
+
+
+def _noop():
+    pass
+
+
+def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserver(
+    tmp_path, run_wf, monkeypatch
+):
+    """``forkserver_with_this_environment`` records the environment at the first run's executor
+    start and compares later runs with it; a forkserver started earlier by other code in the
+    process (a loader with start_method forkserver, a library's multiprocessing pool; Python
+    3.14's default start method) is taken as started with the run's environment, so the step
+    process sees the environment from before the run's process changed it."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    from dagster_graphbook.defs import executor
+    from tests.conftest import step_node, write_nodes, write_workflow
+
+    # as in a fresh process: no forkserver yet, no run started one
+    forkserver._forkserver._stop()
+    monkeypatch.setattr(executor, "_FORKSERVER_ENV", None, raising=False)
+    os.environ["REDTEAM25B_VAR"] = "before"
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+        proc = ctx.Process(target=_noop)
+        proc.start()
+        proc.join(30)
+        os.environ["REDTEAM25B_VAR"] = "after"
+        nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
+        out = tmp_path / "env.txt"
+        wf = write_workflow(
+            tmp_path, "env", [step_node("1", "Env", {"out": str(out)}, source=True)], []
+        )
+        cfg = {"execution": {"config": {"multiprocess": {}}}}
+        run = run_wf(wf, [nodes], executor="multiprocess", run_config=cfg)
+        assert run.success, run.failure
+        seen = out.read_text()
+    finally:
+        os.environ.pop("REDTEAM25B_VAR", None)
+    assert seen == "after", f"the step process saw REDTEAM25B_VAR={seen!r}"
