@@ -450,3 +450,77 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     finally:
         os.environ.pop("REDTEAM25B_VAR", None)
     assert seen == "after", f"the step process saw REDTEAM25B_VAR={seen!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# die_with_the_run
+
+SLOW_NODES = """
+    import os
+    import time
+
+    from graphbook import param, source, step
+
+
+    @step("Z/Slow")
+    @source()
+    @param("out", "string")
+    def slow(ctx):
+        with open(ctx.out + ".started", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(1.5)
+        with open(ctx.out, "w") as f:
+            f.write("done")
+        yield {"out": {"pid": os.getpid()}}
+"""
+
+
+def _run_in_child(wf, nodes, home):
+    from dagster_graphbook import run_workflow
+
+    run = run_workflow(
+        str(wf), custom_nodes=[str(nodes)], params={}, dagster_home=str(home), executor="in_process"
+    )
+    os._exit(0 if run.success else 3)
+
+
+def test_an_in_process_run_in_a_process_started_from_a_thread_outlives_that_thread(tmp_path):
+    """A job queue or web app starts each run in a ``multiprocessing.Process`` from a worker
+    thread that then goes on (or ends). ``die_with_the_run`` (run_op) takes that launcher for a
+    multiprocess run and sets the parent-death signal, which Linux sends when the *thread* that
+    forked the process ends: the in-process run is SIGKILLed mid-step (exit code -9), though its
+    launcher process is alive. Runs in process are meant to be left alone."""
+    import multiprocessing
+
+    from tests.conftest import step_node, write_nodes, write_workflow
+
+    nodes = write_nodes(tmp_path / "nodes", "slow_nodes.py", SLOW_NODES)
+    out = tmp_path / "out.txt"
+    wf = write_workflow(
+        tmp_path, "slow", [step_node("1", "Slow", {"out": str(out)}, source=True)], []
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    procs = []
+
+    def launcher():
+        proc = multiprocessing.get_context("fork").Process(
+            target=_run_in_child, args=(wf, nodes, home)
+        )
+        proc.start()
+        procs.append(proc)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(f"{out}.started") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # the thread ends here, while the run's step goes on
+
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    thread.join(30)
+    proc = procs[0]
+    proc.join(30)
+    if proc.is_alive():
+        proc.kill()
+    assert os.path.exists(f"{out}.started"), "the run never started its step"
+    assert proc.exitcode == 0, f"the run's process ended with {proc.exitcode}"
+    assert out.read_text() == "done"
