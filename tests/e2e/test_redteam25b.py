@@ -347,6 +347,61 @@ def test_auto_priority_lowers_dump_workers_started_after_the_decision(tmp_path):
     assert nices == {min(19, base + 10)}, f"dump workers ran at nice {nices}: (pid nice) {seen}"
 
 
+_DECODER = None  # a loader worker's own thread pool (OpenCV's, a decoder library's)
+
+
+def _decode(item):
+    return torch.full((2,), float(item))
+
+
+class ThreadedLoad(BatchStep):
+    """load_fn does its work in a thread pool of the worker's own (made on first use, as
+    OpenCV, OpenBLAS or an image decoder make theirs); the model is the bottleneck."""
+
+    def __init__(self):
+        super().__init__(2, "items")
+
+    @staticmethod
+    def load_fn(item):
+        global _DECODER
+        if _DECODER is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _DECODER = ThreadPoolExecutor(2, thread_name_prefix="decoder")
+        return _DECODER.submit(_decode, item).result()
+
+    def on_item_batch(self, outputs, items, notes):
+        time.sleep(0.02)
+
+
+def _thread_nices(pid):
+    nices = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            nices[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])
+    return nices
+
+
+def test_auto_priority_lowers_every_thread_of_a_worker_process():
+    """On Linux a nice value is per thread: ``renice([worker pid])`` lowers the worker's main
+    thread only. Threads the worker already has (the decoder pool doing load_fn's work, the
+    result queue's feeder) stay at the step's priority, so the step's "lowered by nice 10"
+    leaves the loading work competing with the model as before."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    pools = BatchPools(keep=True)
+    try:
+        result = run_batch_step(
+            ThreadedLoad(), [{"items": list(range(40))}], _settings(), pools=pools
+        )
+        assert result.stats["worker_nice"] == 10
+        seen = {w.pid: _thread_nices(w.pid) for w in pools.process_loader._it._workers}
+    finally:
+        pools.close()
+    assert all(len(threads) > 1 for threads in seen.values()), seen
+    low = min(19, base + 10)
+    assert all(n == low for threads in seen.values() for n in threads.values()), seen
+
+
 # ---------------------------------------------------------------------------------------------
 # /dev/shm
 
