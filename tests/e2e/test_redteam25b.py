@@ -428,7 +428,10 @@ def test_ring_blocks_leave_dev_shm_with_the_file_system_sharing_strategy():
     are unlinked when the last holder drops them; the ring's stay after the step ended, its
     workers were joined and the step process dropped everything (until the process exits):
     each run of a step in a long-lived process (in-process runs, a stream's op) leaves
-    workers x (prefetch + 1) batch-sized files behind, until /dev/shm is full."""
+    workers x (prefetch + 1) batch-sized files behind, until /dev/shm is full (the default
+    in-process executor runs every batch step of a run in one process: a container's 64 MiB
+    /dev/shm fills after a few steps, and later ones fall back to pipes). The workers leave by
+    ``os._exit`` without dropping their ring, so the blocks' shared refcount never reaches 0."""
     import torch.multiprocessing as tmp
 
     old = tmp.get_sharing_strategy()
@@ -465,10 +468,6 @@ ENV_NODES = """
 """
 
 
-def _noop():
-    pass
-
-
 def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserver(
     tmp_path, run_wf, monkeypatch
 ):
@@ -478,18 +477,17 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     3.14's default start method) is taken as started with the run's environment, so the step
     process sees the environment from before the run's process changed it."""
     import multiprocessing
-    from multiprocessing import forkserver
 
     from dagster_graphbook.defs import executor
     from tests.conftest import step_node, write_nodes, write_workflow
 
-    # as in a fresh process: no forkserver yet, no run started one
-    forkserver._forkserver._stop()
+    # as in a process where no run started the forkserver yet (one already running, started
+    # by an earlier test, was started with another environment: the case tested too)
     monkeypatch.setattr(executor, "_FORKSERVER_ENV", None, raising=False)
     os.environ["REDTEAM25B_VAR"] = "before"
     try:
         ctx = multiprocessing.get_context("forkserver")
-        proc = ctx.Process(target=_noop)
+        proc = ctx.Process(target=os.getpid)
         proc.start()
         proc.join(30)
         os.environ["REDTEAM25B_VAR"] = "after"
