@@ -155,11 +155,13 @@ class TypeSeer(BatchStep):
         self.seen += list(outputs)
 
 
-def test_a_later_chunks_tensor_subclass_items_keep_their_type_and_metadata():
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_later_chunks_tensor_subclass_items_keep_their_type_and_metadata(workers):
     """torchvision's ``tv_tensors`` (BoundingBoxes with their format and canvas size, Image,
     Mask) are tensor subclasses: chunk 1's load_fn gets them as they are, chunk 2's gets a plain
     Tensor (``PipedBatch`` rebuilds a ``torch.Tensor``), so ``item.format`` raises
-    AttributeError there (or a v2 transform treats boxes as an image)."""
+    AttributeError there (or a v2 transform treats boxes as an image). With num_workers=0 too:
+    there is no process to send the items to, but later chunks still go through ``_by_value``."""
     from torchvision import tv_tensors
 
     def boxes():
@@ -174,7 +176,7 @@ def test_a_later_chunks_tensor_subclass_items_keep_their_type_and_metadata():
             run_batch_step(
                 step,
                 [{"items": [boxes(), boxes()]}],
-                _settings(on_item_error="skip"),
+                _settings(num_workers=workers, on_item_error="skip"),
                 pools=pools,
             )
     finally:
@@ -251,17 +253,19 @@ class PerNoteScale(BatchStep):
         self.got += [float(o[0]) for o in outputs]
 
 
-def test_a_later_chunks_load_fn_params_reach_the_kept_workers():
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_later_chunks_load_fn_params_reach_the_kept_workers(workers):
     """``BatchPools.loader`` builds each chunk's ``ItemDataset`` with the step's current
     ``load_fn_params``, but ``aim`` only sends the items: the kept workers call load_fn with the
     params of the chunk they were forked in. Pools made per chunk (and Graphbook, which sends
-    the params with each item) give chunk 2 its own."""
+    the params with each item) give chunk 2 its own. With num_workers=0 too: the kept
+    single-process DataLoader still holds chunk 1's dataset."""
     pools = BatchPools(keep=True)
     step = PerNoteScale()
     try:
         for k, scale in enumerate((1, 10)):
             chunk = [{"items": list(range(k * 4, k * 4 + 4)), "scale": scale}]
-            run_batch_step(step, chunk, _settings(), pools=pools)
+            run_batch_step(step, chunk, _settings(num_workers=workers), pools=pools)
     finally:
         pools.close()
     assert step.got == [0.0, 1.0, 2.0, 3.0, 40.0, 50.0, 60.0, 70.0], step.got
