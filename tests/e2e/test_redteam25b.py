@@ -52,6 +52,33 @@ def _lock_items(lo, hi):
     return [{"items": [{"i": i, "lock": threading.Lock()} for i in range(lo, hi)]}]
 
 
+def _run_or_unstick(run, workers=None, wait_s=6.0):
+    """``run()`` in a thread: ``(hung, outcome)``. When it is still running after ``wait_s``,
+    its loader workers (``workers()``, else the children of this process started since) are
+    SIGKILLed so that it ends (the loader then sees them dead), and ``hung`` is True."""
+    before = _kids()
+    outcome = {}
+
+    def target():
+        try:
+            outcome["ok"] = run()
+        except BaseException as exc:  # noqa: BLE001 - the failure is what is tested
+            outcome["err"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(wait_s)
+    hung = thread.is_alive()
+    if hung:
+        for pid in workers() if workers else _kids() - before:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        thread.join(10)
+    return hung, outcome
+
+
 def test_a_later_chunks_unpicklable_items_load_or_fail_promptly_never_hang():
     """A stream's chunk 1 loads items that cannot be pickled (the workers were forked with them);
     chunk 2's are sent to the kept workers with their tasks, and multiprocessing's queue feeder
@@ -62,31 +89,13 @@ def test_a_later_chunks_unpicklable_items_load_or_fail_promptly_never_hang():
     pools = BatchPools(keep=True)
     step = LockItems()
     cfg = _settings(num_workers=2, prefetch=1)
-    outcome = {}
-
-    def chunk2():
-        try:
-            run_batch_step(step, _lock_items(4, 8), cfg, pools=pools, label=label)
-            outcome["ok"] = True
-        except BaseException as exc:  # noqa: BLE001 - the failure is what is tested
-            outcome["err"] = exc
-
-    hung = False
     try:
         run_batch_step(step, _lock_items(0, 4), cfg, pools=pools, label=label)
         assert step.got == [0.0, 1.0, 2.0, 3.0]
-        workers = _kids()
-        thread = threading.Thread(target=chunk2, daemon=True)
-        thread.start()
-        thread.join(8)
-        hung = thread.is_alive()
-        if hung:  # unstick it: the loader then sees its workers dead and fails
-            for pid in workers:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            thread.join(10)
+        hung, outcome = _run_or_unstick(
+            lambda: run_batch_step(step, _lock_items(4, 8), cfg, pools=pools, label=label),
+            workers=lambda: [w.pid for w in pools.process_loader._it._workers],
+        )
     finally:
         pools.close(abort=True)
     assert not hung, "chunk 2 with unpicklable items hung waiting for batches never sent"
@@ -95,6 +104,40 @@ def test_a_later_chunks_unpicklable_items_load_or_fail_promptly_never_hang():
         assert "LockStep" in err and "pickle" in err.lower(), err
     else:
         assert step.got == [float(i) for i in range(8)]
+
+
+class ReturnsGenerator(BatchStep):
+    """load_fn returns a value that cannot be pickled (a lazy frame reader: a generator; an
+    open file, a VideoCapture, an h5py dataset)."""
+
+    def __init__(self):
+        super().__init__(2, "items")
+        self.got = []
+
+    @staticmethod
+    def load_fn(item):
+        return {"i": item, "frames": (f for f in range(3))}
+
+    def on_item_batch(self, outputs, items, notes):
+        self.got += [o["i"] for o in outputs]
+
+
+def test_a_load_fn_value_that_cannot_be_pickled_fails_promptly_never_hangs():
+    """With process workers, a load_fn value that cannot be pickled back to the step is dropped
+    by the worker's result-queue feeder thread (it prints the TypeError to stderr): the step
+    waits forever, warning "no progress ... waiting in load_fn" (load_fn had returned). It must
+    fail promptly naming the step and the pickling problem (or, under skip, skip those items;
+    thread workers and num_workers=0 take such values)."""
+    step = ReturnsGenerator()
+    hung, outcome = _run_or_unstick(
+        lambda: run_batch_step(
+            step, [{"items": list(range(6))}], _settings(), label="step 2 (GenStep)"
+        )
+    )
+    assert not hung, "the step hung waiting for batches its workers could not send"
+    assert "err" in outcome, step.got
+    err = str(outcome["err"])
+    assert "GenStep" in err and "pickle" in err.lower(), err
 
 
 @dataclasses.dataclass
