@@ -80,10 +80,10 @@ def forkserver_with_this_environment() -> None:
     global _FORKSERVER_ENV
     server = forkserver._forkserver  # CPython's one server per process (3.8-3.13)
     env = dict(os.environ)
-    if getattr(server, "_forkserver_pid", None) is not None and _FORKSERVER_ENV not in (None, env):
+    if getattr(server, "_forkserver_pid", None) is not None and _FORKSERVER_ENV != env:
+        # changed since, or started by other code before (environment and preloads unknown)
         server._stop()  # type: ignore[attr-defined]  # used by CPython's own tests
-    if getattr(server, "_forkserver_pid", None) is None or _FORKSERVER_ENV is None:
-        _FORKSERVER_ENV = env
+    _FORKSERVER_ENV = env
 
 
 def _preloading(context: dg.InitExecutorContext) -> dg.InitExecutorContext:

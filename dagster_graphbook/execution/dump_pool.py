@@ -45,7 +45,7 @@ def _init(
     dump_fn: Callable[..., Any],
     node_id: str,
     node_name: str,
-    nice: int = 0,
+    nice: Any = 0,
     call_timeout_s: Optional[float] = None,
     step_pid: Optional[int] = None,
 ) -> None:
@@ -140,7 +140,7 @@ class DumpPool:
                 size,
                 mp_context=multiprocessing.get_context(settings.start_method),
                 initializer=_init,
-                initargs=(dump_fn, *node, self.nice.nice, settings.call_timeout_s, os.getpid()),
+                initargs=(dump_fn, *node, self.nice.level, settings.call_timeout_s, os.getpid()),
             )
 
     def lower(self, by: int) -> None:
@@ -148,7 +148,8 @@ class DumpPool:
         if self.threads:
             self.nice.lower(pool_thread_ids(self.executor), by)
         else:
-            self.nice.lower([p.pid for p in pool_processes(self.executor) if p.is_alive()], by)
+            pids = [p.pid for p in pool_processes(self.executor) if p.is_alive()]
+            self.nice.lower(pids, by, processes=True)
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
         done = self.poll(block=len(self.pending) >= self.max_in_flight)

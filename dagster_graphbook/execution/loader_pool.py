@@ -10,13 +10,18 @@ its error policy.
 
 from __future__ import annotations
 
-import io
 import math
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.queues
+import multiprocessing.util
 import os
+import pickle
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -76,18 +81,44 @@ class ItemDataset(Dataset):
     call_timeout_s: Optional[float] = None  # runtime.call_timeout_s (see call_timeout.py)
 
     def __getitem__(self, key: Any) -> Tuple[int, Any, Optional[str]]:
-        """``key``: an item's index, or ``(index, item)`` for an item sent with its task (a
-        stream's later chunks, which the workers were not forked with; see ``_Tasks``)."""
+        """``key``: an item's index, or a ``_Sent`` item (a stream's later chunks, which the
+        workers were not forked with; see ``ProcessLoader.aim``)."""
         from .call_timeout import time_limit
 
-        i, item = key if isinstance(key, tuple) else (key, self.items[key])
+        i = key.i if isinstance(key, _Sent) else key
         try:
-            if isinstance(key, tuple):
-                item = map_tensors(lambda v: v.tensor(), item, leaf=(PipedBatch, _Saved))
+            if isinstance(key, _Sent):
+                item, params = pickle.loads(key.item), self._params_of(key)
+            else:
+                item, params = self.items[key], self.params
             with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
-                return i, self.load_fn(item, **self.params), None
+                return i, self.load_fn(item, **params), None
         except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
             return i, None, traceback.format_exc() + exit_hint(exc, "load_fn") + cuda_fork_hint(exc)
+
+    def _params_of(self, key: _Sent) -> Dict[str, Any]:
+        """The chunk's ``load_fn_params`` (unpickled once per chunk in each worker)."""
+        if key.params is not getattr(self, "_sent_params", None):
+            self._sent_params, self.params = key.params, pickle.loads(key.params)
+        return self.params
+
+
+class _Sent(NamedTuple):
+    """An item sent with its task, pickled in the step process: by value (tensors included,
+    subclasses and all, never moved to ``/dev/shm``), and known to pickle before it is sent."""
+
+    i: int  # the item's index in the chunk
+    item: bytes
+    params: bytes  # the chunk's load_fn_params, the same bytes object for the whole chunk
+
+
+def _sent(dataset: ItemDataset) -> List[_Sent]:
+    """``dataset``'s items pickled for the kept workers (raises when one does not pickle)."""
+    params = pickle.dumps(dataset.params, pickle.HIGHEST_PROTOCOL)
+    return [
+        _Sent(i, pickle.dumps(item, pickle.HIGHEST_PROTOCOL), params)
+        for i, item in enumerate(dataset.items)
+    ]
 
 
 def _split(
@@ -103,7 +134,7 @@ def _stackable(values: List[Any]) -> bool:
     if len(values) < 2 or not all(isinstance(v, torch.Tensor) for v in values):
         return False
     first = values[0]
-    return all(
+    return first.layout == torch.strided and all(
         v.shape == first.shape and v.dtype == first.dtype and v.device == first.device
         for v in values
     )
@@ -150,6 +181,8 @@ def _lent_view(block: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype) 
     rewrites later. This storage is not shared memory, so torch's reducer moves it into new shared
     memory first (a copy), and the step's own tensors follow it off the block.
     """
+    if math.prod(shape) == 0:  # frombuffer refuses a count of 0; nothing to lend
+        return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(
         block.numpy(), dtype=dtype, offset=_HEADER, count=math.prod(shape)
     ).view(shape)
@@ -226,8 +259,8 @@ def _shared_block(size: int) -> torch.Tensor:
 
 
 class PipedBatch(NamedTuple):
-    """A tensor sent by value through a pipe: a stacked batch when ``/dev/shm`` is too small for
-    the ring (64 MiB by default in Docker and Kubernetes), or one in an item sent with its task."""
+    """A stacked batch sent by value through a pipe, when ``/dev/shm`` is too small for the ring
+    (64 MiB by default in Docker and Kubernetes)."""
 
     array: Any  # its bytes as a numpy uint8 array: pickled by value, never through /dev/shm
     dtype: torch.dtype
@@ -288,48 +321,22 @@ def _batches(n: int, batch_size: int) -> BatchSampler:
     return BatchSampler(SequentialSampler(range(n)), batch_size, drop_last=False)
 
 
-def _by_value(item: Any) -> Any:
-    """``item`` with its CPU tensors as ``PipedBatch``es: pickled by value through the task pipe,
-    never moved to ``/dev/shm`` by torch's reducer (which would share a note's whole tensor).
-    Sparse and other non-strided tensors are pickled by value by torch's own ``save``."""
-    return map_tensors(_tensor_by_value, item)
-
-
-def _tensor_by_value(t: torch.Tensor) -> Any:
-    if t.device.type != "cpu":
-        return t
-    if t.layout != torch.strided:
-        buffer = io.BytesIO()
-        torch.save(t, buffer)
-        return _Saved(buffer.getvalue())
-    return PipedBatch.of(t, "item")
-
-
-class _Saved(NamedTuple):
-    """A tensor ``torch.save``d to bytes (a sparse item of a stream's later chunk)."""
-
-    data: bytes
-
-    def tensor(self) -> torch.Tensor:
-        return torch.load(io.BytesIO(self.data), weights_only=True)
-
-
 class _Tasks:
     """The DataLoader's batch sampler: the current chunk's batches, as item indices when the
-    workers were forked with its items, else as ``(index, item)`` pairs sent with each task."""
+    workers were forked with its items (or load in this process), else as ``_Sent`` items."""
 
     def __init__(self, n: int, batch_size: int):
         self.batch_size = batch_size
         self.ranges = _batches(n, batch_size)
-        self.items: Optional[Sequence[Any]] = None
+        self.sent: Optional[List[_Sent]] = None
 
-    def send(self, items: Sequence[Any]) -> None:
-        self.ranges, self.items = _batches(len(items), self.batch_size), items
+    def send(self, n: int, sent: Optional[List[_Sent]]) -> None:
+        self.ranges, self.sent = _batches(n, self.batch_size), sent
 
     def __iter__(self) -> Iterator[List[Any]]:
-        items = self.items
+        sent = self.sent
         for r in self.ranges:
-            yield r if items is None else [(i, _by_value(items[i])) for i in r]
+            yield r if sent is None else [sent[i] for i in r]
 
     def __len__(self) -> int:
         return len(self.ranges)
@@ -357,6 +364,69 @@ def _drop_frame_locals(exc: BaseException) -> None:
         current = current.__cause__ or current.__context__
 
 
+class _ResultQueue(multiprocessing.queues.Queue):
+    """DataLoader's queues, made by ``_loader_context``: a worker's batch whose values do not pickle
+    (a generator, an open file) comes back as those items' errors. multiprocessing's feeder thread
+    would print the error and drop the batch, and the step would wait for it forever."""
+
+    def _on_queue_feeder_error(self, e: Exception, obj: object) -> None:
+        if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], LoadedBatch):
+            self.put((obj[0], _without_unpicklable(obj[1], e)))
+        else:  # what multiprocessing does
+            traceback.print_exception(e)
+
+
+def _without_unpicklable(batch: LoadedBatch, exc: Exception) -> LoadedBatch:
+    """``batch`` without the values that do not pickle; their items fail, naming the problem."""
+    indices, values, errors = [], [], list(batch.errors)
+    if batch.values is None:  # a stacked batch that did not pickle (never seen): all its items
+        errors += [(i, _UNPICKLABLE.format(error=repr(exc), i=i)) for i in batch.indices]
+        return LoadedBatch([], [], None, sorted(errors))
+    for i, value in zip(batch.indices, batch.values):
+        try:
+            ForkingPickler.dumps(value)
+        except Exception as e:  # noqa: BLE001 - whatever pickling raises
+            errors.append((i, _UNPICKLABLE.format(error=f"{type(e).__name__}: {e}", i=i)))
+        else:
+            indices.append(i)
+            values.append(value)
+    return LoadedBatch(indices, values, None, sorted(errors))
+
+
+_UNPICKLABLE = (
+    "{error}\nload_fn's value for item {i} cannot be pickled back to the step process from its "
+    "loader worker process: return values that pickle (tensors, arrays, plain data), or set "
+    "worker_type: thread"
+)
+
+
+class _LoaderForkContext(multiprocessing.context.ForkContext):
+    def Queue(self, maxsize: int = 0) -> _ResultQueue:  # noqa: N802 - multiprocessing's name
+        return _ResultQueue(maxsize, ctx=self)
+
+
+class _LoaderSpawnContext(multiprocessing.context.SpawnContext):
+    def Queue(self, maxsize: int = 0) -> _ResultQueue:  # noqa: N802
+        return _ResultQueue(maxsize, ctx=self)
+
+
+class _LoaderForkServerContext(multiprocessing.context.ForkServerContext):
+    def Queue(self, maxsize: int = 0) -> _ResultQueue:  # noqa: N802
+        return _ResultQueue(maxsize, ctx=self)
+
+
+_CONTEXTS = {
+    "fork": _LoaderForkContext,
+    "spawn": _LoaderSpawnContext,
+    "forkserver": _LoaderForkServerContext,
+}
+
+
+def _loader_context(start_method: str) -> multiprocessing.context.BaseContext:
+    """The start method's context, with queues that never drop a batch (``_ResultQueue``)."""
+    return _CONTEXTS[start_method]()
+
+
 class ProcessLoader:
     """Batches from a DataLoader with ``num_workers`` processes started with ``start_method``."""
 
@@ -379,7 +449,7 @@ class ProcessLoader:
         if num_workers > 0:
             kwargs = dict(
                 prefetch_factor=prefetch,
-                multiprocessing_context=settings.start_method,
+                multiprocessing_context=_loader_context(settings.start_method),
                 worker_init_fn=_WorkerInit(*node, settings.worker_nice),
                 persistent_workers=keep,
             )
@@ -409,10 +479,24 @@ class ProcessLoader:
         self._lent: Optional[SlabRef] = None
         self._it: Optional[Iterator[LoadedBatch]] = None
 
-    def aim(self, dataset: ItemDataset) -> None:
-        """Load ``dataset``'s items next (a stream's next chunk), with the same workers."""
+    def aim(self, dataset: ItemDataset) -> bool:
+        """Load ``dataset``'s items next (a stream's next chunk), with the same workers; False
+        when an item or ``load_fn_params`` does not pickle (a lock, an open handle): only workers
+        forked with them can load them, so the caller starts new ones."""
+        if self.loader.num_workers == 0:  # loaded in this process: the items as they are
+            held = self.loader.dataset  # a DataLoader's dataset cannot be replaced
+            assert isinstance(held, ItemDataset)
+            held.items, held.params = dataset.items, dataset.params
+            self.dataset, self.loaded = held, 0
+            self.tasks.send(len(dataset), None)
+            return True
+        try:
+            sent = _sent(dataset)
+        except Exception:  # noqa: BLE001 - whatever pickling raises (TypeError, PicklingError...)
+            return False
         self.dataset, self.loaded = dataset, 0
-        self.tasks.send(dataset.items)
+        self.tasks.send(len(dataset), sent)
+        return True
 
     def __iter__(self) -> Iterator[LoadedBatch]:
         keep_out_sigchld_handler()
@@ -520,7 +604,7 @@ class ProcessLoader:
 
     def lower(self, by: int) -> None:
         """Lower the workers' priority by ``by`` nice levels (see ``priority.py``)."""
-        renice([w.pid for w in loader_workers(self._it) if w.is_alive()], by)
+        renice([w.pid for w in loader_workers(self._it) if w.is_alive()], by, whole_processes=True)
 
     def in_flight(self) -> Optional[int]:
         """Batches requested from workers but not yet consumed (DataLoader keeps this privately)."""
@@ -562,7 +646,15 @@ class _WorkerInit:
     def __call__(self, worker_id: int) -> None:
         global _RING
         _RING = None  # never a ring inherited through fork
+        # at the worker's exit, before its os._exit: under torch's file_system sharing strategy a
+        # block's /dev/shm file goes only when every process that held it let go
+        multiprocessing.util.Finalize(None, _drop_ring, exitpriority=0)
         init_worker(*self.node, nice=self.nice, step_pid=self.step_pid)
+
+
+def _drop_ring() -> None:
+    global _RING
+    _RING = None
 
 
 def _load_range(dataset: ItemDataset, indices: List[int], stack: bool) -> LoadedBatch:

@@ -40,8 +40,11 @@ class BatchPools:
         if settings.worker_type != "process":
             return ThreadLoader(dataset, batch_size, settings, stack=device != "cpu")
         if self.process_loader is not None:
-            self.process_loader.aim(dataset)
-            return self.process_loader
+            if self.process_loader.aim(dataset):
+                return self.process_loader
+            # the chunk's items do not pickle: new workers, forked with them (as chunk 1's were)
+            self.process_loader.close()
+            self.process_loader = None
         loader = ProcessLoader(
             dataset,
             batch_size,

@@ -9,7 +9,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..authoring._tempfiles import pid_exists  # the one check that a pid exists
 
@@ -46,8 +46,8 @@ _WATCHING_RUN = False
 
 def die_with_the_run() -> None:
     """A step process that a run's process started (Dagster's multiprocess executor) dies with
-    it, so a killed run leaves no step writing for it. Runs in process, and daemonic pool
-    children, are left alone.
+    it, so a killed run leaves no step writing for it. Runs in process (in any process the user
+    started), and daemonic pool children, are left alone.
 
     Spawned, the run's process is this one's parent: the parent-death signal does it. Forked by
     a forkserver, the server is, and it outlives the run (CPython hands each child the server's
@@ -55,7 +55,7 @@ def die_with_the_run() -> None:
     """
     global _WATCHING_RUN
     parent = multiprocessing.parent_process()
-    if parent is None or multiprocessing.current_process().daemon or parent.pid is None:
+    if parent is None or parent.pid is None or not _a_dagster_step_process():
         return
     die_with_parent(parent.pid)
     if os.getppid() != parent.pid and not _WATCHING_RUN:
@@ -65,6 +65,17 @@ def die_with_the_run() -> None:
         threading.Thread(
             target=_kill_self_when_gone, args=(parent.pid,), name="graphbook-run-watch", daemon=True
         ).start()
+
+
+def _a_dagster_step_process() -> bool:
+    """Started by Dagster's multiprocess executor for a step (its child-process target), not a
+    process of the user's that runs a job in process: the parent-death signal fires when the
+    *thread* that started a process ends, and a job queue's worker thread may end first."""
+    target = getattr(multiprocessing.current_process(), "_target", None)
+    return getattr(target, "__module__", None) == _DAGSTER_STEP_PROCESS
+
+
+_DAGSTER_STEP_PROCESS = "dagster._core.executor.child_process_executor"
 
 
 def _kill_self_when_gone(pid: int, every_s: float = 1.0) -> None:
@@ -97,14 +108,24 @@ def shm_free_bytes(path: str = SHM_DIR) -> Optional[int]:
         return None
 
 
-def renice(ids: Sequence[int], by: int) -> None:
-    """Raise the nice value of processes or of this process's threads (on Linux a thread id is
-    accepted as a pid) by ``by``, up to 19; ids that are gone are skipped."""
+def renice(ids: Sequence[int], by: int, *, whole_processes: bool = False) -> None:
+    """Raise the nice value of this process's threads (on Linux a thread id is accepted as a pid)
+    or, with ``whole_processes``, of every thread of each process, by ``by``, up to 19; ids that
+    are gone are skipped. Linux keeps a nice value per thread: renicing a worker's pid alone
+    would leave its other threads (a decoder's pool, its queue's feeder) where they were."""
     for i in ids:
-        try:
-            os.setpriority(os.PRIO_PROCESS, i, min(19, os.getpriority(os.PRIO_PROCESS, i) + by))
-        except OSError:
-            pass
+        for t in _threads_of(i) if whole_processes else [i]:
+            try:
+                os.setpriority(os.PRIO_PROCESS, t, min(19, os.getpriority(os.PRIO_PROCESS, t) + by))
+            except OSError:
+                pass
+
+
+def _threads_of(pid: int) -> List[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):  # not Linux, or gone
+        return [pid]
 
 
 def lower_priority(nice: int, thread: bool = False) -> None:
@@ -126,27 +147,33 @@ def lower_priority(nice: int, thread: bool = False) -> None:
 
 
 class PoolNice:
-    """A pool's nice level: the one its threads set when they start (on demand, so they read it
-    then), raised for the workers already running by ``lower`` (see ``priority.py``)."""
+    """A pool's nice level: the one each worker sets when it starts (pools start workers on
+    demand, so it is read then: ``level`` is shared memory that worker processes read too),
+    raised for the workers already running by ``lower`` (see ``priority.py``)."""
 
     def __init__(self, nice: int):
-        self.nice = max(0, nice)  # -1: chosen later, by priority.py
+        self.level = multiprocessing.RawValue("i", max(0, nice))  # -1: chosen later
+
+    @property
+    def nice(self) -> int:
+        return int(self.level.value)
 
     def thread_started(self) -> None:
         lower_priority(self.nice, thread=True)
 
-    def lower(self, ids: Sequence[int], by: int) -> None:
-        self.nice += by
-        renice(ids, by)
+    def lower(self, ids: Sequence[int], by: int, *, processes: bool = False) -> None:
+        self.level.value += by
+        renice(ids, by, whole_processes=processes)
 
 
 def init_worker(
-    node_id: str, node_name: str, nice: int = 0, step_pid: Optional[int] = None
+    node_id: str, node_name: str, nice: Any = 0, step_pid: Optional[int] = None
 ) -> None:
+    """``nice``: a level, or ``PoolNice.level`` (read now: the worker may start after a lower)."""
     from ..authoring.log import log_to_stderr
 
     die_with_parent(step_pid)
-    lower_priority(nice)
+    lower_priority(nice if isinstance(nice, int) else int(nice.value))
     log_to_stderr(node_id, node_name)
 
 
