@@ -10,6 +10,7 @@ its error policy.
 
 from __future__ import annotations
 
+import io
 import math
 import multiprocessing
 import multiprocessing.context
@@ -114,11 +115,31 @@ class _Sent(NamedTuple):
 
 def _sent(dataset: ItemDataset) -> List[_Sent]:
     """``dataset``'s items pickled for the kept workers (raises when one does not pickle)."""
-    params = pickle.dumps(dataset.params, pickle.HIGHEST_PROTOCOL)
-    return [
-        _Sent(i, pickle.dumps(item, pickle.HIGHEST_PROTOCOL), params)
-        for i, item in enumerate(dataset.items)
-    ]
+    params = _by_value(dataset.params)
+    return [_Sent(i, _by_value(item), params) for i, item in enumerate(dataset.items)]
+
+
+def _by_value(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    _TensorsSaved(buffer, pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+class _TensorsSaved(pickle.Pickler):
+    """Pickles tensors with ``torch.save``: by value, subclasses and layouts kept, any dtype
+    (torch's plain pickling cannot load float8 or uint16 tensors back)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
+            return _saved_tensor, (buffer.getvalue(),)
+        return NotImplemented
+
+
+def _saved_tensor(data: bytes) -> torch.Tensor:
+    # bytes the step process made (``_TensorsSaved``): subclasses need the full unpickler
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 def _split(
