@@ -624,3 +624,34 @@ def test_an_in_process_run_in_a_process_started_from_a_thread_outlives_that_thre
     assert os.path.exists(f"{out}.started"), "the run never started its step"
     assert proc.exitcode == 0, f"the run's process ended with {proc.exitcode}"
     assert out.read_text() == "done"
+
+
+class SomeReturnGenerators(BatchStep):
+    """Every third item's load_fn value holds a generator (cannot be pickled back)."""
+
+    def __init__(self):
+        super().__init__(2, "items")
+        self.got = []
+
+    @staticmethod
+    def load_fn(item):
+        return {"i": item, "frames": (f for f in range(3))} if item % 3 == 0 else {"i": item}
+
+    def on_item_batch(self, outputs, items, notes):
+        self.got += [o["i"] for o in outputs]
+
+
+def test_under_skip_only_the_items_whose_values_cannot_be_pickled_are_skipped():
+    """The batch the worker could not send comes back without those values: the other items of
+    the same batch load, and each skipped item's error names the pickling problem."""
+    step = SomeReturnGenerators()
+    result = run_batch_step(
+        step,
+        [{"items": list(range(9))}],
+        _settings(on_item_error="skip"),
+        label="step 2 (GenStep)",
+    )
+    assert step.got == [1, 2, 4, 5, 7, 8]
+    assert [e.item_index for e in result.errors] == [0, 3, 6]
+    assert all("cannot pickle 'generator'" in e.error for e in result.errors)
+    assert all("worker_type: thread" in e.error for e in result.errors)
