@@ -10,23 +10,13 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.pools import BatchPools
-from dagster_graphbook.plan.settings import BatchRuntime
-
-
-def _settings(**kw):
-    return BatchRuntime(**{**dict(num_workers=2, device="cpu", start_method="fork"), **kw})
-
-
-def _kids() -> set:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
+from tests.e2e.test_redteam25 import ENV_NODES, _kids, _settings
 
 # ---------------------------------------------------------------------------------------------
 # Kept pools: a later chunk's items travel through the task pipe
@@ -499,21 +489,6 @@ def test_ring_blocks_leave_dev_shm_with_the_file_system_sharing_strategy():
 # ---------------------------------------------------------------------------------------------
 # Launchpad multiprocess from the preloaded forkserver
 
-ENV_NODES = """
-    import os
-
-    from graphbook import param, source, step
-
-
-    @step("E/Env")
-    @source()
-    @param("out", "string")
-    def env(ctx):
-        with open(ctx.out, "w") as f:
-            f.write(os.environ.get("REDTEAM25B_VAR", "<unset>"))
-        yield {"out": {"pid": os.getpid()}}
-"""
-
 
 def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserver(
     tmp_path, run_wf, monkeypatch
@@ -531,13 +506,13 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     # as in a process where no run started the forkserver yet (one already running, started
     # by an earlier test, was started with another environment: the case tested too)
     monkeypatch.setattr(executor, "_FORKSERVER_ENV", None, raising=False)
-    os.environ["REDTEAM25B_VAR"] = "before"
+    os.environ["REDTEAM25_VAR"] = "before"
     try:
         ctx = multiprocessing.get_context("forkserver")
         proc = ctx.Process(target=os.getpid)
         proc.start()
         proc.join(30)
-        os.environ["REDTEAM25B_VAR"] = "after"
+        os.environ["REDTEAM25_VAR"] = "after"
         nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
         out = tmp_path / "env.txt"
         wf = write_workflow(
@@ -548,8 +523,8 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
         assert run.success, run.failure
         seen = out.read_text()
     finally:
-        os.environ.pop("REDTEAM25B_VAR", None)
-    assert seen == "after", f"the step process saw REDTEAM25B_VAR={seen!r}"
+        os.environ.pop("REDTEAM25_VAR", None)
+    assert seen == "after", f"the step process saw REDTEAM25_VAR={seen!r}"
 
 
 # ---------------------------------------------------------------------------------------------
