@@ -98,8 +98,9 @@ class ItemDataset(Dataset):
             return i, None, traceback.format_exc() + exit_hint(exc, "load_fn") + cuda_fork_hint(exc)
 
     def _params_of(self, key: _Sent) -> Dict[str, Any]:
-        """The chunk's ``load_fn_params`` (unpickled once per chunk in each worker)."""
-        if key.params is not getattr(self, "_sent_params", None):
+        """The chunk's ``load_fn_params`` (unpickled once per chunk in each worker: each task
+        arrives with its own copy of the bytes, so they are compared by value)."""
+        if key.params != getattr(self, "_sent_params", None):
             self._sent_params, self.params = key.params, pickle.loads(key.params)
         return self.params
 
