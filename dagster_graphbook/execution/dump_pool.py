@@ -196,8 +196,8 @@ class DumpPool:
         ] or gone
         return WorkerDied(
             self.label,
-            "a dump worker process died (killed by a signal: out of memory, segfault or kill) "
-            f"during dump_fn: {WorkerDied.describe(dead) if dead else exc}",
+            f"a dump worker process died ({WorkerDied.how(dead or gone)}) during dump_fn: "
+            f"{WorkerDied.describe(dead) if dead else exc}",
             pids=[pid for pid, _ in dead],
             stage="dump_fn",
         )

@@ -155,6 +155,14 @@ class WorkerDied(StepFailure):
         super().__init__(label, message)
 
     @staticmethod
+    def how(dead: Sequence[Tuple[int, Optional[int]]]) -> str:
+        """Why such workers end, for the message: a signal's usual causes when one was killed,
+        else what makes a worker exit by itself."""
+        if any(code is not None and code < 0 for _, code in dead):
+            return "killed by a signal: out of memory, segfault or kill"
+        return "it exited: os._exit or a C library's exit(), or a failure at start-up (its stderr)"
+
+    @staticmethod
     def describe(dead: Sequence[Tuple[int, Optional[int]]]) -> str:
         """``pid 123 killed by SIGKILL, pid 124 exited with code 1`` for (pid, exitcode) pairs."""
         return ", ".join(f"pid {pid} {exit_status(code)}" for pid, code in dead)

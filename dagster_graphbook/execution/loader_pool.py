@@ -368,7 +368,6 @@ class _Tasks:
 # (and its SIGCHLD handler only works in the main thread), so wait in short slices instead
 # (``wait_in_slices``): a dead worker is then reported within about a second.
 LIVENESS_CHECK_S = 1.0
-_DIED = "a loader worker process died (killed by a signal: out of memory, segfault or kill)"
 
 
 def _drop_frame_locals(exc: BaseException) -> None:
@@ -565,7 +564,8 @@ class ProcessLoader:
     def _died(self, dead: List[Tuple[int, Optional[int]]]) -> WorkerDied:
         return WorkerDied(
             self.label,
-            f"{_DIED} while loading items {self.loaded}.. of {len(self.dataset)}: "
+            f"a loader worker process died ({WorkerDied.how(dead)}) while loading items "
+            f"{self.loaded}.. of {len(self.dataset)}: "
             f"{WorkerDied.describe(dead)}",
             pids=[pid for pid, _ in dead],
             stage="load_fn",

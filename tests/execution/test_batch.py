@@ -1086,6 +1086,25 @@ class DiesInDump(DiesInLoad):
             os.kill(os.getpid(), __import__("signal").SIGKILL)
 
 
+class ExitsInLoad(DiesInLoad):
+    @staticmethod
+    def load_fn(item):
+        if item == 5:
+            os._exit(3)  # a C library's exit(), say: no signal
+        return item
+
+
+def test_a_worker_that_exits_by_itself_is_not_said_killed_by_a_signal():
+    from dagster_graphbook.execution.errors import WorkerDied
+
+    with pytest.raises(WorkerDied) as info:
+        run(ExitsInLoad(), [{"items": list(range(12))}], num_workers=2)
+    first = str(info.value).splitlines()[0]
+    assert "a loader worker process died (it exited: os._exit" in first, first
+    assert f"pid {info.value.pids[0]} exited with code 3" in first, first
+    assert "killed by a signal" not in first
+
+
 @pytest.mark.parametrize("step_cls, stage", [(DiesInLoad, "load_fn"), (DiesInDump, "dump_fn")])
 def test_dead_worker_fails_the_step_with_worker_died(step_cls, stage):
     from dagster_graphbook.execution.errors import WorkerDied
