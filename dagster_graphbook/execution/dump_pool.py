@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from ..authoring.files import recording_files
 from ..errors import Label
 from ..plan.settings import BatchRuntime
-from .errors import WorkerDied, cuda_fork_hint, exit_hint
+from .errors import WorkerDied, cuda_fork_hint, exit_hint, killed_by_signal
 from .threads import pool_processes, pool_thread_ids
 from .workers import PoolNice, init_worker
 
@@ -98,9 +98,7 @@ def _exited(procs: List[Any], wait_s: float = DEATH_WAIT_S) -> List[Tuple[int, i
     deadline = time.monotonic() + wait_s
     while True:
         gone = [(p.pid, p.exitcode) for p in procs if not p.is_alive()]
-        signalled = any(
-            code is not None and code < 0 and code != -signal.SIGTERM for _, code in gone
-        )
+        signalled = any(killed_by_signal(code) and code != -signal.SIGTERM for _, code in gone)
         if signalled or time.monotonic() >= deadline:  # an exit code alone may be a sibling's
             return gone
         time.sleep(0.01)
@@ -124,8 +122,8 @@ class DumpPool:
         self.max_in_flight = max(1, settings.max_dumps_in_flight)
         self.pending: Dict[Future, Any] = {}
         size = max(1, settings.dump_pool_size)
-        self.nice = PoolNice(settings.worker_nice)
         self.threads = settings.worker_type == "thread" or settings.num_workers == 0
+        self.nice = PoolNice(settings.worker_nice, processes=not self.threads)
         self.size = size
         # the worker processes, kept here: a broken pool may forget its own before we look
         self.workers: Dict[int, Any] = {}
@@ -188,15 +186,18 @@ class DumpPool:
         SIGTERM once it saw the death, so those are named only when no other is gone)."""
         procs = {**self.workers, **{p.pid: p for p in pool_processes(self.executor)}}
         gone = _exited(list(procs.values()))
-        # the one killed by a signal first: a sibling that saw the pool's pipes close may have
+        # those killed by a signal first: a sibling that saw the pool's pipes close may have
         # exited with code 1 before the pool's SIGTERM reached it
-        killed = [(pid, code) for pid, code in gone if code is not None and code < 0]
-        dead = [d for d in killed if d[1] != -signal.SIGTERM] + [
-            d for d in gone if d not in killed and d[1] != -signal.SIGTERM
-        ] or gone
+        dead = (
+            sorted(
+                (d for d in gone if d[1] != -signal.SIGTERM),
+                key=lambda d: not killed_by_signal(d[1]),
+            )
+            or gone
+        )
         return WorkerDied(
             self.label,
-            f"a dump worker process died ({WorkerDied.how(dead or gone)}) during dump_fn: "
+            f"a dump worker process died ({WorkerDied.how(dead)}) during dump_fn: "
             f"{WorkerDied.describe(dead) if dead else exc}",
             pids=[pid for pid, _ in dead],
             stage="dump_fn",

@@ -129,6 +129,11 @@ class StepFailure(GraphbookError, RuntimeError):
         return type(cause).__name__ if cause is not None else None
 
 
+def killed_by_signal(exitcode: Optional[int]) -> bool:
+    """A process's negative exit code: the signal that killed it."""
+    return exitcode is not None and exitcode < 0
+
+
 def exit_status(exitcode: Optional[int]) -> str:
     """How a worker process ended, from its ``exitcode`` (negative: the signal that killed it)."""
     if exitcode is None:
@@ -158,7 +163,7 @@ class WorkerDied(StepFailure):
     def how(dead: Sequence[Tuple[int, Optional[int]]]) -> str:
         """Why such workers end, for the message: a signal's usual causes when one was killed,
         else what makes a worker exit by itself."""
-        if any(code is not None and code < 0 for _, code in dead):
+        if any(killed_by_signal(code) for _, code in dead):
             return "killed by a signal: out of memory, segfault or kill"
         return "it exited: os._exit or a C library's exit(), or a failure at start-up (its stderr)"
 

@@ -23,7 +23,18 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+)
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
@@ -75,6 +86,7 @@ class ItemDataset(Dataset):
         self.items = items
         self.load_fn = load_fn
         self.params = params
+        self._sent_params: Optional[bytes] = None  # the bytes ``params`` came from (``_Sent``)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -100,7 +112,7 @@ class ItemDataset(Dataset):
     def _params_of(self, key: _Sent) -> Dict[str, Any]:
         """The chunk's ``load_fn_params`` (unpickled once per chunk in each worker: each task
         arrives with its own copy of the bytes, so they are compared by value)."""
-        if key.params != getattr(self, "_sent_params", None):
+        if key.params != self._sent_params:
             self._sent_params, self.params = key.params, pickle.loads(key.params)
         return self.params
 
@@ -421,22 +433,26 @@ _UNPICKLABLE = (
 )
 
 
-class _LoaderForkContext(multiprocessing.context.ForkContext):
+class _ResultQueues:
+    """Mixed into a start method's context: its ``Queue()`` is a ``_ResultQueue``."""
+
     def Queue(self, maxsize: int = 0) -> _ResultQueue:  # noqa: N802 - multiprocessing's name
         return _ResultQueue(maxsize, ctx=self)
 
 
-class _LoaderSpawnContext(multiprocessing.context.SpawnContext):
-    def Queue(self, maxsize: int = 0) -> _ResultQueue:  # noqa: N802
-        return _ResultQueue(maxsize, ctx=self)
+class _LoaderForkContext(_ResultQueues, multiprocessing.context.ForkContext):
+    pass
 
 
-class _LoaderForkServerContext(multiprocessing.context.ForkServerContext):
-    def Queue(self, maxsize: int = 0) -> _ResultQueue:  # noqa: N802
-        return _ResultQueue(maxsize, ctx=self)
+class _LoaderSpawnContext(_ResultQueues, multiprocessing.context.SpawnContext):
+    pass
 
 
-_CONTEXTS = {
+class _LoaderForkServerContext(_ResultQueues, multiprocessing.context.ForkServerContext):
+    pass
+
+
+_CONTEXTS: Dict[str, Type[multiprocessing.context.BaseContext]] = {
     "fork": _LoaderForkContext,
     "spawn": _LoaderSpawnContext,
     "forkserver": _LoaderForkServerContext,

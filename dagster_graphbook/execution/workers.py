@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import time
+import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..authoring._tempfiles import pid_exists  # the one check that a pid exists
@@ -148,11 +149,16 @@ def lower_priority(nice: int, thread: bool = False) -> None:
 
 class PoolNice:
     """A pool's nice level: the one each worker sets when it starts (pools start workers on
-    demand, so it is read then: ``level`` is shared memory that worker processes read too),
-    raised for the workers already running by ``lower`` (see ``priority.py``)."""
+    demand, so it is read then), raised for the workers already running by ``lower`` (see
+    ``priority.py``). For worker processes ``level`` is shared memory they read at start-up."""
 
-    def __init__(self, nice: int):
-        self.level = multiprocessing.RawValue("i", max(0, nice))  # -1: chosen later
+    def __init__(self, nice: int, *, processes: bool = False):
+        start = max(0, nice)  # -1: chosen later
+        self.level: Any = (
+            multiprocessing.RawValue("i", start)
+            if processes
+            else types.SimpleNamespace(value=start)
+        )
 
     @property
     def nice(self) -> int:
