@@ -502,7 +502,7 @@ def chunks_mode(paths, args) -> None:
     of 64 and 256 with the step's pools kept (``BatchPools(keep=True)``, as streams do now)."""
     try:
         from dagster_graphbook.execution.batch import run_batch_step
-        from dagster_graphbook.execution.pools import BatchPools
+        from dagster_graphbook.execution.pools.batch_pools import BatchPools
         from dagster_graphbook.plan.settings import BatchRuntime
     except ImportError as e:
         print(f"\nChunks: n/a ({e})")

@@ -9,7 +9,6 @@ Graphbook's authoring API (``step``, ``param``, ``source``, ``batch``, ``Note``,
 
 from ._moved import install_moved_modules as _install_moved_modules
 from ._moved import moved_name as _moved_name
-from .cli.run import run_workflow
 from .defs.component.component import GraphbookWorkflowComponent
 from .defs.definitions import GraphbookWorkflow, build_definitions
 from .defs.executor import graphbook_executor
@@ -19,6 +18,7 @@ from .model.registry import NodeRegistry
 from .model.workflow import Workflow, WorkflowError, load_workflow
 from .plan.checks import StepCheck
 from .plan.translator import GraphbookTranslator
+from .runner.run import run_workflow
 
 _install_moved_modules()  # old module paths keep working, with a warning
 

@@ -22,8 +22,9 @@ RANK = {
     "execution": 5,  # runs steps
     "defs": 6,  # Dagster definitions from a plan
     "integrations": 6,
-    "cli": 7,
-    "__init__": 8,  # the Dagster face
+    "runner": 7,  # run_workflow, run_job: the Python API
+    "cli": 8,  # the terminal
+    "__init__": 9,  # the Dagster face
 }
 
 

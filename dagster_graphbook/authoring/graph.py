@@ -179,7 +179,7 @@ class Graph:
         """
         if _run_workflow is None:
             raise RuntimeError(
-                "Graph.run has no runner: dagster_graphbook.cli.run registers it when imported; "
+                "Graph.run has no runner: dagster_graphbook.runner.run registers it when imported; "
                 "import dagster_graphbook (or run the workflow with dagster_graphbook.run_workflow)"
             )
         graph = self.get_subgraph(step_id) if step_id is not None else self

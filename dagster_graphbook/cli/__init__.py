@@ -1,2 +1,2 @@
-"""The command line and the Python runners: ``dagster-graphbook run / materialize / validate``
-(``main``) and ``run_workflow`` / ``run_job`` (``run``)."""
+"""The terminal: ``dagster-graphbook run / materialize / validate`` (``main``), over the runners of
+``dagster_graphbook.runner``."""

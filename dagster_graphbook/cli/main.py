@@ -14,8 +14,7 @@ from ..errors import RequestError, StoredNotesError
 from ..execution.progress import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
-from ..store.io_manager import instance_notes_dir
-from .run import (
+from ..runner.run import (
     RUN_TOKEN_TAG,
     default_dagster_home,
     get_instance,
@@ -23,6 +22,7 @@ from .run import (
     run_workflow,
     tryout_home,
 )
+from ..store.io_manager import instance_notes_dir
 
 DEBUG_ENV = "DAGSTER_GRAPHBOOK_DEBUG"  # =1: user errors end in their traceback, as with --debug
 
@@ -267,7 +267,7 @@ _FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "ta
 def cmd_materialize(args: argparse.Namespace) -> int:
     import uuid
 
-    from .run import run_job
+    from ..runner.run import run_job
 
     instance = get_instance(args.dagster_home)
     token = uuid.uuid4().hex
@@ -438,7 +438,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _exit_past_stuck_threads(code: int) -> None:
     """A load_fn/dump_fn thread stuck in C code would keep the interpreter from exiting (it joins
     every thread); the run is recorded already, so say so and exit without waiting for it."""
-    from ..execution.threads import stuck_threads
+    from ..execution.pools.threads import stuck_threads
 
     stuck = stuck_threads()
     if stuck:

@@ -11,7 +11,7 @@ import dagster as dg
 from ..errors import StepRef
 from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
-from ..execution.dead_runs import join_run
+from ..execution.ownership.dead_runs import join_run
 from ..execution.shards import (
     SHARD_CRASH_RETRY,
     commit_needs_step,

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 import dagster as dg
 
-from ..execution.dead_runs import own_run
+from ..execution.ownership.dead_runs import own_run
 from ..model.workflow import WorkflowError
 from ..plan.job_steps import job_source, placeholder_message, runtime_problems, unfilled_in_job
 from .reexecution import complete_plan

@@ -23,12 +23,12 @@ from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
-from .pools import BatchPools
-from .priority import AutoPriority
+from .pools.batch_pools import BatchPools
+from .pools.priority import AutoPriority
+from .pools.workers import shm_free_bytes, start_method_problem
 from .progress import Progress
 from .routing import Pins, StepResult
 from .stall import StallWatchdog
-from .workers import shm_free_bytes, start_method_problem
 
 _SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
 

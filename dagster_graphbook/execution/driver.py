@@ -24,7 +24,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
 from .batch import run_batch_step
 from .errors import ItemError, StepFailure, short_repr
-from .pools import BatchPools
+from .pools.batch_pools import BatchPools
 from .routing import Pins, StepResult, dropped_stats, normalize_yield
 from .stall import StallWatchdog
 

@@ -40,7 +40,7 @@ def cuda_fork_hint(exc: BaseException) -> str:
     worker (its parent had started CUDA). Called in the worker, where the fork is known."""
     if "torch" not in sys.modules:  # no torch imported: CUDA was not what failed
         return ""
-    from .torch_internals import is_cuda_in_bad_fork_error
+    from .pools.torch_internals import is_cuda_in_bad_fork_error
 
     return f"\nHint: {CUDA_FORK_HINT}\n" if is_cuda_in_bad_fork_error(exc) else ""
 

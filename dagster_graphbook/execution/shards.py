@@ -29,7 +29,7 @@ from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
 from ..plan.shards import FIGURES_NOTE
 from .driver import check_skipped_share
 from .errors import StepFailure
-from .leases import shard_lease
+from .ownership.leases import shard_lease
 from .routing import PinNotes, StepResult
 from .step_op import (
     OpRun,

@@ -29,11 +29,11 @@ from ..plan.settings import (
 )
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
-from .guard import check_code_config, check_partition_key
+from .ownership.guard import check_code_config, check_partition_key
+from .pools.workers import die_with_the_run
 from .routing import PinNotes, StepResult, dropped_stats
 from .step_metadata import step_metadata
 from .stream import StreamingRun, StreamStep
-from .workers import die_with_the_run
 
 
 def config_kwargs(

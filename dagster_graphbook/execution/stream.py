@@ -37,7 +37,7 @@ from ..plan.settings import StreamSettings
 from .batch import count_items
 from .driver import StepDriver
 from .errors import StepFailure
-from .interrupts import interrupt_latch
+from .ownership.interrupts import interrupt_latch
 
 
 @dataclass

@@ -9,7 +9,7 @@
   needs workers started with ``--resources GPU=<n>``.
 
 On one machine, each shard of a sharded step leases this many GPUs (default 1) for its process
-(``execution/leases.py``, docs/sharding.md).
+(``execution/ownership/leases.py``, docs/sharding.md).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_graph_run_goes_through_the_registered_runner(monkeypatch):
     ``record=True`` by default and the subgraph of ``step_id``); with none registered it says so
     instead of importing the runner."""
     from dagster_graphbook.authoring import graph as graph_module
-    from dagster_graphbook.cli import run as runner
+    from dagster_graphbook.runner import run as runner
 
     assert graph_module._run_workflow is runner.run_workflow
     g = Graph()

@@ -107,7 +107,7 @@ def test_graph_run_takes_the_run_options_of_its_executor(monkeypatch):
     RayExecutor's: dagster-ray's executor and its config); arguments given to ``run`` win;
     Graphbook's default executor asks for nothing."""
     from dagster_graphbook.authoring import graph as graph_module
-    from dagster_graphbook.cli import run as runner
+    from dagster_graphbook.runner import run as runner
 
     class OnCluster(Executor):
         def run(self, graph, name, step_id=None):
@@ -197,8 +197,8 @@ def test_without_the_ray_extra_graphbook_ray_names_it(blocked):
 def test_the_executor_run_options_name_is_rebuilt_in_step_processes():
     """``run_workflow(executor="module:attr")`` (what a RayExecutor asks for) builds the job with
     that executor, and the job a step process rebuilds has it too; a wrong name says the forms."""
-    from dagster_graphbook.cli.run import _reconstruct_job
     from dagster_graphbook.defs.executor import import_executor
+    from dagster_graphbook.runner.run import _reconstruct_job
     from tests.conftest import REPO
 
     assert import_executor(gbray.RAY_EXECUTOR_PATH).name == "ray"

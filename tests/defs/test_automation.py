@@ -12,8 +12,8 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
-from dagster_graphbook.cli.run import get_instance
 from dagster_graphbook.model.workflow import WorkflowError
+from dagster_graphbook.runner.run import get_instance
 from tests.conftest import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"

@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, run_workflow
-from dagster_graphbook.cli.run import _failure_message, _load_notes, run_config_for
 from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
+from dagster_graphbook.runner.run import _failure_message, _load_notes, run_config_for
 from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
 from tests.e2e.test_nightly_sharded import TIMINGS, _files, _recorded
 

@@ -96,7 +96,7 @@ def _code_location(tmp_path: Path, notes: Path) -> str:
 
 RUNNER = """
 import json, sys
-from dagster_graphbook.cli.run import run_job
+from dagster_graphbook.runner.run import run_job
 tag, barrier, home = sys.argv[1], sys.argv[2], sys.argv[3]
 params = {"Emit.tag": tag, "Emit.count": 3 if tag == "a" else 5, "Barrier.folder": barrier,
           "Barrier.parties": 2, "Barrier.tag": tag}
@@ -169,7 +169,7 @@ def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recor
     tmp_path, dagster_home
 ):
     """Re-materializing Join alone reads Emit's recorded version, not a newer unrecorded file."""
-    from dagster_graphbook.cli.run import run_job
+    from dagster_graphbook.runner.run import run_job
 
     notes = tmp_path / "notes"
     module = _code_location(tmp_path, notes)

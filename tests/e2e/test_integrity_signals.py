@@ -243,7 +243,7 @@ def test_a_run_killed_with_sigkill_is_failed_and_frees_its_pool_slot(tmp_path, d
 
 LATE_WORKER = """
 import os, sys, time
-from dagster_graphbook.execution.loader_pool import _WorkerInit
+from dagster_graphbook.execution.pools.loader_pool import _WorkerInit
 
 init = _WorkerInit("1", "Load")  # made in the step process, as the loader pool does
 pid = os.fork()
@@ -606,7 +606,7 @@ def test_a_step_process_starting_when_its_coordinator_is_killed_does_not_run_onc
     step joins the run's lock): the next run finds the lock free, marks the run failed and frees
     its ``gpu`` slot. The step process must not go on to do its batch work beside the run that
     takes the slot (it did, and materialized into the failed run)."""
-    from dagster_graphbook.execution.dead_runs import fail_dead_runs
+    from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
 
     nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", LOADING_MODEL_NODES)
     marker = tmp_path / "infer"
@@ -665,7 +665,7 @@ def test_a_step_process_starting_when_its_coordinator_is_killed_does_not_run_onc
 SWEEPER_KILLED_BETWEEN_WRITES = """
 import os, signal, sys
 import dagster as dg
-from dagster_graphbook.execution.dead_runs import fail_dead_runs
+from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
 
 with dg.DagsterInstance.from_config(sys.argv[1]) as instance:
     storage, done = instance.event_log_storage, []
@@ -692,7 +692,7 @@ def test_a_sweeper_killed_between_failing_a_run_and_freeing_its_slot_leaves_no_s
     """The process sweeping dead runs killed between its two writes (mark the run failed, free
     its slots): the slot stayed claimed by a FAILURE run for good (its lock file removed by the
     next sweep), so every later ``gpu`` run waited forever."""
-    from dagster_graphbook.execution.dead_runs import fail_dead_runs
+    from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
 
     nodes, wf = _owned_run_setup(tmp_path, dagster_home)
     first = _cli_run(wf, nodes, dagster_home, 3600)

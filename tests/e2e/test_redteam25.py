@@ -281,7 +281,7 @@ def _chunks():
 
 
 def _streamed(step_cls, chunks, **kw):
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     pools = BatchPools(keep=True)
     step = step_cls()
@@ -296,7 +296,7 @@ def _streamed(step_cls, chunks, **kw):
 def test_kept_pools_give_load_fn_the_items_the_default_mode_gives():
     """Later chunks' tensor items travel by value: load_fn must see the same dtype, shape,
     requires_grad and values as with pools made per chunk."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     kept = _streamed(Seer, _chunks())
     per_chunk = Seer()
@@ -350,7 +350,7 @@ class Skipper(BatchStep):
 def test_tensors_kept_from_a_chunks_last_lent_batch_survive_later_chunks(how, workers, prefetch):
     """A stream's chunk whose last batch the step keeps (outputs in its notes, the usual way):
     the next chunks' loads must not overwrite them through the kept workers' ring slots."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     pools = BatchPools(keep=True)
     step = Keeper(how)
@@ -394,7 +394,7 @@ def _kids():
 def test_a_kept_loader_worker_killed_in_a_later_chunk_fails_naming_the_step(when):
     """SIGKILL of a kept loader worker in chunk 2: the step fails within seconds, with an error
     that names the step (never a hang, never torch's bare message), and no worker is left."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     before = _kids()
     pools = BatchPools(keep=True)
@@ -452,7 +452,7 @@ class DumpsToo(Slow):
 def test_a_kept_dump_worker_killed_between_chunks_fails_naming_the_step():
     """Property: SIGKILL of a kept dump worker between chunks fails chunk 2 promptly, naming the
     step, and leaves no processes."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     before = _kids()
     pools = BatchPools(keep=True)
@@ -489,7 +489,7 @@ def test_a_stream_whose_first_chunk_is_empty_loads_the_later_ones():
 def test_terminate_mid_stream_leaves_no_processes():
     """Property: a step interrupted (KeyboardInterrupt in on_item_batch) mid chunk 2 closes its
     kept pools: no child processes outlive it."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     class Interrupt(Slow):
         @staticmethod
@@ -589,7 +589,7 @@ def test_worker_nice_outside_minus_one_to_19_is_refused(value):
 def test_auto_priority_in_a_stream_is_decided_once_and_reported_per_chunk():
     """Property: in a stream the decision is taken once; every chunk's stats give the workers'
     nice (not summed), and the kept loader workers are lowered by 10 exactly once."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     pools = BatchPools(keep=True)
     step = ModelBound()
@@ -778,7 +778,7 @@ class Nothing(Keeper):
 def test_a_step_that_keeps_nothing_stays_lent_through_the_driver(dump):
     """Property (the point of lending): through run_batch_step, a step that keeps nothing of its
     batches is lent every batch (no slot retired, no fall back to copies)."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     class WithDump(Nothing):
         def on_item_batch(self, outputs, items, notes):

@@ -15,7 +15,7 @@ import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
-from dagster_graphbook.execution.pools import BatchPools
+from dagster_graphbook.execution.pools.batch_pools import BatchPools
 from tests.e2e.test_redteam25 import ENV_NODES, _kids, _settings
 
 # ---------------------------------------------------------------------------------------------

@@ -243,7 +243,7 @@ def test_a_killed_cli_run_is_resumed_from_its_batch_step(tmp_path, dagster_home,
 def _api(api: str, tmp_path: Path, instance: dg.DagsterInstance):
     """(a call of ``run_workflow`` or ``run_job`` on the Items -> Slow workflow, counter, day)."""
     from dagster_graphbook import run_workflow
-    from dagster_graphbook.cli.run import run_job
+    from dagster_graphbook.runner.run import run_job
 
     nodes, wf, counter = _workflow(tmp_path)
     if api == "run_workflow":

@@ -775,7 +775,7 @@ def test_default_worker_priority_is_lowered_only_when_the_model_is_the_bottlenec
     """worker_nice -1 (the default): after the first batches the loaders and dumpers of a step
     that hardly waits for them are lowered by 10, and the step says so; a step that waits for its
     loaders leaves them at its own priority."""
-    from dagster_graphbook.execution.priority import AUTO_NICE, WARMUP_BATCHES
+    from dagster_graphbook.execution.pools.priority import AUTO_NICE, WARMUP_BATCHES
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     step_obj = PaceProbe(slow_model=model_bound)
@@ -815,7 +815,7 @@ class SlowDumps(PaceProbe):
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_a_step_waiting_for_its_dumps_keeps_its_workers_priority(tmp_path, worker_type):
     """Waiting for dumps is not computing: lowering the dumpers would slow the bottleneck."""
-    from dagster_graphbook.execution.priority import WARMUP_BATCHES
+    from dagster_graphbook.execution.pools.priority import WARMUP_BATCHES
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     n = 2 * (WARMUP_BATCHES + 12)
@@ -832,7 +832,7 @@ def test_a_step_waiting_for_its_dumps_keeps_its_workers_priority(tmp_path, worke
 
 
 def test_a_worker_nice_set_by_the_run_is_kept_even_when_model_bound(tmp_path):
-    from dagster_graphbook.execution.priority import WARMUP_BATCHES
+    from dagster_graphbook.execution.pools.priority import WARMUP_BATCHES
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     n = 2 * (WARMUP_BATCHES + 12)
@@ -844,7 +844,7 @@ def test_a_worker_nice_set_by_the_run_is_kept_even_when_model_bound(tmp_path):
 def test_ring_slot_rewritten_too_early_fails_loudly():
     """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the
     rewrite."""
-    from dagster_graphbook.execution.loader_pool import ItemDataset, ProcessLoader
+    from dagster_graphbook.execution.pools.loader_pool import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(64)), KeepTensors.load_fn, {})
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
@@ -876,7 +876,7 @@ class Doubles(BatchStep):
 def test_kept_pools_serve_later_chunks_with_tensor_items():
     """A stream's later chunks reach the workers forked for its first one: items (here views of
     a note's tensor) are sent by value with their tasks, never by sharing the note's storage."""
-    from dagster_graphbook.execution.pools import BatchPools
+    from dagster_graphbook.execution.pools.batch_pools import BatchPools
 
     pools = BatchPools(keep=True)
     chunks = [
@@ -900,7 +900,7 @@ def _lent_batches(keep):
     """Run a ProcessLoader over 24 batches; ``keep(batch)`` is what the step keeps of each.
     Returns (the loader after the run, what was kept, whether each batch was a view of a ring
     block)."""
-    from dagster_graphbook.execution.loader_pool import ItemDataset, ProcessLoader
+    from dagster_graphbook.execution.pools.loader_pool import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(96)), KeepTensors.load_fn, {})
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")

@@ -467,8 +467,8 @@ def test_yaml_component_cli_and_materialize_offer_streaming(
     tmp_path, nodes, dagster_home, monkeypatch
 ):
     from dagster_graphbook.cli.main import main
-    from dagster_graphbook.cli.run import run_job
     from dagster_graphbook.defs.component.component import GraphbookWorkflowComponent
+    from dagster_graphbook.runner.run import run_job
 
     wf = _dfs_workflow(tmp_path, tmp_path / "trace.txt", n=2)
     component = GraphbookWorkflowComponent(

@@ -152,8 +152,8 @@ DEFS = """
 
 def test_yaml_cli_and_materialize_take_a_segment(tmp_path, nodes, dagster_home, monkeypatch):
     from dagster_graphbook.cli.main import main
-    from dagster_graphbook.cli.run import run_job
     from dagster_graphbook.defs.component.component import GraphbookWorkflowComponent
+    from dagster_graphbook.runner.run import run_job
 
     wf = _dfs_workflow(tmp_path, tmp_path / "trace.txt", n=2)
     component = GraphbookWorkflowComponent(

@@ -759,7 +759,7 @@ def test_overridden_names_materialize_from_the_code_location(
     ops: ``--set`` reaches the step, materializations land on the translator's keys and the
     notes load back under the step names."""
     from dagster_graphbook.cli.main import main
-    from dagster_graphbook.cli.run import run_job
+    from dagster_graphbook.runner.run import run_job
 
     module = f"lake_location_{streaming}"
     (tmp_path / f"{module}.py").write_text(

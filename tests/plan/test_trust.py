@@ -1,5 +1,6 @@
 """The trust rule, tried as an attacker with Launchpad access: run config never becomes code (which
-parameters hold code is decided at definition time; partition keys: tests/execution/test_guard.py).
+parameters hold code is decided at definition time; partition keys:
+tests/execution/ownership/test_guard.py).
 Each test launches a real run on a real instance with the attack and checks that the attacker's
 code did not run (its marker file is absent) and that the refusal names the culprit."""
 

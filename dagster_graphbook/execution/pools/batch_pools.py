@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..plan.settings import BatchRuntime
+from ...plan.settings import BatchRuntime
 from .priority import AutoPriority
 
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..errors import Label
-from ..plan.settings import BatchRuntime
-from .errors import StepFailure
+from ...errors import Label
+from ...plan.settings import BatchRuntime
+from ..errors import StepFailure
 
 GPU_IDS_ENV = "DAGSTER_GRAPHBOOK_GPU_IDS"  # the GPU pool by hand ("": none), instead of NVML's
 LEASE_DIR_ENV = "DAGSTER_GRAPHBOOK_GPU_LEASE_DIR"  # where the lock files are (default: per user)

@@ -28,7 +28,7 @@ from ..dagster_internals import (
 from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
 from ..errors import RequestError
-from ..execution.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
+from ..execution.ownership.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError
 from ..plan.job_steps import (
@@ -488,7 +488,7 @@ def _workflow_recon(
         None if executor in _OWN_EXECUTORS else executor,
     )
     return dg.build_reconstructable_job(
-        "dagster_graphbook.cli.run",
+        "dagster_graphbook.runner.run",
         "_reconstruct_job",
         reconstructable_args=args,  # type: ignore[arg-type]  # dagster annotates tuple[object]
     )
@@ -647,7 +647,7 @@ def run_job(
         f"job {job_name}",
         config=lambda: _job_config(job, tagged, params, partition_key, run_config),
         recon=lambda: dg.build_reconstructable_job(
-            "dagster_graphbook.cli.run",
+            "dagster_graphbook.runner.run",
             "_reconstruct_location_job",
             reconstructable_args=(module, job_name),  # type: ignore[arg-type]  # as above
             reconstructor_working_directory=os.getcwd(),

@@ -1,6 +1,6 @@
-"""GPU leases for concurrent shards (``dagster_graphbook/execution/leases.py``): real processes
-holding real ``flock`` locks, killed for real; the GPU ids are given (this machine has no GPU),
-which is all a lease reads of them. One real sharded run on the multiprocess executor.
+"""GPU leases for concurrent shards (``dagster_graphbook/execution/ownership/leases.py``): real
+processes holding real ``flock`` locks, killed for real; the GPU ids are given (this machine has
+no GPU), which is all a lease reads of them. One real sharded run on the multiprocess executor.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook.execution.errors import StepFailure
-from dagster_graphbook.execution.leases import (
+from dagster_graphbook.execution.ownership.leases import (
     GPU_IDS_ENV,
     LEASE_DIR_ENV,
     VISIBLE,

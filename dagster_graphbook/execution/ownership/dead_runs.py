@@ -286,7 +286,7 @@ class InterruptBackstop:
         self.done.set()
 
     def _watch(self) -> None:
-        from ..dagster_internals import check_captured_interrupt
+        from ...dagster_internals import check_captured_interrupt
 
         since: Optional[float] = None
         while not self.done.wait(0.5):

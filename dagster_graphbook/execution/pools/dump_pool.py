@@ -22,10 +22,10 @@ from concurrent.futures import (
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..authoring.files import recording_files
-from ..errors import Label
-from ..plan.settings import BatchRuntime
-from .errors import WorkerDied, cuda_fork_hint, exit_hint, killed_by_signal
+from ...authoring.files import recording_files
+from ...errors import Label
+from ...plan.settings import BatchRuntime
+from ..errors import WorkerDied, cuda_fork_hint, exit_hint, killed_by_signal
 from .threads import pool_processes, pool_thread_ids
 from .workers import PoolNice, init_worker
 

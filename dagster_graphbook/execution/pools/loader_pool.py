@@ -39,10 +39,10 @@ from typing import (
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
 
-from ..errors import Label
-from ..plan.settings import BatchRuntime
-from ..store.tensors import map_tensors
-from .errors import WorkerDied, cuda_fork_hint, exit_hint
+from ...errors import Label
+from ...plan.settings import BatchRuntime
+from ...store.tensors import map_tensors
+from ..errors import WorkerDied, cuda_fork_hint, exit_hint
 from .threads import pool_thread_ids
 from .torch_internals import (
     BatchNotReady,
@@ -74,7 +74,7 @@ class LoadedBatch(NamedTuple):
             return list(block.unbind(0))
         if device == "cpu":
             return list(self.values or [])
-        from .device import move
+        from ..device import move
 
         return move(list(self.values or []), device, non_blocking=True)
 

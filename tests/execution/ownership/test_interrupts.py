@@ -13,7 +13,7 @@ import pytest
 def test_interrupt_latch_raises_a_terminate_that_python_swallowed():
     """Dagster's handler raises; raised inside ``__del__`` (or an at-fork hook, where the stream
     forks its pools) Python only prints it. The latch lets the loop raise it again."""
-    from dagster_graphbook.execution.interrupts import interrupt_latch
+    from dagster_graphbook.execution.ownership.interrupts import interrupt_latch
 
     class Stop(Exception):
         pass

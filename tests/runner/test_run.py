@@ -45,7 +45,7 @@ def sample_home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sample_instance(sample_home):
-    from dagster_graphbook.cli.run import get_instance
+    from dagster_graphbook.runner.run import get_instance
 
     instance = get_instance(sample_home)
     yield instance

@@ -12,7 +12,7 @@ import time
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ..authoring._tempfiles import pid_exists  # the one check that a pid exists
+from ...authoring._tempfiles import pid_exists  # the one check that a pid exists
 
 _PR_SET_PDEATHSIG = 1
 
@@ -176,7 +176,7 @@ def init_worker(
     node_id: str, node_name: str, nice: Any = 0, step_pid: Optional[int] = None
 ) -> None:
     """``nice``: a level, or ``PoolNice.level`` (read now: the worker may start after a lower)."""
-    from ..authoring.log import log_to_stderr
+    from ...authoring.log import log_to_stderr
 
     die_with_parent(step_pid)
     lower_priority(nice if isinstance(nice, int) else int(nice.value))

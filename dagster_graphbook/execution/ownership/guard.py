@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, Optional
 
-from ..errors import Label, quoted
-from .errors import StepFailure
+from ...errors import Label, quoted
+from ..errors import StepFailure
 
 # A partition key is substituted into paths and names files:
 # no separators, '..', braces, control characters or unpaired surrogates (no file name holds one).
