@@ -83,6 +83,9 @@ class GraphbookWorkflow:
     # where this workflow's notes go (default: build_definitions', else the instance's storage)
     notes_dir: Optional[str] = None
     notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
+    # image previews on materializations: False (none), {"max": 12, "size": 96, "caption": [...]}
+    # for every step, and/or {step: False | {...}} per step (plan/previews.py); None: defaults
+    preview: Any = None
     # concurrency pool of every step op (default: the translator's get_pool, batch steps in "gpu");
     # retry_policy above likewise applies to every step op, else the translator's get_retry_policy
     pool: Optional[str] = None
@@ -119,11 +122,18 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
 
         names = (translator or GraphbookTranslator()).step_names(workflow)
         shards = resolve_shards(workflow, spec.shards, names)
+    previews = workflow.previews
+    if spec.preview is not None:
+        from ..plan.previews import resolve_previews
+
+        names = (translator or GraphbookTranslator()).step_names(workflow)
+        previews = resolve_previews(workflow, spec.preview, names)
     return replace(
         workflow,
         overridable_functions=tuple(spec.overridable_functions),
         gpus=gpus,
         shards=shards,
+        previews=previews,
     )
 
 

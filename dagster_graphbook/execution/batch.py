@@ -21,6 +21,7 @@ from ..authoring.log import Emit
 from ..errors import Label
 from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
+from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr
 from .pools.batch_pools import BatchPools
@@ -179,6 +180,7 @@ class _BatchRun:
     # -- errors ----------------------------------------------------------------------------------
     def fail_item(self, stage: str, index: int, tb: str) -> None:
         note_index = self.owner[index]
+        shown = not self.skip or len(self.errors) < PICTURES_SHOWN
         error = ItemError(
             stage,
             self.offset + note_index,
@@ -186,6 +188,7 @@ class _BatchRun:
             short_repr(self.items[index]),
             short_repr(self.notes[note_index]),
             tb,
+            item_picture(self.items[index], PICTURE_SIZE) if shown else "",
         )
         if not self.skip:
             raise StepFailure(

@@ -55,6 +55,8 @@ class ItemError:
     item: str
     note: str
     error: str  # the traceback
+    # the item as the UI shows it: a thumbnail (markdown) or why it is no image (store/previews)
+    picture: str = ""
 
     def headline(self) -> str:
         where = f"note {self.note_index}" + (
@@ -106,6 +108,8 @@ class StepFailure(GraphbookError, RuntimeError):
             if error.item_index is not None:
                 entries["item_index"] = dg.MetadataValue.int(error.item_index)
                 entries["item"] = error.item
+            if error.picture:
+                entries["item_preview"] = dg.MetadataValue.md(error.picture)
         entries["note"] = self.note or (error.note if error is not None else None)
         entries["exception"] = self._exception_type()
         if error is not None and error.error.strip():

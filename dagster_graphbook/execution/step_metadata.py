@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import dagster as dg
 
+from ..store.previews import PICTURES_SHOWN, pictures_markdown
 from .errors import ItemError
 
 DETAILS_META = "details"
@@ -68,10 +69,14 @@ def error_metadata(errors: Sequence[ItemError]) -> Dict[str, Any]:
             dg.TableColumn("error", "string"),
         ]
     )
-    return {
+    meta: Dict[str, Any] = {
         "errors_skipped": dg.MetadataValue.int(len(errors)),
         "errors": dg.MetadataValue.table(rows, schema=schema),
     }
+    pictures = pictures_markdown([(e.headline(), e.picture) for e in errors[:PICTURES_SHOWN]])
+    if pictures is not None:
+        meta["errors_preview"] = pictures
+    return meta
 
 
 def step_metadata(

@@ -27,6 +27,7 @@ from ..plan.settings import (
     StreamSettings,
     read_runtime,
 )
+from ..store.previews import PREVIEW_META, contact_sheet
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .ownership.guard import check_code_config, check_partition_key
@@ -356,6 +357,9 @@ def _outputs(
                 "stored": dg.MetadataValue.bool(stored),
             }
         notes = result.outputs.get(pin, []) if stored else None
+        sheet = contact_sheet(notes or [], result.files, plan.preview) if stored else None
+        if sheet is not None:  # pictures of the pin's notes, or of the files its step wrote
+            pin_meta = {**pin_meta, PREVIEW_META: sheet}
         if isinstance(notes, PinNotes):
             notes.source = plan.node_id  # children fed by several of its pins merge by emission
         yield dg.Output(notes, output_name=op.outputs[(plan.node_id, pin)], metadata=pin_meta)

@@ -103,6 +103,8 @@ class Workflow:
     gpus: Dict[str, int] = field(default_factory=dict)  # node id -> GPUs its op requests (gpus.py)
     # node id -> {"shards": N} or {"shard_size": K}: batch steps run as shards (plan/shards.py)
     shards: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    # node id -> the step's image preview settings (plan/previews.py); steps left out: defaults
+    previews: Dict[str, Any] = field(default_factory=dict)
     # (node id, pin) -> the nodes reading it, built on the first ``children`` call: asked per node
     # and pin, a walk over all nodes each time made building a long chain quadratic
     _readers: Optional[Dict[Tuple[str, str], List[WorkflowNode]]] = field(

@@ -16,6 +16,7 @@ from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .checks import BoundCheck, StepCheck
 from .gpus import merged_tags
 from .job_steps import NOTES_IO_MANAGER_KEY
+from .previews import PreviewSettings
 from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
 from .shards import ShardPlan, shard_plan
@@ -42,6 +43,7 @@ class StepPlan:
     function_params: Mapping[str, Optional[str]] = field(default_factory=dict)
     overridable: Tuple[str, ...] = ()
     children: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)  # pin -> steps in op
+    preview: PreviewSettings = PreviewSettings()  # image previews of its pins (previews.py)
 
     @property
     def label(self) -> StepRef:
@@ -286,6 +288,7 @@ class _Wiring:
             function_params=function_params(node),
             overridable=overridable(self.workflow, node),
             children=children,
+            preview=self.workflow.previews.get(node.id, PreviewSettings()),
         )
 
     def deps(self) -> Optional[List[dg.AssetDep]]:

@@ -21,6 +21,7 @@ from ..errors import StoredNotesError
 from ..plan.job_steps import read_node_info
 from . import codec as notes_codec
 from . import versions
+from .previews import PREVIEW_META, TABLE_PREVIEW_META
 
 NOTES_DIR_META = "dagster_graphbook/notes_dir"
 NOTES_KEEP_META = "dagster_graphbook/notes_keep"
@@ -108,7 +109,10 @@ class NotesStore(dg.IOManager):
         if read_node_info(context.definition_metadata).get("sink") and is_flat_table(obj):
             from .tables import write_table
 
-            meta.update(write_table(obj, folder / f"{context.run_id}{versions.TABLE_SUFFIX}"))
+            table = write_table(obj, folder / f"{context.run_id}{versions.TABLE_SUFFIX}")
+            if PREVIEW_META in (context.output_metadata or {}):  # the pin's thumbnails are preview
+                table[TABLE_PREVIEW_META] = table.pop(PREVIEW_META)
+            meta.update(table)
         context.add_output_metadata(meta)
         instance = _instance(context)
         others = versions.other_runs_in_progress(

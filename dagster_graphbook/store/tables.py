@@ -27,6 +27,6 @@ def write_table(notes: List[dict], path: Any) -> Dict[str, Any]:
     return {
         "dagster/row_count": dg.MetadataValue.int(len(df)),
         "dagster/column_schema": dg.MetadataValue.table_schema(schema),
-        "preview": preview,
+        "preview": preview,  # io_manager moves it to table_preview beside a pin's thumbnails
         "table_path": dg.MetadataValue.path(str(path)),
     }

@@ -209,6 +209,17 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             {"ClassifyShapes": {"shard_size": 10000}},
         ),
     ] = None
+    preview: Annotated[
+        Optional[Union[bool, Dict[str, Any]]],
+        _doc(
+            "image previews on each materialization (thumbnails of the notes' images): false "
+            "for none, {max: 12, size: 96, caption: [label, confidence]} for every step, "
+            "{step: false | {...}} per step (docs/ui.md)",
+            False,
+            {"max": 6, "size": 128},
+            {"ReviewSplit": {"caption": ["label", "confidence"]}, "Train": False},
+        ),
+    ] = None
     translation: Annotated[Optional[TranslationFn], TRANSLATION_RESOLVER] = None
     retry_policy: Annotated[
         Optional[RetryPolicyModel],
@@ -290,6 +301,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             streaming=self.streaming,
             gpus=self.gpus,
             shards=self.shards,
+            preview=self.preview,
             checks=list(self.checks),
             notes_dir=str(path(self.notes_dir))
             if self.notes_dir and "://" not in self.notes_dir
