@@ -226,6 +226,7 @@ def _reconstruct_job(
     translator: Optional[str] = None,
     shards: Optional[str] = None,
     executor: Optional[str] = None,
+    preview: Optional[str] = None,
 ) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
     the ``module:Class`` of the run's translator, ``shards`` the run's setting as JSON,
@@ -237,6 +238,7 @@ def _reconstruct_job(
         streaming=streaming,
         shards=json.loads(shards) if shards else None,
         executor=import_executor(executor) if executor else None,
+        preview=json.loads(preview) if preview else None,
     )
     defs = _definitions(spec, notes_dir, import_translator(translator))[0]
     return defs.resolve_job_def(list(defs.jobs or ())[0].name)
@@ -309,6 +311,7 @@ def run_workflow(
     from_failure: Optional[str] = None,
     shards: Any = None,
     executor_config: Optional[Mapping[str, Any]] = None,
+    preview: Any = None,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
@@ -324,7 +327,8 @@ def run_workflow(
     what ``graphbook.ray.RayExecutor`` asks for), ``executor_config`` its run config (the
     ``execution: {config: ...}`` section). ``streaming`` runs all
     steps as one op, or a list of step names those steps (docs/streaming.md); only the pins no
-    step of the segment reads keep notes. ``shards``: as ``GraphbookWorkflow(shards=...)``,
+    step of the segment reads keep notes. ``preview``: as ``GraphbookWorkflow(preview=...)``.
+    ``shards``: as ``GraphbookWorkflow(shards=...)``,
     ``{STEP: N}`` runs those batch steps as N shards (docs/sharding.md). ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
 
@@ -346,6 +350,7 @@ def run_workflow(
         streaming=streaming,
         shards=shards,
         executor=None if executor in _OWN_EXECUTORS else import_executor(executor),
+        preview=preview,
     )
     translator = translator or GraphbookTranslator()
     defs, wdefs = _definitions(spec, notes_dir, translator)
@@ -486,6 +491,7 @@ def _workflow_recon(
         path_of_translator(translator),
         json.dumps(spec.shards) if spec.shards is not None else None,
         None if executor in _OWN_EXECUTORS else executor,
+        json.dumps(spec.preview) if spec.preview is not None else None,
     )
     return dg.build_reconstructable_job(
         "dagster_graphbook.runner.run",

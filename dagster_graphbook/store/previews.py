@@ -23,7 +23,9 @@ NOT_AN_IMAGE = "does not open as an image"
 PREVIEW_META = "preview"  # a pin's thumbnails, else a sink table's first rows (tables.py)
 TABLE_PREVIEW_META = "table_preview"  # a sink table's first rows beside a pin's thumbnails
 _COLUMNS = 4
-_CAPTION_FIELDS = 3  # the note's last short scalar fields, when no caption is set
+_CAPTION_FIELDS = (
+    2  # the note's last short scalar fields, when no caption is set (label, confidence)
+)
 _CAPTION_CHARS = 24
 _QUALITY = 75
 PICTURE_SIZE = 96  # a failed item's thumbnail

@@ -119,7 +119,10 @@ def test_one_day_through_dagster(project, tmp_path, monkeypatch):
     )
     assert (table["confidence"] >= 0.9).all()
     assert {c.name for c in saved["dagster/column_schema"].value.columns} == set(table.columns)
-    preview = saved["preview"].value  # the first rows as a table, as text
+    # its notes hold images: thumbnails are the preview, the first rows (as text) sit beside them
+    assert isinstance(saved["preview"], dg.MarkdownMetadataValue)
+    assert saved["preview"].value.count("data:image/jpeg;base64,") == min(12, len(table))
+    preview = saved["table_preview"].value
     assert [c.name for c in preview.schema.columns] == list(table.columns)
     assert [r.data for r in preview.records] == table.head(5).astype(str).to_dict("records")
 

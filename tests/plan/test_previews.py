@@ -1,0 +1,87 @@
+"""Image preview settings (``plan/previews.py``): per workflow and per step, in Python and YAML,
+checked when the workflow loads."""
+
+from __future__ import annotations
+
+import traceback
+
+import pytest
+
+from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
+from dagster_graphbook.defs.definitions import load
+from dagster_graphbook.plan.previews import OFF, PreviewSettings
+from tests.conftest import REPO, _load_defs_folder
+
+NIGHTLY = REPO / "workflows" / "nightly_shapes.json"
+NODES = [REPO / "custom_nodes" / "nightly"]
+
+
+def _by_step(setting) -> dict:
+    workflow = load(GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, preview=setting))
+    return {workflow.nodes[node_id].name: value for node_id, value in workflow.previews.items()}
+
+
+def test_every_step_previews_with_the_defaults_unless_told_otherwise():
+    assert _by_step(None) == {} == _by_step(True)  # StepPlan's default: PreviewSettings()
+    assert PreviewSettings() == PreviewSettings(max=12, size=96)
+    off = _by_step(False)
+    assert set(off) == {"IncomingImages", "ClassifyShapes", "ReviewSplit", "SaveResized"}
+    assert set(off.values()) == {OFF} and not OFF.on
+
+
+def test_workflow_settings_with_per_step_overrides():
+    got = _by_step(
+        {
+            "max": 4,
+            "size": 64,
+            "ClassifyShapes": False,
+            "ReviewSplit": {"caption": ["label", "confidence"]},
+            "SaveResized": True,
+        }
+    )
+    assert got["IncomingImages"] == PreviewSettings(max=4, size=64)
+    assert got["ClassifyShapes"] == OFF
+    assert got["ReviewSplit"] == PreviewSettings(max=4, size=64, caption=("label", "confidence"))
+    assert got["SaveResized"] == PreviewSettings(max=4, size=64)
+    # off for the workflow, on for one step
+    got = _by_step({"max": 0, "ReviewSplit": {"size": 48}})
+    assert got["ReviewSplit"] == PreviewSettings(size=48) and got["SaveResized"] == OFF
+
+
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ({"Nope": False}, "preview names step 'Nope', which is not in the workflow"),
+        ({"max": -1}, "preview.max must be a whole number, 0 or more, got -1"),
+        ({"size": 2}, "preview.size must be a whole number, 8 or more, got 2"),
+        ({"ReviewSplit": {"colour": 1}}, "preview['ReviewSplit'] has unknown keys ['colour']"),
+        ({"ReviewSplit": 3}, "preview['ReviewSplit'] must be true, false or a mapping, got 3"),
+        ("yes", "preview must be true, false or a mapping"),
+    ],
+)
+def test_bad_settings_fail_at_load_naming_the_setting(setting, says):
+    with pytest.raises(WorkflowError, match="nightly_shapes") as raised:
+        build_definitions(
+            [GraphbookWorkflow(NIGHTLY, custom_nodes=NODES, preview=setting)], strict=True
+        )
+    assert says in str(raised.value)
+
+
+def test_the_yaml_component_takes_preview(tmp_path, monkeypatch):
+    yaml = f"""
+        type: dagster_graphbook.GraphbookWorkflowComponent
+        attributes:
+          workflow: {NIGHTLY}
+          custom_nodes: [{NODES[0]}]
+          preview: {{max: 3, Nope: false}}
+    """
+    monkeypatch.setenv("DAGSTER_GRAPHBOOK_STRICT", "1")  # a load error raises (dg check defs)
+    for folder in ("bad", "good"):
+        (tmp_path / folder).mkdir()
+    with pytest.raises(Exception) as raised:
+        _load_defs_folder(tmp_path / "bad", "preview_bad", {"nightly": yaml})
+    chain = "".join(traceback.format_exception(raised.value))  # Dagster wraps the load error
+    assert "preview names step 'Nope'" in chain
+    good = yaml.replace("Nope: false", "ClassifyShapes: false")
+    defs = _load_defs_folder(tmp_path / "good", "preview_good", {"nightly": good})
+    assert defs.resolve_job_def("nightly_shapes") is not None
