@@ -108,8 +108,12 @@ class StepFailure(GraphbookError, RuntimeError):
             if error.item_index is not None:
                 entries["item_index"] = dg.MetadataValue.int(error.item_index)
                 entries["item"] = error.item
-            if error.picture:
-                entries["item_preview"] = dg.MetadataValue.md(error.picture)
+            if error.picture:  # a thumbnail (markdown), or why the item does not open (text)
+                entries["item_preview"] = (
+                    dg.MetadataValue.md(error.picture)
+                    if error.picture.startswith("![")
+                    else dg.MetadataValue.text(error.picture)
+                )
         entries["note"] = self.note or (error.note if error is not None else None)
         entries["exception"] = self._exception_type()
         if error is not None and error.error.strip():

@@ -75,33 +75,38 @@ def _image_value(value: Any) -> Any:
 
 
 def _as_pil(source: Any) -> Any:
-    """A PIL image of ``source`` (path, PIL image or tensor); raises when it does not open."""
+    """A PIL image of a PIL image or an image tensor."""
     from PIL import Image
 
     if _is_pil(source):
         return source
-    if _is_image_tensor(source):
-        t = source.detach().cpu()
-        if t.is_floating_point():
-            t = (t.clamp(0, 1) * 255).round()
-        t = t.to(dtype=__import__("torch").uint8)
-        array = (t[0] if t.dim() == 3 and t.shape[0] == 1 else t).numpy()
-        if array.ndim == 3:
-            array = array.transpose(1, 2, 0)
-        return Image.fromarray(array)
-    image = Image.open(str(source))
-    image.draft("RGB", (256, 256))  # JPEG: decode at a fraction of the size (much faster)
-    image.load()
-    return image
+    t = source.detach().cpu()
+    if t.is_floating_point():
+        t = (t.clamp(0, 1) * 255).round()
+    t = t.to(dtype=__import__("torch").uint8)
+    array = (t[0] if t.dim() == 3 and t.shape[0] == 1 else t).numpy()
+    if array.ndim == 3:
+        array = array.transpose(1, 2, 0)
+    return Image.fromarray(array)
 
 
 def thumbnail(source: Any, size: int) -> bytes:
-    """``source`` as a JPEG of at most ``size`` pixels on its longest side."""
-    image = _as_pil(source)
+    """``source`` (an image file's path, a PIL image or a tensor) as a JPEG of at most ``size``
+    pixels on its longest side; raises when it does not open as an image."""
+    from PIL import Image
+
+    if _is_pil(source) or _is_image_tensor(source):
+        return _jpeg(_as_pil(source), size)
+    with Image.open(str(source)) as image:  # closed here, not when collected
+        image.draft("RGB", (size, size))  # JPEG: decode at a fraction of the size
+        return _jpeg(image, size)
+
+
+def _jpeg(image: Any, size: int) -> bytes:
     image = image.convert("RGB")
     image.thumbnail((size, size))
     out = io.BytesIO()
-    image.save(out, format="JPEG", quality=_QUALITY, optimize=True)
+    image.save(out, format="JPEG", quality=_QUALITY)
     return out.getvalue()
 
 
@@ -206,16 +211,21 @@ def _markdown(cells: Sequence[Tuple[str, str]], total: int) -> str:
 
 
 def item_picture(item: Any, size: int) -> str:
-    """A failed item, as the failure shows it: its thumbnail as a markdown image, the sentence
-    ``does not open as an image`` when it names an image that does not open (a corrupt JPEG),
-    or '' when the item is no image at all."""
+    """A failed item, as the failure shows it: its thumbnail as a markdown image, a plain
+    sentence saying it ``does not open as an image`` when it names an image that does not open
+    (a corrupt JPEG), or '' when the item is no image at all."""
     found = image_in(item)
     if found is None:
         return ""
     try:
         return f"![failed item]({data_uri(thumbnail(found[1], size))})"
     except Exception as exc:
-        return f"{_text(str(found[1]), 120)} {NOT_AN_IMAGE} ({type(exc).__name__})"
+        return f"{str(found[1])[:200]} {NOT_AN_IMAGE} ({type(exc).__name__})"
+
+
+def is_picture(text: str) -> bool:
+    """``item_picture``'s thumbnail (markdown), not its sentence (plain text)."""
+    return text.startswith("![")
 
 
 def pictures_markdown(entries: Sequence[Tuple[str, str]]) -> Optional[dg.MetadataValue]:
@@ -225,5 +235,6 @@ def pictures_markdown(entries: Sequence[Tuple[str, str]]) -> Optional[dg.Metadat
         return None
     lines = []
     for headline, picture in rows:
-        lines += [f"**{_text(headline, 300) or 'item'}**", "", picture, ""]
+        shown = picture if is_picture(picture) else _text(picture, 300)
+        lines += [f"**{_text(headline, 300) or 'item'}**", "", shown, ""]
     return dg.MetadataValue.md("\n".join(lines))

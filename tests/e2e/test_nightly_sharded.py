@@ -109,3 +109,6 @@ def test_classify_shapes_in_4_shards_gives_the_unsharded_results(project, tmp_pa
     assert figures["images_classified"] == figures["images_labelled"] == IMAGES
     assert figures["accuracy"] == round(figures["images_correct"] / IMAGES, 4) >= 0.9
     assert meta[4][key]["details"]["shards"] == 4
+    # one preview from the commit, sampled across all shards' notes: the unsharded step's
+    assert figures["preview"].count("data:image/jpeg;base64,") == 12
+    assert meta[4][key]["preview"] == figures["preview"]

@@ -345,3 +345,89 @@ def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_pr
     visible(f"//*[contains(text(), '{BROKEN_STEP}')]")
     _save(driver, tmp_path, "ui-broken-job.png", docs=True)
     print(f"browser views of checks, progress, Unsynced, broken job: {time.time() - start:.1f} s")
+
+
+def test_thumbnails_of_a_pin_and_of_a_failed_item_are_shown(
+    webserver, browser, nightly_inputs, tmp_path
+):
+    """The demo's ``ReviewSplit/review`` asset page shows the day's thumbnails (rendered images,
+    natural width > 0), and a run failed on a corrupt image shows that the item does not open."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = browser
+    wait = WebDriverWait(driver, 60)
+
+    def visible(xpath: str):
+        try:
+            return wait.until(EC.visibility_of_element_located((By.XPATH, xpath)))
+        except TimeoutException:
+            shot = _save(driver, tmp_path, "not-shown.png")
+            text = driver.find_element(By.TAG_NAME, "body").text
+            raise AssertionError(
+                f"{xpath} not shown on {driver.current_url} (screenshot {shot}):\n{text[:3000]}"
+            ) from None
+
+    def open_markdown(entry: str) -> None:
+        """Click the ``[Show Markdown]`` of the metadata entry ``entry`` (its dialog opens)."""
+        visible(
+            f"//td[normalize-space()='{entry}']/following-sibling::td"
+            "//a[normalize-space()='[Show Markdown]']"
+        ).click()
+        visible("//*[@role='dialog']")
+
+    # a day of the demo, most notes to review (the briefly trained model is rarely confident)
+    incoming = tmp_path / "incoming"
+    shutil.copytree(nightly_inputs["incoming"], incoming)
+    day = nightly_inputs["day"]
+    config = {
+        "ops": {
+            f"{DEMO}__IncomingImages": {"config": {"folder": f"{incoming}/{{partition_key}}"}},
+            f"{DEMO}__ReviewSplit": {"config": {"threshold": 0.999}},
+            f"{DEMO}__SaveResized": {"config": {"output_dir": str(tmp_path / "out")}},
+        },
+        "resources": {
+            f"{DEMO}__ShapesModel": {"config": {"checkpoint": str(nightly_inputs["checkpoint"])}}
+        },
+    }
+    run_id = webserver.launch(DEMO, config, tags={"dagster/partition": day})
+    webserver.expect_success(run_id, timeout_s=300)
+
+    driver.get(f"{webserver.url}/assets/{DEMO}/ReviewSplit/review?view=events")
+    _skip_community_dialog(driver)
+    visible(f"//*[contains(text(), '{run_id[:8]}')]")  # this run's materialization is shown
+    open_markdown("preview")
+    visible("//*[@role='dialog']//*[contains(text(), 'images, sampled evenly')]")
+    images = "Array.from(document.querySelectorAll('[role=dialog] img'))"
+    wait.until(lambda d: d.execute_script(f"return {images}.length") > 0)
+    wait.until(lambda d: d.execute_script(f"return {images}.every(i => i.complete)"))
+    widths = driver.execute_script(f"return {images}.map(i => i.naturalWidth)")
+    sources = driver.execute_script(f"return {images}.map(i => i.src.slice(0, 23))")
+    assert len(widths) == 12 and all(w > 0 for w in widths), widths
+    assert set(sources) == {"data:image/jpeg;base64,"}, sources
+    visible("//*[@role='dialog']//*[contains(text(), ' · 0.')]")  # label · confidence captions
+    _save(driver, tmp_path, "ui-preview.png", docs=True)
+
+    # the next day holds a truncated PNG: the run fails on it, and its failure says so
+    broken_day = "2025-06-02"
+    (incoming / broken_day).mkdir()
+    for path in sorted((incoming / day).glob("*.png"))[:3]:
+        shutil.copy(path, incoming / broken_day / path.name)
+    broken = incoming / broken_day / "zz_broken.png"
+    broken.write_bytes(next((incoming / day).glob("*.png")).read_bytes()[:40])
+    failed = webserver.launch(DEMO, config, tags={"dagster/partition": broken_day})
+    assert webserver.wait(failed, timeout_s=300) == "FAILURE"
+    driver.get(f"{webserver.url}/runs/{failed}")
+    visible("//*[normalize-space()='RUN_FAILURE']")  # the whole log is loaded
+    log_filter = driver.find_element(By.CSS_SELECTOR, "input[placeholder^='Filter']")
+    log_filter.send_keys("type:STEP_FAILURE", Keys.ENTER)  # the failure's row
+    wait.until(lambda d: not d.find_elements(By.XPATH, "//*[normalize-space()='RUN_FAILURE']"))
+    visible("//*[normalize-space()='View full message']").click()  # with its metadata
+    visible(
+        "//*[@role='dialog']//td[normalize-space()='item_preview']/following-sibling::td"
+        f"[contains(., '{broken.name} does not open as an image')]"
+    )
+    _save(driver, tmp_path, "ui-failed-item.png", docs=True)
