@@ -28,6 +28,7 @@ _CAPTION_FIELDS = (
 )
 _CAPTION_CHARS = 24
 _QUALITY = 75
+_LOOKED_AT = 4096  # notes (or files) looked at for images, spread evenly over a pin
 PICTURE_SIZE = 96  # a failed item's thumbnail
 PICTURES_SHOWN = 12  # failed items pictured per step (the errors table lists more, as text)
 
@@ -160,10 +161,12 @@ def contact_sheet(
     None when there is nothing to show."""
     if not settings.on:
         return None
-    found = [(i, image_in(n)) for i, n in enumerate(notes)]
+    looked = _evenly(len(notes), _LOOKED_AT)  # bounded work on a pin of millions of notes
+    found = [(i, image_in(notes[i])) for i in looked]
     candidates = [(i, f) for i, f in found if f is not None]
     cells: List[Tuple[str, str]] = []  # (data URI, caption)
-    total = len(candidates)
+    whole = len(looked) == len(notes)
+    total = f"of {len(candidates)} images" if whole else f"from {len(notes):,} notes"
     if candidates:
         for j in _evenly(len(candidates), settings.max):
             index, (field, source) = candidates[j]
@@ -174,8 +177,10 @@ def contact_sheet(
                 continue
             cells.append((data_uri(jpeg), _caption(notes[index], field, settings.caption)))
     else:
-        images = [p for p, _ in files if _is_image_path(str(p))]
-        total = len(images)
+        images = [files[i][0] for i in _evenly(len(files), _LOOKED_AT)]
+        images = [p for p in images if _is_image_path(str(p))]
+        whole = len(files) <= _LOOKED_AT
+        total = f"of {len(images)} images" if whole else f"from {len(files):,} files"
         for j in _evenly(len(images), settings.max):
             try:
                 jpeg = thumbnail(images[j], settings.size)
@@ -193,11 +198,11 @@ def contact_sheet(
     return None
 
 
-def _markdown(cells: Sequence[Tuple[str, str]], total: int) -> str:
+def _markdown(cells: Sequence[Tuple[str, str]], total: str) -> str:
     """A table of thumbnails, ``_COLUMNS`` a row, each row followed by its captions."""
     columns = min(_COLUMNS, len(cells))
     lines = [
-        f"{len(cells)} of {total} images, sampled evenly",
+        f"{len(cells)} {total}, sampled evenly",
         "",
         "|" + " |" * columns,
         "|" + "---|" * columns,

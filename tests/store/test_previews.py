@@ -137,3 +137,21 @@ def test_a_failed_item_shows_its_thumbnail_or_says_it_does_not_open(tmp_path, su
     text = item_picture(str(bad), 48)
     assert text == f"{bad} {NOT_AN_IMAGE} (UnidentifiedImageError)" and not _thumbs(text)
     assert item_picture(42, 48) == "" and item_picture("some text", 48) == ""
+
+
+def test_a_pin_of_many_notes_is_sampled_without_reading_every_note(tmp_path):
+    png = _draw(tmp_path / "one.png", (1, 2, 3), (10, 10))
+
+    class Counted(dict):
+        reads = 0
+
+        def items(self):
+            Counted.reads += 1
+            return super().items()
+
+    notes = [Counted(image=png, label=f"n{i}") for i in range(20_000)]
+    sheet = contact_sheet(notes, [], PreviewSettings(max=3))
+    assert sheet is not None and sheet.value.startswith("3 from 20,000 notes, sampled evenly")
+    first, middle, last = [int(alt[1:]) for alt, _ in URI.findall(sheet.value)]
+    assert (first, last) == (0, 19_999) and abs(middle - 10_000) < 10  # evenly, over all notes
+    assert Counted.reads <= 4096 + 3  # bounded: notes looked at, then the captions
