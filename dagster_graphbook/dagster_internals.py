@@ -7,7 +7,9 @@ has no equivalent, and a Dagster upgrade that moves one breaks this module only.
   runs and keeps failure events out of its console logger;
 - the captured-interrupt check: the dead-run watcher lets a terminate through;
 - the plan orchestration types and helpers: the Dask executor submits Dagster's own steps, and
-  a from-failure run's plan gets the shards Dagster left out (``defs/reexecution``).
+  a from-failure run's plan gets the shards Dagster left out (``defs/reexecution``);
+- the deep merge of dicts: the runner sets ``--set`` params over the caller's run config as
+  Dagster merges config layers.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dagster._core.storage.tags import (
 )
 from dagster._utils import iterate_with_context
 from dagster._utils.interrupts import check_captured_interrupt
+from dagster._utils.merger import deep_merge_dicts
 
 __all__ = [
     "LOG_RECORD_EVENT_ATTR",
@@ -55,6 +58,7 @@ __all__ = [
     "RuntimeMismatchErrorData",
     "check_captured_interrupt",
     "create_execution_plan",
+    "deep_merge_dicts",
     "iterate_with_context",
     "raise_execution_interrupts",
 ]
