@@ -11,6 +11,9 @@ Here:
   and what each node has; nothing is submitted.
 - otherwise (an autoscaler may add a node; the nodes that have it are busy) a job still PENDING
   after ``placement_timeout_s`` is stopped and its step fails, saying the same.
+- the process orchestrating the run holds its run-owner lock (``dead_runs.own_run``), as under
+  ``graphbook_executor``: killed while a step waits, its run is marked failed by the next run
+  instead of staying STARTED; a job Ray places after that skips its step (the run has ended).
 
 Same configuration as ``dagster_ray.ray_executor`` (``ray: {address, env_vars, ...}``, retries)
 plus ``placement_timeout_s``; what ``graphbook.ray.RayExecutor`` runs with. Needs the ``ray``
@@ -36,6 +39,7 @@ from ..dagster_internals import (
     StepHandler,
     StepHandlerContext,
 )
+from ..execution.dead_runs import own_run
 
 # how long a step's Ray job may wait to be placed (an autoscaler adding a GPU node takes minutes)
 PLACEMENT_TIMEOUT_S = 600.0
@@ -197,6 +201,25 @@ class PlacedRayStepHandler(StepHandler):
         yield from self.ray.terminate_step(step_handler_context)
 
 
+class _OwnedExecutor(dg.Executor):
+    """dagster-ray's executor, run while this process holds the run's owner lock."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
+        with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
+            yield from self.inner.execute(plan_context, execution_plan)
+
+    @property
+    def retries(self) -> Any:
+        return self.inner.retries
+
+    @property
+    def step_dependency_config(self) -> Any:
+        return self.inner.step_dependency_config
+
+
 @dg.executor(
     name="ray",
     config_schema={
@@ -212,10 +235,10 @@ class PlacedRayStepHandler(StepHandler):
 def ray_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     """dagster-ray's ``ray_executor`` whose steps fail when their Ray job cannot be placed: at
     once on a cluster without an autoscaler where no node has what the step asks for, else after
-    ``placement_timeout_s`` in PENDING (the job stopped)."""
+    ``placement_timeout_s`` in PENDING (the job stopped); its run owned by this process."""
     creation = _upstream.executor_creation_fn
     assert creation is not None
     executor: Any = creation(init_context)  # dagster-ray's StepDelegatingExecutor, configured
     timeout: float = init_context.executor_config["placement_timeout_s"]  # type: ignore[assignment]
     executor._step_handler = PlacedRayStepHandler(executor._step_handler, timeout)
-    return executor
+    return _OwnedExecutor(executor)

@@ -472,6 +472,55 @@ def test_a_step_whose_ray_job_waits_past_the_placement_timeout_fails_and_its_job
     assert [r.event_log_entry.step_key for r in started] == ["ray_app__Numbers"]
 
 
+def test_a_program_killed_while_its_step_waits_for_gpus_leaves_its_run_failed(
+    ray_cluster, tmp_path, dagster_home
+):
+    """The Graphbook Ray program killed (-9) while Predict's job waits for the GPUs another job
+    holds: its run stayed STARTED for ever. Now the process held the run's owner lock, so the
+    next run's sweep marks it failed; once the GPUs are free the job ends without the step."""
+    import time
+
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from dagster_graphbook.execution.dead_runs import fail_dead_runs
+
+    client = JobSubmissionClient(ray_cluster)
+    holder = client.submit_job(entrypoint="sleep 600", entrypoint_num_gpus=4)
+    try:
+        deadline = time.monotonic() + 120
+        while client.get_job_status(holder) != JobStatus.RUNNING:
+            assert time.monotonic() < deadline, client.get_job_info(holder)
+            time.sleep(1)
+        program = tmp_path / "ray_app.py"
+        program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", ray_cluster))
+        env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+        with open(tmp_path / "stderr.txt", "w") as err:
+            proc = subprocess.Popen([sys.executable, str(program)], env=env, stderr=err)
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            run_id = None
+            while run_id is None or "ray_app__Predict" not in _ray_jobs(ray_cluster, run_id):
+                assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+                assert time.monotonic() < deadline + 120, "Predict's job was never submitted"
+                records = instance.get_run_records()
+                run_id = records[0].dagster_run.run_id if records else None
+                time.sleep(1)
+            assert _ray_jobs(ray_cluster, run_id)["ray_app__Predict"] == "PENDING"
+            proc.kill()
+            proc.wait()
+            assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED
+            assert fail_dead_runs(instance) == [run_id]  # what the next run does first
+            assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+    finally:
+        client.stop_job(holder)
+    deadline = time.monotonic() + 180  # placed once the GPUs are free: the run has ended
+    while _ray_jobs(ray_cluster, run_id).get("ray_app__Predict") in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, _ray_jobs(ray_cluster, run_id)
+        time.sleep(2)
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        started = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START)
+    assert [r.event_log_entry.step_key for r in started.records] == ["ray_app__Numbers"]
+
+
 class _StepGpus:
     """Which GPUs Ray gave each step's process, read from this machine's processes while runs go
     on: a Ray job's entrypoint (dagster-ray's ``dagster api execute_step``) is started with its
