@@ -80,6 +80,7 @@ _MODULE_CACHE: Dict[Tuple[str, str], object] = {}
 
 
 _NODE_MODULES = "graphbook_custom_nodes"  # the package name node files are imported under
+_OURS = __name__.split(".")[0]  # dagster_graphbook: a node folder may be a checkout holding it
 
 # Helper modules that node files imported from their folder (``import my_helpers`` beside them):
 # module name -> (its file, that file's content hash when imported). Python keeps a module once
@@ -100,8 +101,8 @@ def _record_helpers(folder: Path, before: Iterable[str]) -> None:
     known = set(before)
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if name in known or not file or name.startswith(f"{_NODE_MODULES}."):
-            continue
+        if name in known or not file or name.split(".")[0] in (_NODE_MODULES, _OURS):
+            continue  # node files have their own cache; this package is never a helper
         if Path(file).resolve().is_relative_to(folder):
             _HELPERS[name] = (file, _file_hash(file))
 
