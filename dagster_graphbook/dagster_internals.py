@@ -7,7 +7,11 @@ has no equivalent, and a Dagster upgrade that moves one breaks this module only.
   runs and keeps failure events out of its console logger;
 - the captured-interrupt check: the dead-run watcher lets a terminate through;
 - the plan orchestration types and helpers: the Dask executor submits Dagster's own steps, and
-  a from-failure run's plan gets the shards Dagster left out (``defs/reexecution``).
+  a from-failure run's plan gets the shards Dagster left out (``defs/reexecution``);
+- the step handler types and step events: the Ray executor checks that a step's Ray job can be
+  placed before and while it waits (``integrations/ray``);
+- the deep merge of dicts: the runner sets ``--set`` params over the caller's run config as
+  Dagster merges config layers.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from dagster._config.stack import EvaluationStackListItemEntry, EvaluationStackP
 from dagster._core.errors import raise_execution_interrupts
 from dagster._core.execution.api import create_execution_plan
 from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.objects import StepFailureData
 from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.executor.step_delegating import (
+    CheckStepHealthResult,
+    StepHandler,
+    StepHandlerContext,
+)
 from dagster._core.log_manager import LOG_RECORD_EVENT_ATTR
 from dagster._core.storage.tags import (
     PARENT_RUN_ID_TAG,
@@ -33,9 +43,16 @@ from dagster._core.storage.tags import (
     TAGS_TO_MAYBE_OMIT_ON_RETRY,
 )
 from dagster._utils import iterate_with_context
+from dagster._utils.error import SerializableErrorInfo
 from dagster._utils.interrupts import check_captured_interrupt
+from dagster._utils.merger import deep_merge_dicts
 
 __all__ = [
+    "CheckStepHealthResult",
+    "SerializableErrorInfo",
+    "StepFailureData",
+    "StepHandler",
+    "StepHandlerContext",
     "LOG_RECORD_EVENT_ATTR",
     "PARENT_RUN_ID_TAG",
     "RESUME_RETRY_TAG",
@@ -55,6 +72,7 @@ __all__ = [
     "RuntimeMismatchErrorData",
     "check_captured_interrupt",
     "create_execution_plan",
+    "deep_merge_dicts",
     "iterate_with_context",
     "raise_execution_interrupts",
 ]

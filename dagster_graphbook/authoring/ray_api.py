@@ -33,8 +33,9 @@ __all__ = ["init", "remote", "options", "is_graphbook_ray_initialized", "RayExec
 logger = logging.getLogger("dagster_graphbook")
 T = TypeVar("T")
 
-# the Dagster executor a RayExecutor's runs use, as run_workflow imports it in each step process
-RAY_EXECUTOR_PATH = "dagster_ray:ray_executor"
+# the Dagster executor a RayExecutor's runs use (dagster-ray's, failing a step whose Ray job
+# cannot be placed), as run_workflow imports it in each step process
+RAY_EXECUTOR_PATH = "dagster_graphbook.integrations.ray:ray_executor"
 # ray.init arguments a Ray job takes; the others size or tune a Ray started here
 _JOB_INIT_ARGS = frozenset({"address", "runtime_env"})
 _initialized = False

@@ -1,1 +1,1 @@
-"""Other engines: the Dask executor."""
+"""Other engines: the Dask and Ray executors."""

@@ -79,10 +79,51 @@ def _base_classes() -> Tuple[Tuple[type, ...], Tuple[type, ...], Tuple[type, ...
 _MODULE_CACHE: Dict[Tuple[str, str], object] = {}
 
 
+_NODE_MODULES = "graphbook_custom_nodes"  # the package name node files are imported under
+_OURS = __name__.split(".")[0]  # dagster_graphbook: a node folder may be a checkout holding it
+
+# Helper modules that node files imported from their folder (``import my_helpers`` beside them):
+# module name -> (its file, that file's content hash when imported). Python keeps a module once
+# imported, so a helper edited between two loads in one process would stay old:
+# `_drop_stale_helpers` drops them all from sys.modules, and the node files import anew.
+_HELPERS: Dict[str, Tuple[str, Optional[str]]] = {}
+
+
+def _file_hash(path: Union[str, Path]) -> Optional[str]:
+    try:
+        return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+    except OSError:  # deleted since: stale
+        return None
+
+
+def _record_helpers(folder: Path, before: Iterable[str]) -> None:
+    """Record the modules a node file's import added whose files are under ``folder``."""
+    known = set(before)
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name in known or not file or name.split(".")[0] in (_NODE_MODULES, _OURS):
+            continue  # node files have their own cache; this package is never a helper
+        if Path(file).resolve().is_relative_to(folder):
+            _HELPERS[name] = (file, _file_hash(file))
+
+
+def _drop_stale_helpers() -> None:
+    """Where a helper's file changed since it was imported, drop every recorded helper from
+    sys.modules (one may import another) and the cached node modules, so the node files and
+    their helpers import anew, in the order the node files import them."""
+    if all(_file_hash(file) == digest for file, digest in _HELPERS.values()):
+        return
+    for name in _HELPERS:
+        sys.modules.pop(name, None)
+    _HELPERS.clear()
+    _MODULE_CACHE.clear()
+    importlib.invalidate_caches()
+
+
 def _module_name(path: Path) -> str:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     stem = "".join(ch if ch.isalnum() else "_" for ch in path.stem)
-    return f"graphbook_custom_nodes.m{digest}_{stem}"
+    return f"{_NODE_MODULES}.m{digest}_{stem}"
 
 
 def _import_file(path: Path) -> object:
@@ -100,6 +141,7 @@ def _import_file(path: Path) -> object:
     added = folder not in sys.path
     if added:
         sys.path.insert(0, folder)  # Graphbook lets node files import helpers next to them
+    before = list(sys.modules)
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -108,6 +150,7 @@ def _import_file(path: Path) -> object:
     finally:
         if added and folder in sys.path:
             sys.path.remove(folder)
+        _record_helpers(path.parent, before)
     _MODULE_CACHE[(str(path), content_hash)] = module
     return module
 
@@ -176,6 +219,7 @@ class NodeRegistry:
     def load(cls, paths: Sequence[PathLike] = ()) -> NodeRegistry:
         """Import every ``.py`` file under ``paths`` (folders or files) and collect its nodes."""
         compat.install_graphbook_alias()
+        _drop_stale_helpers()
         registry = cls()
         step_bases, resource_bases, abstract = _base_classes()
         files = _python_files(paths)

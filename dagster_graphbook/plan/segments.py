@@ -16,8 +16,9 @@ assets runs the whole segment from its sources and inputs.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple, Union
 
+from ..dagster_internals import deep_merge_dicts
 from ..model.workflow import Workflow, WorkflowError
 from .translator import GraphbookTranslator, WorkflowNames
 
@@ -122,13 +123,12 @@ def nest_step_config(
     config: Dict[str, Any],
     workflow: Workflow,
     translator: GraphbookTranslator,
-    base: Optional[Mapping[str, Any]] = None,
     streaming: Streaming = True,
 ) -> Dict[str, Any]:
     """Run config written per step op (``ops: {job__Step: {config: ...}}``) for the streaming op:
-    the entries of the segment's steps move under it, the others stay. ``base`` is run config
-    given whole, whose ``ops`` entries ``config`` may have replaced."""
-    ops = {**dict((base or {}).get("ops") or {}), **dict(config.get("ops") or {})}
+    the entries of the segment's steps move under it, merged deeply into what the streaming op's
+    own entry gives for them, the others stay."""
+    ops = dict(config.get("ops") or {})
     if not ops:
         return config
     names = translator.names(workflow)
@@ -137,5 +137,5 @@ def nest_step_config(
     nested = dict((ops.pop(segment, None) or {}).get("config") or {})
     for op in [op for op in ops if op in inside]:
         body = ops.pop(op)
-        nested[op] = {**nested.get(op, {}), **((body or {}).get("config") or {})}
+        nested[op] = deep_merge_dicts(nested.get(op) or {}, (body or {}).get("config") or {})
     return {**config, "ops": {**ops, segment: {"config": nested}}}

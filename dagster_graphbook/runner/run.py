@@ -24,6 +24,7 @@ from ..dagster_internals import (
     RESUME_RETRY_TAG,
     ROOT_RUN_ID_TAG,
     TAGS_TO_MAYBE_OMIT_ON_RETRY,
+    deep_merge_dicts,
 )
 from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
@@ -171,17 +172,17 @@ class WorkflowRun:
 _ConfigTarget = Tuple[str, str, Tuple[str, ...]]  # (section, name, path): where a STEP's config is
 
 
-def _set_params(
-    config: Dict[str, Any],
+def _params_config(
     params: Mapping[str, Any],
     targets: Mapping[str, _ConfigTarget],
     refused: Callable[[str], Exception],
 ) -> Dict[str, Any]:
-    """Set each ``{"STEP.PARAM": value}`` of ``params`` into run config ``config`` (changed in
-    place and returned). ``targets``: each name STEP may be -> the config its PARAM goes under,
-    ``config[section][name]["config"][*path]`` (``("ops", op, ())``, a step of a streaming op
-    ``("ops", op, (step op,))``, a resource ``("resources", key, ())``); ``refused(key)``: the
-    error for a key whose STEP is none of them, or that has no PARAM."""
+    """The run config that sets each ``{"STEP.PARAM": value}`` of ``params``. ``targets``: each
+    name STEP may be -> the config its PARAM goes under, ``config[section][name]["config"][*path]``
+    (``("ops", op, ())``, a step of a streaming op ``("ops", op, (step op,))``, a resource
+    ``("resources", key, ())``); ``refused(key)``: the error for a key whose STEP is none of
+    them, or that has no PARAM. `_with_params` sets it over a caller's run config."""
+    config: Dict[str, Any] = {}
     for key, value in params.items():
         step, _, path = key.partition(".")
         if step not in targets or not path:
@@ -193,6 +194,15 @@ def _set_params(
             target = target.setdefault(p, {})
         target[leaf] = value
     return config
+
+
+def _with_params(
+    run_config: Optional[Mapping[str, Any]], from_params: Mapping[str, Any]
+) -> Dict[str, Any]:
+    """``run_config`` with the config of ``--set`` params (`_params_config`) merged in deeply:
+    a param replaces only its own value, never the rest of its op's config that ``run_config``
+    gives (``runtime.max_skipped_fraction`` beside a param's ``runtime.on_item_error``)."""
+    return dict(deep_merge_dicts(dict(run_config or {}), from_params))
 
 
 def run_config_for(
@@ -213,7 +223,7 @@ def run_config_for(
             workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {choices}"]
         )
 
-    sections = _set_params({}, params, targets, refused)
+    sections = _params_config(params, targets, refused)
     return {s: sections[s] for s in ("ops", "resources") if s in sections}
 
 
@@ -458,15 +468,11 @@ def _workflow_config(
     translator: GraphbookTranslator,
 ) -> Dict[str, Any]:
     """The run config of a workflow's run: ``run_config`` with ``params`` (``--set``) in it."""
-    config: Dict[str, Any] = dict(run_config or {})
-    for section, entries in run_config_for(wdefs.workflow, params or {}, translator).items():
-        config[section] = {**(config.get(section) or {}), **entries}  # ops / resources from params
+    config = _with_params(run_config, run_config_for(wdefs.workflow, params or {}, translator))
     if streaming:
         from ..plan.segments import nest_step_config
 
-        config = nest_step_config(
-            config, wdefs.workflow, translator, base=run_config, streaming=streaming
-        )
+        config = nest_step_config(config, wdefs.workflow, translator, streaming=streaming)
     return _request_config(config, job, partition_key, f"workflow {wdefs.workflow.source}")
 
 
@@ -693,7 +699,7 @@ def _job_config(
             job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
         )
 
-    config = _set_params(copy.deepcopy(dict(run_config or {})), params or {}, targets, refused)
+    config = _with_params(run_config, _params_config(params or {}, targets, refused))
     return _request_config(config, job, partition_key, job_source(job))
 
 

@@ -5,6 +5,7 @@ of one job; a Graphbook program written for ``graphbook.ray`` run unchanged on R
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import multiprocessing
 import os
@@ -12,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import dagster as dg
 import pandas as pd
@@ -194,15 +195,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """``ray start --head --block`` with 4 logical GPUs, in its own process group (stopped by
-    killing that group)."""
-    import os
-    import shutil
+@contextlib.contextmanager
+def _ray_head(gpus: int) -> Iterator[str]:
+    """``ray start --head --block`` with ``gpus`` logical GPUs, in its own process group (stopped
+    by killing that group); yields its job server's address."""
     import signal
-    import subprocess
-    import sys
     import tempfile
     import time
 
@@ -233,8 +230,20 @@ def ray_cluster():
         f"--port={_free_port()}",
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard}",
+        # ports of their own, not Ray's defaults: two heads at once (tests running side by side)
+        # would share the job agent's, and one of them would take no jobs
+        *(
+            f"--{name}-port={_free_port()}"
+            for name in (
+                "dashboard-agent-listen",
+                "dashboard-agent-grpc",
+                "runtime-env-agent",
+                "metrics-export",
+                "ray-client-server",
+            )
+        ),
         "--num-cpus=2",
-        "--num-gpus=4",  # logical GPUs: Ray schedules and hands out ids, none is touched
+        f"--num-gpus={gpus}",  # logical GPUs: Ray schedules and hands out ids, none is touched
         "--include-dashboard=true",
         f"--temp-dir={temp}",
     ]
@@ -255,6 +264,16 @@ def ray_cluster():
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the Ray head did not start (exit {proc.poll()})")
             time.sleep(1)
+        from ray.job_submission import JobSubmissionClient
+
+        while True:  # its job agent takes jobs a while after the job server answers
+            try:
+                JobSubmissionClient(address).submit_job(entrypoint="true")
+                break
+            except RuntimeError:  # "No available agent to submit job, please try again later"
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
         yield address
     finally:
         # `ray start --block` takes 35-60 s to stop gracefully; the tests are done with it, and
@@ -266,6 +285,13 @@ def ray_cluster():
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray head with 4 logical GPUs (`_ray_head`)."""
+    with _ray_head(4) as address:
+        yield address
 
 
 def test_sample_workflow_on_ray_matches_one_process(ray_cluster, tmp_path, dagster_home):
@@ -357,6 +383,142 @@ def test_graphbook_ray_program_runs_unchanged_on_the_cluster(ray_cluster, tmp_pa
         "ray_app__Numbers": "SUCCEEDED",
         "ray_app__Predict": "SUCCEEDED",
     }
+
+
+def _ray_jobs(address: str, run_id: Optional[str] = None) -> Dict[str, str]:
+    """Each Ray job of the cluster that ran a step (of run ``run_id``): step key -> status."""
+    from ray.job_submission import JobSubmissionClient
+
+    return {
+        j.metadata["dagster/op"]: str(j.status)
+        for j in JobSubmissionClient(address).list_jobs()
+        if "dagster/op" in j.metadata and run_id in (None, j.metadata.get("dagster/run-id"))
+    }
+
+
+def test_a_step_asking_for_gpus_a_cluster_without_them_cannot_give_fails_at_once(
+    tmp_path, dagster_home
+):
+    """The Graphbook Ray program (``options(num_gpus=1)`` on Predict) against a head started
+    with ``--num-gpus=0`` and no autoscaler: it hung after STEP_WORKER_STARTING, its Ray job
+    PENDING. Now Predict fails at once naming what it asked for and what the cluster has, and no
+    Ray job is left for it; the run is FAILURE."""
+    with _ray_head(0) as address:
+        program = tmp_path / "ray_app.py"
+        program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", address))
+        env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(  # Ray itself gives up on a PENDING job after 900 s
+            [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=300
+        )
+        jobs = _ray_jobs(address)
+    assert done.returncode != 0
+    said = done.stderr
+    assert "job ray_app, step ray_app__Predict: its Ray job asks for GPU 1" in said, said[-3000:]
+    assert "CPU 2, memory" in said  # what the cluster's one node has
+    assert "no autoscaler" in said and "not submitted" in said
+    assert jobs == {"ray_app__Numbers": "SUCCEEDED"}  # none for Predict: nothing left pending
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        (record,) = instance.get_run_records()
+        run_id = record.dagster_run.run_id
+        failed = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.STEP_FAILURE
+        ).records
+    assert record.dagster_run.status == dg.DagsterRunStatus.FAILURE
+    assert [r.event_log_entry.step_key for r in failed] == ["ray_app__Predict"]
+
+
+def test_a_step_whose_ray_job_waits_past_the_placement_timeout_fails_and_its_job_stops(
+    ray_cluster, tmp_path, dagster_home
+):
+    """Every GPU of the cluster held by another job: Predict's job could be placed later, so it
+    is submitted; PENDING past ``placement_timeout_s`` it is stopped and the step fails saying
+    so. Once the GPUs are free the stopped job ends without running the step."""
+    import time
+
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from dagster_graphbook.authoring.ray_api import RAY_EXECUTOR_PATH
+
+    client = JobSubmissionClient(ray_cluster)
+    holder = client.submit_job(entrypoint="sleep 600", entrypoint_num_gpus=4)
+    try:
+        deadline = time.monotonic() + 120
+        while client.get_job_status(holder) != JobStatus.RUNNING:
+            assert time.monotonic() < deadline, client.get_job_info(holder)
+            time.sleep(1)
+        program = tmp_path / "ray_app.py"
+        program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", ray_cluster))
+        run = run_workflow(
+            str(program),
+            executor=RAY_EXECUTOR_PATH,
+            executor_config={"ray": {"address": ray_cluster}, "placement_timeout_s": 5.0},
+            dagster_home=dagster_home,
+        )
+    finally:
+        client.stop_job(holder)
+    assert not run.success
+    assert "job ray_app, step ray_app__Predict: its Ray job" in run.failure, run.failure
+    assert "not placed within placement_timeout_s 5 s (it asks for GPU 1" in run.failure
+    assert "it was stopped" in run.failure
+    deadline = time.monotonic() + 180  # placed once the GPUs are free, then stopped
+    while _ray_jobs(ray_cluster, run.run_id).get("ray_app__Predict") in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, _ray_jobs(ray_cluster, run.run_id)
+        time.sleep(2)
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        started = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.STEP_START
+        ).records
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert [r.event_log_entry.step_key for r in started] == ["ray_app__Numbers"]
+
+
+def test_a_program_killed_while_its_step_waits_for_gpus_leaves_its_run_failed(
+    ray_cluster, tmp_path, dagster_home
+):
+    """The Graphbook Ray program killed (-9) while Predict's job waits for the GPUs another job
+    holds: its run stayed STARTED for ever. Now the process held the run's owner lock, so the
+    next run's sweep marks it failed; once the GPUs are free the job ends without the step."""
+    import time
+
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
+
+    client = JobSubmissionClient(ray_cluster)
+    holder = client.submit_job(entrypoint="sleep 600", entrypoint_num_gpus=4)
+    try:
+        deadline = time.monotonic() + 120
+        while client.get_job_status(holder) != JobStatus.RUNNING:
+            assert time.monotonic() < deadline, client.get_job_info(holder)
+            time.sleep(1)
+        program = tmp_path / "ray_app.py"
+        program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", ray_cluster))
+        env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+        with open(tmp_path / "stderr.txt", "w") as err:
+            proc = subprocess.Popen([sys.executable, str(program)], env=env, stderr=err)
+        with dg.DagsterInstance.from_config(dagster_home) as instance:
+            run_id = None
+            while run_id is None or "ray_app__Predict" not in _ray_jobs(ray_cluster, run_id):
+                assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+                assert time.monotonic() < deadline + 120, "Predict's job was never submitted"
+                records = instance.get_run_records()
+                run_id = records[0].dagster_run.run_id if records else None
+                time.sleep(1)
+            assert _ray_jobs(ray_cluster, run_id)["ray_app__Predict"] == "PENDING"
+            proc.kill()
+            proc.wait()
+            assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED
+            assert fail_dead_runs(instance) == [run_id]  # what the next run does first
+            assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+    finally:
+        client.stop_job(holder)
+    deadline = time.monotonic() + 180  # placed once the GPUs are free: the run has ended
+    while _ray_jobs(ray_cluster, run_id).get("ray_app__Predict") in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, _ray_jobs(ray_cluster, run_id)
+        time.sleep(2)
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        started = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START)
+    assert [r.event_log_entry.step_key for r in started.records] == ["ray_app__Numbers"]
 
 
 class _StepGpus:

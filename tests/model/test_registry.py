@@ -1,5 +1,6 @@
 """Custom node files: one class name in two files, one class imported into two files, and files
-that fail to import (recorded with their line; a workflow using them fails to load)."""
+that fail to import (recorded with their line; a workflow using them fails to load); helper
+modules node files import, imported anew when edited."""
 
 from __future__ import annotations
 
@@ -108,3 +109,55 @@ def test_run_workflow_with_broken_node_file_fails_before_running(tmp_path, run_w
     )
     with pytest.raises(WorkflowError, match=r"broken\.py, line 3"):
         run_wf(wf, custom_nodes=[folder])
+
+
+SCALED_NODES = """
+from graphbook.steps import SourceStep, Step
+
+import scaling_helpers
+
+
+class Numbers(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        return {"out": [{"x": x} for x in (1, 2)]}
+
+
+class Scale(Step):
+    RequiresInput = True
+    Outputs = ["out"]
+
+    def on_data(self, data):
+        data["y"] = scaling_helpers.scale(data["x"])
+"""
+
+
+def test_helpers_a_node_file_imports_are_reloaded_when_edited(tmp_path, run_wf):
+    """A long-lived process runs the workflow, the node file's helper module (and the module
+    that helper imports) is edited, the workflow runs again: the new helper code runs, as after
+    an edit of the node file itself."""
+    folder = write_nodes(tmp_path / "custom_nodes", "my_nodes.py", SCALED_NODES)
+    helper = "import scaling_factor\n\ndef scale(x):\n    return x * scaling_factor.FACTOR\n"
+    write_nodes(folder, "scaling_helpers.py", helper)
+    write_nodes(folder, "scaling_factor.py", "FACTOR = 10\n")
+    wf = write_workflow(
+        tmp_path,
+        "scaled",
+        [step_node("1", "Numbers", source=True), step_node("2", "Scale")],
+        [edge("1", "out", "2")],
+    )
+
+    def ys() -> list:
+        run = run_wf(wf, custom_nodes=[folder])
+        assert run.success, run.failure
+        return [n["y"] for n in run.notes["Scale"]["out"]]
+
+    assert ys() == [10, 20]
+    write_nodes(folder, "scaling_helpers.py", helper.replace("return x *", "return 1 + x *"))
+    assert ys() == [11, 21]  # the helper edited
+    write_nodes(folder, "scaling_factor.py", "FACTOR = 100\n")
+    assert ys() == [101, 201]  # the module the helper imports edited
+    # nothing edited: nothing imported anew (the classes stay the same objects)
+    assert NodeRegistry.load([folder]).steps["Scale"] is NodeRegistry.load([folder]).steps["Scale"]

@@ -359,6 +359,91 @@ def test_on_item_error_skip_records_and_continues(failing, run_wf, dagster_home)
     assert marker.read_text() == "end\n"
 
 
+BATCH_NODES = """
+from graphbook.steps import BatchStep, SourceStep
+
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        return {"out": [{"items": [f"item-{i}"]} for i in range(3)]}
+
+
+class Check(BatchStep):
+    \"\"\"``load_fn`` fails for item 1: 1 of the 3 items.\"\"\"
+    RequiresInput = True
+    Outputs = ["out"]
+
+    def __init__(self):
+        super().__init__(batch_size=1, item_key="items")
+
+    @staticmethod
+    def load_fn(item):
+        if item == "item-1":
+            raise ValueError(f"bad item {item}")
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+"""
+SKIP = {  # params: skip failed items (at most the default share of them)
+    "Check.runtime.on_item_error": "skip",
+    "Check.runtime.num_workers": 0,
+    "Check.runtime.device": "cpu",
+}
+SKIP_LIMIT = {"runtime": {"max_skipped_fraction": 0.2}}  # run config: 1 of 3 is over it
+
+
+@pytest.fixture
+def one_bad_in_three(tmp_path):
+    nodes = write_nodes(tmp_path / "batch_nodes", "checks.py", BATCH_NODES)
+    path = write_workflow(
+        tmp_path,
+        "skips",
+        [step_node("1", "Items", source=True), step_node("2", "Check")],
+        [edge("1", "out", "2")],
+    )
+    return path, nodes
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["default", "streaming"])
+def test_run_config_of_a_step_that_params_also_set_is_kept(one_bad_in_three, run_wf, streaming):
+    """``params`` setting ``Check.runtime.on_item_error`` and ``run_config`` setting the same
+    op's ``runtime.max_skipped_fraction``: both hold (params replaced the op's whole block, so
+    the limit was gone and 33% skipped passed)."""
+    path, nodes = one_bad_in_three
+    run = run_wf(
+        path,
+        custom_nodes=[nodes],
+        params=SKIP,
+        run_config={"ops": {"skips__Check": {"config": SKIP_LIMIT}}},
+        streaming=streaming,
+    )
+    assert not run.success
+    assert "1 of 3 items (33%) were skipped" in run.failure, run.failure
+    assert "max_skipped_fraction 0.2" in run.failure
+
+
+def test_graph_run_keeps_run_config_of_a_step_that_params_also_set(one_bad_in_three, dagster_home):
+    from dagster_graphbook import NodeRegistry
+    from dagster_graphbook.authoring import Graph
+
+    _, nodes = one_bad_in_three
+    registry = NodeRegistry.load([nodes])
+    g = Graph()
+    g.name = "skipping"
+    items = g.step(registry.steps["Items"])
+    g.step(registry.steps["Check"]).bind(items)
+    with pytest.raises(RuntimeError, match=r"1 of 3 items \(33%\) were skipped"):
+        g.run(
+            params=SKIP,
+            run_config={"ops": {"skipping__Check": {"config": SKIP_LIMIT}}},
+            dagster_home=dagster_home,
+        )
+
+
 def test_source_failure_names_the_step_and_progress(failing, run_wf, dagster_home):
     path, nodes, marker = failing
     run = run_wf(path, custom_nodes=[nodes], params={"Numbers.break_at": 2})
