@@ -805,10 +805,12 @@ def _resume(
     run_tags[RESUME_RETRY_TAG] = "true"
     options = dg.ReexecutionOptions.from_failure(parent.run_id, instance)
     with _backstop(instance, run_tags):
-        with dg.execute_job(
+        # not opened as a context: that builds the job's resources again (a model load) for
+        # outputs this function never reads
+        result = dg.execute_job(
             recon, instance, tags=run_tags, reexecution_options=options, raise_on_error=False
-        ) as result:
-            return result.run_id, result.success
+        )
+    return result.run_id, result.success
 
 
 def _materializations(

@@ -134,19 +134,25 @@ def _resweep(
 
 
 @contextlib.contextmanager
-def join_run(instance: Optional[dg.DagsterInstance], run_id: Optional[str]) -> Iterator[None]:
+def join_run(
+    instance: Optional[dg.DagsterInstance], run: Optional[dg.DagsterRun]
+) -> Iterator[None]:
     """Hold the run's lock beside its owner while a step runs in a process of its own (from its
     resources' start to its end), so the run is not judged dead while one of its steps still
-    works (its orchestrator killed). Outside a run (no instance or run id) it does nothing."""
-    folder = _owners_dir(instance) if instance is not None and run_id else None
-    if folder is None or instance is None or not run_id or run_id in _held:
+    works (its orchestrator killed). ``run`` is the run as the caller's context knows it. Outside
+    a run (no instance or run) it does nothing; nor does it for a context made after its run
+    ended (``execute_job``'s result builds the job's resources again, as ``dagster job execute``
+    and ``dg launch`` do): that run is over, not dead, and none of its steps is working."""
+    folder = _owners_dir(instance) if instance is not None and run is not None else None
+    if folder is None or instance is None or run is None or run.is_finished or run.run_id in _held:
         yield
         return
+    run_id = run.run_id
     try:
         fd = os.open(os.path.join(folder, run_id + _SUFFIX), _OPEN)
     except FileNotFoundError:  # a run nobody owns (another executor), or one judged dead
-        run = instance.get_run_by_id(run_id)
-        if run is not None and run.is_finished:
+        now = instance.get_run_by_id(run_id)
+        if now is not None and now.is_finished:  # ended since this step's context was made
             raise _judged_dead(run_id) from None
         yield
         return
