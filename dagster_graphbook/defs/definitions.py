@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -15,7 +16,13 @@ import dagster as dg
 
 from ..authoring.graph import Graph
 from ..model.registry import NodeRegistry
-from ..model.workflow import Workflow, WorkflowError, load_workflow
+from ..model.workflow import (
+    UnboundResourceWarning,
+    Workflow,
+    WorkflowError,
+    load_workflow,
+    unbound_resources,
+)
 from ..plan.checks import StepCheck, bind_checks
 from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
@@ -91,9 +98,14 @@ class GraphbookWorkflow:
     automation: Automation = None
 
 
-def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
+def load(
+    spec: GraphbookWorkflow,
+    translator: Optional[GraphbookTranslator] = None,
+    strict: Optional[bool] = None,
+) -> Workflow:
     """The workflow ``spec`` names, with its overridable functions, GPUs and shards; a ``Workflow``
-    given as ``spec.source`` is copied, not changed."""
+    given as ``spec.source`` is copied, not changed. A resource parameter left unconnected is a
+    warning, and an error with ``strict`` (``None``: ``$DAGSTER_GRAPHBOOK_STRICT``)."""
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
@@ -103,6 +115,7 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes
         )
+    _refuse_or_warn(workflow, unbound_resources(workflow), strict)
     for notice in ray_option_notices(workflow):  # graphbook.ray.options a Ray job cannot take
         if notice not in _SAID:
             _SAID.add(notice)
@@ -127,6 +140,17 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
     )
 
 
+def _refuse_or_warn(workflow: Workflow, problems: List[str], strict: Optional[bool]) -> None:
+    """``problems`` a workflow can run with but should not: a ``WorkflowError`` when strict, else
+    a warning each (``dagster-graphbook validate`` prints them)."""
+    if not problems:
+        return
+    if strict_from_env() if strict is None else strict:
+        raise WorkflowError(workflow.source, problems)
+    for problem in problems:
+        warnings.warn(f"{workflow.source}: {problem}", UnboundResourceWarning, stacklevel=3)
+
+
 def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
     """The custom nodes a JSON workflow file uses; None for a Python workflow or a ``Graph``."""
     source = spec.source
@@ -139,11 +163,14 @@ def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
 
 
 def build_workflow(
-    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None
+    spec: GraphbookWorkflow,
+    translator: Optional[GraphbookTranslator] = None,
+    strict: Optional[bool] = None,
 ) -> WorkflowDefs:
-    """Load, validate and translate one workflow."""
+    """Load, validate and translate one workflow; ``strict`` (``None``:
+    ``$DAGSTER_GRAPHBOOK_STRICT``) makes what is otherwise a load warning an error."""
     translator = translator or GraphbookTranslator()
-    workflow = load(spec, translator)
+    workflow = load(spec, translator, strict)
     _check_depth(workflow)
     names = translator.names(workflow)
     deps = {}
@@ -322,7 +349,7 @@ def build_definitions(
             notes_keep=notes_keep,
         )
         try:
-            defs = build_workflow(spec, translator)
+            defs = build_workflow(spec, translator, strict)
         except WorkflowError as exc:
             if strict:
                 raise
