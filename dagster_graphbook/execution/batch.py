@@ -22,7 +22,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from .device import contains_cuda, move, resolve_device
-from .errors import ItemError, StepFailure, exit_hint, short_repr
+from .errors import ItemError, StepFailure, exit_hint, short_repr, skip_hint
 from .pools import BatchPools
 from .priority import AutoPriority
 from .progress import Progress
@@ -194,6 +194,7 @@ class _BatchRun:
                 f"{self.offset + note_index}, item {self.position[index]})",
                 error,
                 note=self.notes[note_index],
+                hint=skip_hint(self.label, batch=True),
             )
         self.errors.append(error)
         lost = self.lost.setdefault(note_index, [])
@@ -218,6 +219,7 @@ class _BatchRun:
                         f"note {self.offset + ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
                         note=note,
+                        hint=skip_hint(self.label, batch=True),
                     ) from exc
                 self.errors.append(error)
                 self.valid[ni] = False
@@ -251,6 +253,7 @@ class _BatchRun:
                         f"{type(exc).__name__}: {exc}",
                         error,
                         note=note,
+                        hint=skip_hint(self.label, batch=True),
                     ) from exc
                 self.errors.append(error)
                 continue
