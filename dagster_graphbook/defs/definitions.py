@@ -28,10 +28,15 @@ from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
-from ..store.io_manager import notes_io_manager, notes_metadata
+from ..store.io_manager import in_process_memory, notes_io_manager, notes_metadata
 from .assets import WorkflowDefs, build_workflow_defs
 from .automation import Automation
-from .executor import graphbook_executor, resolve_executor
+from .executor import (
+    IN_MEMORY_NOTES,
+    graphbook_executor,
+    resolve_executor,
+    steps_in_one_process,
+)
 from .load_errors import load_error_job
 
 logger = logging.getLogger("dagster_graphbook")
@@ -186,6 +191,7 @@ def build_workflow(
             )
         deps[step.node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
     executor_def = resolve_executor(spec.executor, workflow.source, sharded_steps(workflow))
+    _refuse_in_memory_notes(workflow, spec.notes_dir, executor_def)
     checks = bind_checks(spec.checks, names, workflow)
     defs = build_workflow_defs(
         workflow,
@@ -203,6 +209,28 @@ def build_workflow(
     )
     _automate(spec, defs)
     return defs
+
+
+def _refuse_in_memory_notes(
+    workflow: Workflow, notes_dir: Optional[str], executor_def: dg.ExecutorDefinition
+) -> None:
+    """A ``memory://`` notes_dir lives in one process: refuse it for a job whose steps run in
+    processes of their own by default (sharded steps, a multiprocess or distributed executor).
+    A run that picks multiprocess itself is refused at its start (``graphbook_executor``)."""
+    if not in_process_memory(notes_dir) or steps_in_one_process(executor_def):
+        return
+    sharded = sharded_steps(workflow)
+    if executor_def.name == "graphbook_executor" and sharded:
+        why = (
+            f"its sharded step {', '.join(map(repr, sharded))} runs its shards and commit in "
+            "a process each (the default of a sharded job)"
+        )
+    else:
+        why = f"its executor {executor_def.name!r} runs each step in a process of its own"
+    said = IN_MEMORY_NOTES.format(why=why, how="executor='in_process'")
+    raise WorkflowError(
+        workflow.source, [f"workflow {workflow.name!r}: notes_dir {notes_dir!r} {said}"]
+    )
 
 
 def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
