@@ -23,7 +23,7 @@ from ..model.workflow import (
     load_workflow,
     unbound_resources,
 )
-from ..plan.checks import StepCheck, bind_checks
+from ..plan.checks import EmptySource, StepCheck, bind_checks
 from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.shards import sharded_steps
@@ -101,6 +101,10 @@ class GraphbookWorkflow:
     # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
     # schedule and the sensor's run requests (dagster_graphbook.defs.automation); None/"none": off
     automation: Automation = None
+    # a partitioned run whose source step emits no notes (the day's folder missing or empty):
+    # "warn" (a failed warning check on the source's asset, and a warning in the run's log),
+    # "blocking" (the run fails) or "ignore" (docs/nightly.md)
+    empty_source: EmptySource = "warn"
 
 
 def load(
@@ -206,6 +210,7 @@ def build_workflow(
         streaming=spec.streaming,
         pool=spec.pool,
         storage=notes_metadata(spec.notes_dir, spec.notes_keep),
+        empty_source=spec.empty_source,
     )
     _automate(spec, defs)
     return defs
