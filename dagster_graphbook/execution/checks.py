@@ -30,7 +30,8 @@ def with_checks(
         yield event
     if not checks:
         return
-    notes_out = sum(f[ROW_COUNT] for f in figures.values() if isinstance(f[ROW_COUNT], int))
+    counts = [f[ROW_COUNT] for f in figures.values()]
+    notes_out = sum(counts) if all(isinstance(c, int) for c in counts) else None  # None: unknown
     partition = context.partition_key if context is not None and context.has_partition_key else None
     failed = []
     for bound in checks:
