@@ -113,7 +113,9 @@ def test_plain_step_failure_headline_and_metadata(flows, run_wf, dagster_home):
     headline = data.user_failure_data.description
     assert headline == (
         "workflow 'plainfail', step 'Plain' (node 2): failed on note 3 "
-        "{'id': 3, 'items': [3]}: ValueError: cannot handle 3"
+        "{'id': 3, 'items': [3]}: ValueError: cannot handle 3 (to record failed notes and go on "
+        "instead: runtime.on_item_error: skip; in the Launchpad in the step op's config, or "
+        "--set Plain.runtime.on_item_error=skip)"
     )
     # the error Dagster records is ours, not "Error occurred while executing op"
     assert data.error.cls_name == "StepFailure"
@@ -170,6 +172,25 @@ def test_batch_failure_paths_end_in_our_headline(flows, run_wf, dagster_home, pa
         assert meta["item"] == str(item)
         assert meta["note"] == f'{{"id": {item}, "items": [{item}]}}'
     assert run.failure.splitlines()[0] == f"{step_key}: {headline.splitlines()[0]}"
+
+
+def test_item_failure_under_raise_says_how_to_skip_instead(flows, run_wf, dagster_home):
+    """Under the default ``on_item_error: raise`` a bad item fails the run; its message says
+    that ``skip`` and ``max_skipped_fraction`` exist and how to set them, and doing what it says
+    runs the same items through."""
+    _, batch, nodes = flows
+    run = run_wf(batch, custom_nodes=[nodes], params={**WORKERS, "Work.load_error": 3})
+    assert not run.success
+    first = run.failure.splitlines()[0]
+    assert "load_fn failed on item 3 (note 3, item 0): OSError: unreadable 3 (" in first
+    assert "runtime.on_item_error: skip, with runtime.max_skipped_fraction" in first
+    assert "--set Work.runtime.on_item_error=skip" in first
+    said = {"Work.runtime.on_item_error": "skip", "Work.runtime.max_skipped_fraction": 0.5}
+    skipped = run_wf(batch, custom_nodes=[nodes], params={**WORKERS, "Work.load_error": 3, **said})
+    assert skipped.success, skipped.failure
+    notes = skipped.notes["Work"]["out"]
+    assert [n["id"] for n in notes] == list(range(6))  # every note released, in order
+    assert notes[3]["graphbook_lost_items"] == [0]  # the bad item recorded as lost
 
 
 def test_failure_headline_through_graphql(flows, tmp_path, dagster_home):

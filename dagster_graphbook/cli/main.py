@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RequestError, StoredNotesError
@@ -293,15 +294,24 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..defs.definitions import GraphbookWorkflow, build_workflow
-    from ..model.workflow import WorkflowError
+    from ..model.workflow import UnboundResourceWarning, WorkflowError
 
     start = time.perf_counter()
     try:
-        spec = GraphbookWorkflow(args.workflow, custom_nodes=args.custom_nodes)
-        defs = build_workflow(spec, import_translator(args.translator))
+        with warnings.catch_warnings(record=True) as said:  # printed as lines of the verdict
+            warnings.simplefilter("always", UnboundResourceWarning)
+            spec = GraphbookWorkflow(args.workflow, custom_nodes=args.custom_nodes)
+            defs = build_workflow(spec, import_translator(args.translator))
     except (WorkflowError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    for warning in said:
+        if issubclass(warning.category, UnboundResourceWarning):
+            print(f"warning: {warning.message}")
+        else:  # anything else, as Python would have shown it
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     wf = defs.workflow
     print(
         f"{wf.source}: OK ({len(wf.steps())} steps, {len(wf.resources())} resources, "

@@ -21,7 +21,7 @@ from ..execution.shards import (
 )
 from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
-from ..plan.checks import StepCheck
+from ..plan.checks import EmptySource, StepCheck
 from ..plan.gpus import without_gpus
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.plan import (
@@ -63,6 +63,7 @@ def build_workflow_defs(
     checks: Optional[Dict[str, List[StepCheck]]] = None,
     pool: Optional[str] = None,
     storage: Optional[Dict[str, Any]] = None,
+    empty_source: EmptySource = "warn",
 ) -> WorkflowDefs:
     """Translate one validated workflow (``streaming``: ``True`` runs all steps as one streaming
     op, a list of step names runs those, a connected segment, as one op; see ``streaming``).
@@ -70,6 +71,7 @@ def build_workflow_defs(
     ``retry_policy`` and ``pool`` apply to every step op where set; else the translator's
     ``get_retry_policy`` and ``get_pool`` decide per step. ``storage``: the notes IO manager's
     definition metadata (``notes_metadata``: where the workflow's notes go, how many kept).
+    ``empty_source``: what a partitioned run whose source emits no notes gets (``SourceHasNotes``).
     """
     translator = translator or GraphbookTranslator()
     names = translator.names(workflow)
@@ -89,6 +91,7 @@ def build_workflow_defs(
         op_tags=op_tags,
         pool=pool,
         storage=storage,
+        empty_source=empty_source,
     )
     assets = [op_asset(op) for op in plan.ops]
     keys = [key for asset in assets for key in asset.keys]
@@ -117,7 +120,7 @@ def op_asset(op: OpPlan) -> dg.AssetsDefinition:
             outputs = execute_op(context, op, inputs)
             if not op.streamed:  # a streamed op stores no tensors between its steps
                 outputs = warn_heavy_outputs(context, label, outputs)
-            yield from with_checks(outputs, op.checks, pin_of)
+            yield from with_checks(outputs, op.checks, pin_of, context)
 
     return _op
 
@@ -198,7 +201,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
             outputs = warn_heavy_outputs(
                 context, plan_step.label, commit_shards(context, op, shards)
             )
-            yield from with_checks(outputs, op.checks, pin_of)
+            yield from with_checks(outputs, op.checks, pin_of, context)
 
     inner = (shard.plan_op, shard.shard_op, shard.commit_op)
     config = dg.ConfigMapping(

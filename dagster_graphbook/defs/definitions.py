@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -15,16 +16,27 @@ import dagster as dg
 
 from ..authoring.graph import Graph
 from ..model.registry import NodeRegistry
-from ..model.workflow import Workflow, WorkflowError, load_workflow
-from ..plan.checks import StepCheck, bind_checks
+from ..model.workflow import (
+    UnboundResourceWarning,
+    Workflow,
+    WorkflowError,
+    load_workflow,
+    unbound_resources,
+)
+from ..plan.checks import EmptySource, StepCheck, bind_checks
 from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
-from ..store.io_manager import notes_io_manager, notes_metadata
+from ..store.io_manager import in_process_memory, notes_io_manager, notes_metadata
 from .assets import WorkflowDefs, build_workflow_defs
 from .automation import Automation
-from .executor import graphbook_executor, resolve_executor
+from .executor import (
+    IN_MEMORY_NOTES,
+    graphbook_executor,
+    resolve_executor,
+    steps_in_one_process,
+)
 from .load_errors import load_error_job
 
 logger = logging.getLogger("dagster_graphbook")
@@ -92,11 +104,20 @@ class GraphbookWorkflow:
     # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
     # schedule and the sensor's run requests (dagster_graphbook.defs.automation); None/"none": off
     automation: Automation = None
+    # a partitioned run whose source step emits no notes (the day's folder missing or empty):
+    # "warn" (a failed warning check on the source's asset, and a warning in the run's log),
+    # "blocking" (the run fails) or "ignore" (docs/nightly.md)
+    empty_source: EmptySource = "warn"
 
 
-def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
+def load(
+    spec: GraphbookWorkflow,
+    translator: Optional[GraphbookTranslator] = None,
+    strict: Optional[bool] = None,
+) -> Workflow:
     """The workflow ``spec`` names, with its overridable functions, GPUs and shards; a ``Workflow``
-    given as ``spec.source`` is copied, not changed."""
+    given as ``spec.source`` is copied, not changed. A resource parameter left unconnected is a
+    warning, and an error with ``strict`` (``None``: ``$DAGSTER_GRAPHBOOK_STRICT``)."""
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
@@ -106,6 +127,7 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes
         )
+    _refuse_or_warn(workflow, unbound_resources(workflow), strict)
     for notice in ray_option_notices(workflow):  # graphbook.ray.options a Ray job cannot take
         if notice not in _SAID:
             _SAID.add(notice)
@@ -137,6 +159,17 @@ def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = No
     )
 
 
+def _refuse_or_warn(workflow: Workflow, problems: List[str], strict: Optional[bool]) -> None:
+    """``problems`` a workflow can run with but should not: a ``WorkflowError`` when strict, else
+    a warning each (``dagster-graphbook validate`` prints them)."""
+    if not problems:
+        return
+    if strict_from_env() if strict is None else strict:
+        raise WorkflowError(workflow.source, problems)
+    for problem in problems:
+        warnings.warn(f"{workflow.source}: {problem}", UnboundResourceWarning, stacklevel=3)
+
+
 def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
     """The custom nodes a JSON workflow file uses; None for a Python workflow or a ``Graph``."""
     source = spec.source
@@ -149,11 +182,14 @@ def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
 
 
 def build_workflow(
-    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None
+    spec: GraphbookWorkflow,
+    translator: Optional[GraphbookTranslator] = None,
+    strict: Optional[bool] = None,
 ) -> WorkflowDefs:
-    """Load, validate and translate one workflow."""
+    """Load, validate and translate one workflow; ``strict`` (``None``:
+    ``$DAGSTER_GRAPHBOOK_STRICT``) makes what is otherwise a load warning an error."""
     translator = translator or GraphbookTranslator()
-    workflow = load(spec, translator)
+    workflow = load(spec, translator, strict)
     _check_depth(workflow)
     names = translator.names(workflow)
     deps = {}
@@ -169,6 +205,7 @@ def build_workflow(
             )
         deps[step.node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
     executor_def = resolve_executor(spec.executor, workflow.source, sharded_steps(workflow))
+    _refuse_in_memory_notes(workflow, spec.notes_dir, executor_def)
     checks = bind_checks(spec.checks, names, workflow)
     defs = build_workflow_defs(
         workflow,
@@ -183,9 +220,32 @@ def build_workflow(
         streaming=spec.streaming,
         pool=spec.pool,
         storage=notes_metadata(spec.notes_dir, spec.notes_keep),
+        empty_source=spec.empty_source,
     )
     _automate(spec, defs)
     return defs
+
+
+def _refuse_in_memory_notes(
+    workflow: Workflow, notes_dir: Optional[str], executor_def: dg.ExecutorDefinition
+) -> None:
+    """A ``memory://`` notes_dir lives in one process: refuse it for a job whose steps run in
+    processes of their own by default (sharded steps, a multiprocess or distributed executor).
+    A run that picks multiprocess itself is refused at its start (``graphbook_executor``)."""
+    if not in_process_memory(notes_dir) or steps_in_one_process(executor_def):
+        return
+    sharded = sharded_steps(workflow)
+    if executor_def.name == "graphbook_executor" and sharded:
+        why = (
+            f"its sharded step {', '.join(map(repr, sharded))} runs its shards and commit in "
+            "a process each (the default of a sharded job)"
+        )
+    else:
+        why = f"its executor {executor_def.name!r} runs each step in a process of its own"
+    said = IN_MEMORY_NOTES.format(why=why, how="executor='in_process'")
+    raise WorkflowError(
+        workflow.source, [f"workflow {workflow.name!r}: notes_dir {notes_dir!r} {said}"]
+    )
 
 
 def _automate(spec: GraphbookWorkflow, defs: WorkflowDefs) -> None:
@@ -332,7 +392,7 @@ def build_definitions(
             notes_keep=notes_keep,
         )
         try:
-            defs = build_workflow(spec, translator)
+            defs = build_workflow(spec, translator, strict)
         except WorkflowError as exc:
             if strict:
                 raise

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 from multiprocessing import forkserver
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import dagster as dg
 
 from ..execution.ownership.dead_runs import own_run
 from ..model.workflow import WorkflowError
 from ..plan.job_steps import job_source, placeholder_message, runtime_problems, unfilled_in_job
+from ..store.io_manager import NOTES_DIR_META, in_process_memory
 from .reexecution import complete_plan
 
 _DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the run config says
@@ -65,7 +66,8 @@ def _graphbook_executor(default: Mapping[str, Any]) -> dg.ExecutorDefinition:
         chosen: Any = context.executor_config.get("multiprocess") or {}
         if "forkserver" in (chosen.get("start_method") or {}):
             forkserver_with_this_environment()
-        return _OwnedExecutor(create(context), owned=True)
+        multiprocess = "multiprocess" in context.executor_config
+        return _OwnedExecutor(create(context), owned=True, multiprocess=multiprocess)
 
     return graphbook_executor
 
@@ -111,13 +113,44 @@ def default_mode(executor_def: dg.ExecutorDefinition) -> str:
     return "multiprocess" if "multiprocess" in default else "in_process"
 
 
+def steps_in_one_process(executor_def: dg.ExecutorDefinition) -> bool:
+    """Whether a run that names no executor config runs every step in the run's own process
+    (``graphbook_executor`` in its in-process mode, Dagster's ``in_process_executor``), rather
+    than a process (a pod, a Ray or Dask task) per step."""
+    if executor_def.name == "graphbook_executor":
+        return default_mode(executor_def) == "in_process"
+    return executor_def.name == "in_process"
+
+
+IN_MEMORY_NOTES = (
+    "is an in-memory store (fsspec's memory://), which only the process that wrote the notes "
+    "can read, and {why}: a step would not find its parents' notes. Use a folder or an object "
+    "store (s3://, gs://, ...) as notes_dir, or run the steps in one process ({how})"
+)
+
+
+def in_memory_notes_dirs(job: dg.JobDefinition) -> List[str]:
+    """The ``memory://`` notes_dirs of the job's assets (from their definition metadata)."""
+    graph = job.asset_layer.asset_graph if job.asset_layer else None
+    if graph is None:
+        return []
+    found = set()
+    for key in graph.get_all_asset_keys():
+        notes_dir = (graph.get(key).metadata or {}).get(NOTES_DIR_META)
+        notes_dir = getattr(notes_dir, "value", notes_dir)
+        if isinstance(notes_dir, str) and in_process_memory(notes_dir):
+            found.add(notes_dir)
+    return sorted(found)
+
+
 class _OwnedExecutor(dg.Executor):
     """Dagster's executor, run while this process holds the run's owner lock (``owned``), with
     the shards Dagster leaves out of a from-failure run added to it (``reexecution``)."""
 
-    def __init__(self, inner: dg.Executor, owned: bool) -> None:
+    def __init__(self, inner: dg.Executor, owned: bool, multiprocess: bool = False) -> None:
         self.inner = inner
         self.owned = owned
+        self.multiprocess = multiprocess  # graphbook_executor's mode of this run
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
         plan_context, execution_plan, added = complete_plan(plan_context, execution_plan)
@@ -127,6 +160,8 @@ class _OwnedExecutor(dg.Executor):
                 "in an earlier run (their step's commit needs every shard)"
             )
         _refuse_before_start(plan_context, execution_plan)
+        if self.multiprocess:
+            _refuse_in_memory_notes(plan_context.job.get_definition())
         if not self.owned:
             yield from self.inner.execute(plan_context, execution_plan)
             return
@@ -154,6 +189,19 @@ def _completing(executor_def: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
         description=executor_def.description,
         requirements=executor_def.get_requirements,
     )
+
+
+def _refuse_in_memory_notes(job: dg.JobDefinition) -> None:
+    """Fail a run that picked the multiprocess mode (the Launchpad's ``execution`` config) of a
+    job whose notes live in one process's memory, before any step (the load refuses such a
+    workflow whose own executor runs steps apart)."""
+    found = in_memory_notes_dirs(job)
+    if found:
+        why = "this run's execution config picks multiprocess (a process per step)"
+        said = IN_MEMORY_NOTES.format(why=why, how="execution: in_process, the default")
+        raise dg.Failure(
+            description=f"{job_source(job)}: notes_dir {found[0]!r} {said}", allow_retries=False
+        )
 
 
 def _refuse_before_start(plan_context: Any, execution_plan: Any) -> None:

@@ -23,7 +23,7 @@ from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
 from .device import contains_cuda, move, resolve_device
-from .errors import ItemError, StepFailure, exit_hint, short_repr
+from .errors import ItemError, StepFailure, exit_hint, short_repr, skip_hint
 from .pools.batch_pools import BatchPools
 from .pools.priority import AutoPriority
 from .pools.workers import shm_free_bytes, start_method_problem
@@ -197,6 +197,7 @@ class _BatchRun:
                 f"{self.offset + note_index}, item {self.position[index]})",
                 error,
                 note=self.notes[note_index],
+                hint=skip_hint(self.label, batch=True),
             )
         self.errors.append(error)
         lost = self.lost.setdefault(note_index, [])
@@ -221,6 +222,7 @@ class _BatchRun:
                         f"note {self.offset + ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
                         note=note,
+                        hint=skip_hint(self.label, batch=True),
                     ) from exc
                 self.errors.append(error)
                 self.valid[ni] = False
@@ -254,6 +256,7 @@ class _BatchRun:
                         f"{type(exc).__name__}: {exc}",
                         error,
                         note=note,
+                        hint=skip_hint(self.label, batch=True),
                     ) from exc
                 self.errors.append(error)
                 continue

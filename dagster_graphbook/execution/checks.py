@@ -3,19 +3,24 @@ the figures of the run that just materialized the step (see ``plan/checks.py``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 import dagster as dg
 
-from ..plan.checks import ROW_COUNT, BoundCheck
+from ..plan.checks import NOTES_OUT, ROW_COUNT, BoundCheck
 from .errors import StepFailure
 
 
 def with_checks(
-    events: Iterable[Any], checks: Sequence[BoundCheck], pin_of: Mapping[str, str]
+    events: Iterable[Any],
+    checks: Sequence[BoundCheck],
+    pin_of: Mapping[str, str],
+    context: Optional[Any] = None,
 ) -> Iterator[Any]:
     """Pass the op's events through, then yield one result per check, computed from the
-    outputs' metadata and note counts (``pin_of``: Dagster output name -> pin)."""
+    outputs' metadata and note counts (``pin_of``: Dagster output name -> pin). With the op's
+    ``context``, checks know the run's partition and a failed warning check is also a warning in
+    the run's log (what the terminal shows)."""
     figures: Dict[str, Dict[str, Any]] = {}
     for event in events:
         if isinstance(event, dg.Output) and event.output_name in pin_of:
@@ -23,12 +28,19 @@ def with_checks(
             rows = len(event.value) if isinstance(event.value, list) else None
             figures[pin_of[event.output_name]] = {**values, ROW_COUNT: rows}
         yield event
+    if not checks:
+        return
+    counts = [f[ROW_COUNT] for f in figures.values()]
+    notes_out = sum(counts) if all(isinstance(c, int) for c in counts) else None  # None: unknown
+    partition = context.partition_key if context is not None and context.has_partition_key else None
     failed = []
     for bound in checks:
-        result = bound.evaluate(figures.get(bound.pin, {}))
+        result = bound.evaluate({**figures.get(bound.pin, {}), NOTES_OUT: notes_out}, partition)
         yield result
         if not result.passed and bound.check.severity == "blocking":
             failed.append((bound, result))
+        elif not result.passed and context is not None:
+            context.log.warning(f"check {bound.check.check_name!r} failed: {result.description}")
     if failed:
         raise _blocking_failure(failed)
 

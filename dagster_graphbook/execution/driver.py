@@ -23,7 +23,7 @@ from ..authoring.log import Emit, LogTarget, log_target
 from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
 from .batch import run_batch_step
-from .errors import ItemError, StepFailure, short_repr
+from .errors import ItemError, StepFailure, short_repr, skip_hint
 from .pools.batch_pools import BatchPools
 from .routing import Pins, StepResult, dropped_stats, normalize_yield
 from .stall import StallWatchdog
@@ -206,6 +206,7 @@ class StepDriver:
                         f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
                         note=note,
+                        hint=skip_hint(self.label, batch=False),
                     ) from exc
                 errors.append(error)
                 continue

@@ -66,6 +66,18 @@ class ItemError:
         return f"{self.stage} failed on {where}: {last}"
 
 
+def skip_hint(label: Label, *, batch: bool) -> str:
+    """What a note or item failure under ``on_item_error: raise`` (the default) adds to its
+    headline: that ``skip`` exists (and, for a batch step, ``max_skipped_fraction``) and where
+    to set it."""
+    bound = ", with runtime.max_skipped_fraction as the largest share to lose" if batch else ""
+    where = "in the Launchpad in the step op's config"
+    if isinstance(label, StepRef):
+        where += f", or --set {label.step}.runtime.on_item_error=skip"
+    what = "items" if batch else "notes"
+    return f"to record failed {what} and go on instead: runtime.on_item_error: skip{bound}; {where}"
+
+
 class StepFailure(GraphbookError, RuntimeError):
     """A step failed: the headline names the workflow, the step, the item and the error; the
     metadata holds each apart, with the note's JSON preview and the traceback's tail.
@@ -81,6 +93,7 @@ class StepFailure(GraphbookError, RuntimeError):
         *,
         note: Any = _NO_NOTE,
         allow_retries: bool = True,
+        hint: str = "",
     ):
         self.label, self.ref, self.message, self.error = str(label), label, message, error
         ref = label if isinstance(label, StepRef) else None
@@ -92,6 +105,8 @@ class StepFailure(GraphbookError, RuntimeError):
         last = exception_line(error.error) if error is not None else ""
         if last and last not in headline:
             headline += f": {last}"
+        if hint:  # after the error, so the headline still reads step: what failed: why
+            headline += f" ({hint})"
         detail = error.error.strip() if error is not None and error.error else ""
         super().__init__(headline, detail=detail, allow_retries=allow_retries)
 

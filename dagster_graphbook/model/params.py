@@ -87,6 +87,19 @@ def unset_value(cls: Type[Any], key: str, spec: Dict[str, Any]) -> Any:
     return spec.get("default")
 
 
+def default_value(cls: Type[Any], key: str, spec: Dict[str, Any]) -> Any:
+    """What a parameter the workflow leaves unset ends up as in the step: the class's own
+    ``__init__`` default when it has one (Graphbook passes no kwarg then), else the declared
+    default; None when neither gives a value."""
+    try:
+        own = inspect.signature(cls.__init__).parameters.get(key)
+    except (TypeError, ValueError):
+        own = None
+    if own is not None and own.default is not inspect.Parameter.empty:
+        return own.default
+    return spec.get("default")
+
+
 def element_type(ptype: str) -> Optional[str]:
     """``list[number]`` -> ``number``; None for non-list types."""
     if ptype.startswith("list[") and ptype.endswith("]"):

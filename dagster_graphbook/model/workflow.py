@@ -40,6 +40,11 @@ class WorkflowError(GraphbookError, ValueError):
         )
 
 
+class UnboundResourceWarning(UserWarning):
+    """A resource parameter that no resource node is connected to, with no default: the step
+    receives None (the warning at load; ``DAGSTER_GRAPHBOOK_STRICT`` makes it an error)."""
+
+
 def _mro_names(cls: type) -> set:
     return {c.__name__ for c in cls.__mro__}
 
@@ -139,6 +144,31 @@ class Workflow:
             }
         )
         return [self.nodes[i] for i in sorter.static_order()]
+
+
+def unbound_resources(workflow: Workflow) -> List[str]:
+    """Each parameter of type ``resource`` that no resource edge feeds and that has no value or
+    default, as a problem naming the node and the parameter. Graphbook loads such a workflow and
+    passes None, so the step fails only when it first uses it (``'NoneType' object is not
+    callable`` at the first batch); a required one is already a load error (``_validated``)."""
+    found = []
+    for node in workflow.nodes.values():
+        for key, spec in node.parameters.items():
+            if (
+                spec.get("type") != "resource"
+                or key in node.resource_params
+                or spec.get("required")
+                or node.values.get(key) is not None
+                or ptypes.default_value(node.cls, key, spec) is not None
+            ):
+                continue
+            found.append(
+                f"{node.describe()}: resource parameter {key!r} is connected to no resource "
+                f"and has no default, so the {node.kind} receives None and fails when it first "
+                f"uses it: draw an edge from a resource node to {key!r} (in Python: "
+                f"node.param({key!r}, resource)), or give the parameter a default"
+            )
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

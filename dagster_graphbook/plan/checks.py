@@ -5,7 +5,9 @@ is the run's own): a value the step reports in ``self.dagster_metadata`` (``accu
 the op's figures (``items_per_s``, ``seconds``, ``notes_in``, ``errors_skipped``), or the pin's
 ``row_count`` (its number of notes). A check only warns unless it says ``severity="blocking"``,
 as Dagster's own asset checks are non-blocking unless asked; a blocking check that fails stops
-the steps downstream (Dagster's ``AssetCheckSpec(blocking=True)``).
+the steps downstream (Dagster's ``AssetCheckSpec(blocking=True)``). A partitioned workflow's
+source steps get ``SourceHasNotes`` (``empty_source``): a day that gave them no notes warns, or
+fails the run.
 
 ```python
 GraphbookWorkflow("workflows/nightly_shapes.json",
@@ -27,6 +29,12 @@ from .shards import FIGURES_NOTE
 from .translator import WorkflowNames, safe_name
 
 ROW_COUNT = "row_count"
+NOTES_OUT = "notes_out"  # the step's notes on all its pins (a check's figure, not metadata)
+# What a partitioned workflow's source steps are checked for (GraphbookWorkflow(empty_source=)):
+# warn (default): a run whose source emitted no notes for its partition (the day's folder missing
+# or empty) shows a failed warning check; blocking: it fails the run; ignore: no check.
+EmptySource = Literal["warn", "blocking", "ignore"]
+SOURCE_CHECK = "source_has_notes"
 
 
 class StepCheck(dg.Model, dg.Resolvable):
@@ -40,7 +48,8 @@ class StepCheck(dg.Model, dg.Resolvable):
     step: str = Field(description="step label, class name or node id", examples=["ClassifyShapes"])
     metric: str = Field(
         description="figure to check: a key of the step's dagster_metadata, an op figure "
-        "(items_per_s, seconds, notes_in, errors_skipped) or row_count (notes of the pin)",
+        "(items_per_s, seconds, notes_in, errors_skipped), row_count (notes of the pin) or "
+        "notes_out (notes of all the step's pins)",
         examples=["accuracy", "row_count"],
     )
     min: Optional[float] = Field(default=None, description="lowest passing value", examples=[0.9])
@@ -92,12 +101,19 @@ class BoundCheck:
             return dg.AssetCheckSpec(
                 self.check.check_name,
                 asset=self.asset_key,
-                description=self.check.describe(),
+                description=self.describe(),
                 blocking=self.check.severity == "blocking",
                 partitions_def=partitions_def,
             )
 
-    def evaluate(self, figures: Mapping[str, Any]) -> dg.AssetCheckResult:
+    def describe(self) -> str:
+        return self.check.describe()
+
+    def evaluate(
+        self, figures: Mapping[str, Any], partition: Optional[str] = None
+    ) -> dg.AssetCheckResult:
+        """The check's result from the step's ``figures`` (of its pin) in the run of
+        ``partition``."""
         c = self.check
         value = figures.get(c.metric)
         meta: Dict[str, Any] = {"metric": c.metric}
@@ -127,6 +143,58 @@ class BoundCheck:
             passed=passed,
             severity=severity,
             metadata=meta,
+            description=description,
+        )
+
+
+class SourceHasNotes(BoundCheck):
+    """On a source step of a partitioned workflow: the run's partition gave it notes at all. A
+    nightly run over a day whose folder is missing or empty otherwise succeeds on nothing."""
+
+    def __init__(
+        self, severity: EmptySource, step: str, asset_key: dg.AssetKey, pin: str, label: Any
+    ):
+        check = StepCheck(
+            step=step,
+            metric=NOTES_OUT,
+            min=1,
+            severity="blocking" if severity == "blocking" else "warn",
+            name=SOURCE_CHECK,
+        )
+        super().__init__(check, asset_key, pin, label)
+        self.setting = severity
+
+    def describe(self) -> str:
+        return (
+            "the source step emitted notes for the run's partition (a missing or empty input "
+            f"for the day emits none); empty_source: {self.setting}"
+        )
+
+    def evaluate(
+        self, figures: Mapping[str, Any], partition: Optional[str] = None
+    ) -> dg.AssetCheckResult:
+        notes = int(figures.get(NOTES_OUT) or 0)  # with_checks counts every pin's notes
+        day = f"partition {partition}" if partition is not None else "this run"
+        if notes:
+            description = f"{self.label}: {notes} notes for {day}"
+        else:
+            instead = (
+                "ignore to let such runs pass"
+                if self.setting == "blocking"
+                else "blocking to fail such runs"
+            )
+            description = (
+                f"{self.label}: the source emitted no notes for {day}: is its input for that "
+                f"day missing or empty? (empty_source: {self.setting}; {instead})"
+            )
+        return dg.AssetCheckResult(
+            asset_key=self.asset_key,
+            check_name=self.check.check_name,
+            passed=notes > 0,
+            severity=dg.AssetCheckSeverity.ERROR
+            if self.setting == "blocking"
+            else dg.AssetCheckSeverity.WARN,
+            metadata={NOTES_OUT: notes},
             description=description,
         )
 

@@ -13,7 +13,7 @@ import dagster as dg
 from ..errors import StepRef
 from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
-from .checks import BoundCheck, StepCheck
+from .checks import BoundCheck, EmptySource, SourceHasNotes, StepCheck
 from .gpus import merged_tags
 from .job_steps import NOTES_IO_MANAGER_KEY
 from .previews import PreviewSettings
@@ -91,9 +91,12 @@ def compile_workflow(
     op_tags: Optional[Mapping[str, Any]] = None,
     pool: Optional[str] = None,
     storage: Optional[Mapping[str, Any]] = None,
+    empty_source: EmptySource = "warn",
 ) -> WorkflowPlan:
     """Compile ``workflow`` (validated) into its plan; ``checks`` and ``external_deps`` by node
-    id. Checks on streamed steps are refused (a streamed pin may store nothing to check)."""
+    id. Checks on streamed steps are refused (a streamed pin may store nothing to check).
+    ``empty_source``: the check on the source steps of a partitioned workflow (``SourceHasNotes``;
+    a streamed source has none)."""
     names = translator.names(workflow)
     checks, external_deps = checks or {}, external_deps or {}
     segment = segment_ids(workflow, names, streaming)
@@ -113,6 +116,7 @@ def compile_workflow(
         op_tags=op_tags,
         pool=pool,
         storage=dict(storage or {}),
+        empty_source=empty_source,
     )
     ops = [
         compile_op(
@@ -150,6 +154,7 @@ def compile_op(
     checks: Sequence[StepCheck] = (),
     pool: Optional[str] = None,
     storage: Optional[Mapping[str, Any]] = None,
+    empty_source: EmptySource = "warn",
 ) -> OpPlan:
     """The plan of the op running ``segment`` (node ids in topological order): one step in the
     default mode, or the streamed steps. Its outputs are the steps' pins; a streamed pin that no
@@ -189,6 +194,8 @@ def compile_op(
         description = translator.get_description(workflow, nodes[0])
         tags = dict(translator.get_op_tags(workflow, nodes[0]))
     bound = tuple(_bind(checks, steps[0], names, nodes[0]))
+    if not streamed and partitions_def is not None:
+        bound += tuple(_source_check(empty_source, steps[0], names, nodes[0]))
     pools = [pool] if pool is not None else [translator.get_pool(workflow, n) for n in nodes]
     if retry_policy is None:
         policies = [translator.get_retry_policy(workflow, n) for n in nodes]
@@ -314,6 +321,17 @@ def _bind(
         pin = check.pin or node.outputs[0]
         bound.append(BoundCheck(check, names.steps[node.id].key(pin), pin, step.label))
     return bound
+
+
+def _source_check(
+    empty_source: EmptySource, step: StepPlan, names: WorkflowNames, node: WorkflowNode
+) -> List[BoundCheck]:
+    """A source step's ``SourceHasNotes`` (on its first pin's asset), unless ``ignore``."""
+    if empty_source == "ignore" or node.step_kind != "source":
+        return []
+    pin = node.outputs[0]
+    key = names.steps[node.id].key(pin)
+    return [SourceHasNotes(empty_source, step.step_name, key, pin, step.label)]
 
 
 def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:

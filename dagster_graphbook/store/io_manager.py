@@ -293,6 +293,17 @@ def notes_io_manager(init_context: dg.InitResourceContext) -> NotesStore:
     return NotesStore(_default_base(init_context))
 
 
+def in_process_memory(notes_dir: Optional[str]) -> bool:
+    """Whether ``notes_dir`` is an fsspec store held in the memory of one process (``memory://``):
+    notes a step process writes there are gone for every other process."""
+    from upath.implementations.memory import MemoryPath
+
+    try:
+        return bool(notes_dir) and isinstance(UPath(str(notes_dir)), MemoryPath)
+    except (ImportError, ValueError):  # a protocol fsspec does not know: not its memory store
+        return False
+
+
 def notes_metadata(notes_dir: Optional[str] = None, keep: Optional[int] = None) -> Dict[str, Any]:
     """Asset definition metadata that places a workflow's notes (set by the code location)."""
     meta: Dict[str, Any] = {}

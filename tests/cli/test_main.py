@@ -54,6 +54,35 @@ def test_validate_reports_bad_workflow(tmp_path):
     )
 
 
+def test_validate_warns_about_an_unconnected_resource_parameter(tmp_path):
+    """The nightly workflow with its model edge deleted: validate still says OK (the job loads)
+    but first names the workflow, the step and the parameter; under DAGSTER_GRAPHBOOK_STRICT it
+    fails with that message and no OK."""
+    data = json.loads((REPO / "workflows" / "nightly_shapes.json").read_text())
+    data["edges"] = [e for e in data["edges"] if e["targetHandle"] != "model"]
+    path = tmp_path / "nightly_shapes.json"
+    path.write_text(json.dumps(data))
+    args = [*CLI, "validate", str(path), "--custom-nodes", "custom_nodes/nightly"]
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
+    out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    said = f"warning: {path}: node 2 (ClassifyShapes): resource parameter 'model' is connected"
+    assert said in out.stdout
+    assert out.stdout.index(said) < out.stdout.index(": OK (")
+    strict = subprocess.run(
+        args,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "DAGSTER_GRAPHBOOK_STRICT": "1"},
+    )
+    assert strict.returncode == 1
+    assert "OK" not in strict.stdout
+    assert f"workflow {path} is invalid" in strict.stderr
+    assert "node 2 (ClassifyShapes): resource parameter 'model'" in strict.stderr
+
+
 def test_run_with_set_shows_progress_and_summary(tmp_path):
     out = subprocess.run(
         [

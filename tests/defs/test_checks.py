@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -214,3 +216,149 @@ def test_component_yaml_checks(tmp_path):
         if s.key == key
     )
     assert not spec.blocking  # the demo warns (tests train its model briefly); blocking: see above
+
+
+DAY_NODES = """
+import os
+
+from graphbook.steps import SourceStep, Step
+
+
+class DayFiles(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"folder": {"type": "string", "default": "incoming/{partition_key}"}}
+
+    def __init__(self, folder="incoming/{partition_key}"):
+        super().__init__()
+        self.folder = folder
+
+    def load(self):  # a missing folder lists nothing, as a glob over it would
+        names = sorted(os.listdir(self.folder)) if os.path.isdir(self.folder) else []
+        return {"out": [{"file": name} for name in names]}
+
+
+class Sizes(Step):
+    Parameters = {}
+
+    def on_data(self, data):
+        data["size"] = len(data["file"])
+"""
+FULL_DAY, EMPTY_DAY = "2026-02-02", "2026-02-03"
+SOURCE_CHECK_KEY = dg.AssetCheckKey(dg.AssetKey(["daily", "DayFiles"]), "source_has_notes")
+
+
+@pytest.fixture
+def daily(tmp_path: Path):
+    """``(workflow, nodes, incoming)``: DayFiles(incoming/<day>) -> Sizes; only FULL_DAY's folder
+    has files."""
+    nodes = write_nodes(tmp_path / "nodes", "day_nodes.py", DAY_NODES)
+    incoming = tmp_path / "incoming"
+    (incoming / FULL_DAY).mkdir(parents=True)
+    for name in ("a.png", "b.png"):
+        (incoming / FULL_DAY / name).write_bytes(b"")
+    wf = write_workflow(
+        tmp_path,
+        "daily",
+        [
+            step_node("1", "DayFiles", {"folder": f"{incoming}/{{partition_key}}"}, source=True),
+            step_node("2", "Sizes"),
+        ],
+        [edge("1", "out", "2")],
+    )
+    return wf, nodes, incoming
+
+
+def _run_day(defs: dg.Definitions, home: str, day: str) -> dg.ExecuteInProcessResult:
+    with dg.DagsterInstance.from_config(home) as instance:
+        return defs.resolve_job_def("daily").execute_in_process(
+            instance=instance, partition_key=day, raise_on_error=False
+        )
+
+
+def test_a_partition_whose_source_emits_no_notes_warns_naming_the_step_and_day(
+    daily, tmp_path, dagster_home
+):
+    """The day's folder is missing: the run still succeeds (the default, ``warn``), but the
+    source's asset shows a failed warning check for that day and the run's log a warning, both
+    naming the step and the partition; a day with files passes the check."""
+    wf, nodes, _ = daily
+    defs = build_definitions(
+        [
+            GraphbookWorkflow(
+                wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01")
+            )
+        ],
+        notes_dir=str(tmp_path / "notes"),
+        strict=True,
+    )
+    spec = defs.resolve_assets_def(SOURCE_CHECK_KEY.asset_key).get_spec_for_check_key(
+        SOURCE_CHECK_KEY
+    )
+    assert not spec.blocking
+    empty = _run_day(defs, dagster_home, EMPTY_DAY)
+    assert empty.success
+    evaluation = _evaluations(empty)["source_has_notes"]
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.partition == EMPTY_DAY
+    said = (
+        f"workflow 'daily', step 'DayFiles' (node 1): the source emitted no notes for partition "
+        f"{EMPTY_DAY}: is its input for that day missing or empty?"
+    )
+    assert evaluation.description.startswith(said)
+    with dg.DagsterInstance.from_config(dagster_home) as instance:  # what the terminal prints
+        logged = [
+            e.user_message
+            for e in instance.all_logs(empty.run_id)
+            if e.dagster_event is None and e.level == logging.WARNING
+        ]
+    assert any(said in line for line in logged), logged
+    full = _run_day(defs, dagster_home, FULL_DAY)
+    assert full.success and _evaluations(full)["source_has_notes"].passed
+
+
+def test_empty_source_blocking_in_the_yaml_component_fails_the_run(daily, tmp_path):
+    """``empty_source: blocking`` in defs.yaml: the missing day fails the run at the source,
+    naming the step and the day, and the steps below it do not run."""
+    from tests.conftest import _load_defs_folder
+
+    wf, nodes, _ = daily
+    yaml = f"""
+        type: dagster_graphbook.GraphbookWorkflowComponent
+        attributes:
+          workflow: {wf}
+          custom_nodes: [{nodes}]
+          partitions: {{start_date: "2026-01-01"}}
+          notes_dir: {tmp_path / "notes"}
+          empty_source: blocking
+    """
+    (tmp_path / "project").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # load_defs, as the component tests
+        defs = _load_defs_folder(tmp_path / "project", "gb_empty_source_defs", {"daily": yaml})
+    home = tmp_path / "home"
+    home.mkdir()
+    empty = _run_day(defs, str(home), EMPTY_DAY)
+    assert not empty.success
+    (failure,) = [e for e in empty.all_events if e.is_step_failure]
+    assert failure.step_key == "daily__DayFiles"
+    assert failure.step_failure_data.user_failure_data.description == (
+        "workflow 'daily', step 'DayFiles' (node 1): blocking check 'source_has_notes' failed: "
+        f"the source emitted no notes for partition {EMPTY_DAY}: is its input for that day "
+        "missing or empty? (empty_source: blocking; ignore to let such runs pass)"
+    )
+    assert "daily__Sizes" not in {e.step_key for e in empty.all_events if e.is_step_start}
+    assert _run_day(defs, str(home), FULL_DAY).success
+
+
+def test_empty_source_ignore_and_unpartitioned_workflows_have_no_source_check(daily, tmp_path):
+    wf, nodes, _ = daily
+    partitions = daily_partitions("2026-01-01")
+    for spec in (
+        GraphbookWorkflow(
+            wf, custom_nodes=[nodes], partitions_def=partitions, empty_source="ignore"
+        ),
+        GraphbookWorkflow(wf, custom_nodes=[nodes]),
+    ):
+        defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+        assert SOURCE_CHECK_KEY not in defs.resolve_asset_graph().asset_check_keys

@@ -1,4 +1,4 @@
-"""Building definitions does work linear in the number of steps (issue 20.8), counted, not timed.
+"""Building definitions: what a load warns about, and work linear in the number of steps.
 
 A 1,000-step chain took 2.9x a 500-step one: per step, ``Workflow.children`` scanned every node's
 inputs and the code reference re-read the whole workflow file; and the cyclic GC walked the heap
@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import gc
 import json
+import warnings
 from pathlib import Path
 from typing import Dict, List
 
+import pytest
+
 from dagster_graphbook import GraphbookWorkflow, build_definitions
+from dagster_graphbook.authoring.graph import Graph
 from dagster_graphbook.model.registry import NodeRegistry
-from dagster_graphbook.model.workflow import load_workflow
-from tests.conftest import CHAIN_NODES, chain_workflow, write_nodes
+from dagster_graphbook.model.workflow import UnboundResourceWarning, WorkflowError, load_workflow
+from tests.conftest import (
+    CHAIN_NODES,
+    chain_workflow,
+    edge,
+    resource_node,
+    step_node,
+    write_nodes,
+    write_workflow,
+)
 
 
 class _CountedInputs(list):
@@ -108,3 +120,107 @@ def test_dagster_sorts_the_steps_with_the_cyclic_gc_paused(tmp_path, monkeypatch
     build_definitions([GraphbookWorkflow(_chain(tmp_path, 20), custom_nodes=[nodes])], strict=True)
     assert gc_on_while_sorting and not any(gc_on_while_sorting)
     assert gc.isenabled()
+
+
+MODEL_NODES = """
+from graphbook.resources import Resource
+from graphbook.steps import SourceStep, Step
+
+
+class Numbers(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"x": i} for i in range(3)]}
+
+
+class Scale(Step):
+    Parameters = {
+        "model": {"type": "resource", "description": "a Doubler"},
+        "factor": {"type": "resource", "default": 2},
+        "offset": {"type": "resource"},
+    }
+
+    def __init__(self, model=None, factor=2, offset=0):
+        super().__init__()
+        self.model, self.factor, self.offset = model, factor, offset
+
+    def on_data(self, data):
+        data["y"] = self.model(data["x"]) * self.factor + self.offset
+
+
+class Doubler(Resource):
+    Parameters = {}
+
+    def value(self):
+        return lambda x: 2 * x
+"""
+
+
+def _model_workflow(tmp_path: Path, *, connected: bool) -> Path:
+    """Numbers -> Scale, its ``model`` fed by a Doubler resource when ``connected``; ``factor``
+    (declared default) and ``offset`` (``__init__`` default) are never connected."""
+    tmp_path.mkdir(exist_ok=True)
+    edges = [edge("1", "out", "2")] + ([edge("0", "resource", "2", "model")] if connected else [])
+    return write_workflow(
+        tmp_path,
+        "scaled",
+        [
+            resource_node("0", "Doubler"),
+            step_node("1", "Numbers", source=True),
+            step_node("2", "Scale"),
+        ],
+        edges,
+    )
+
+
+def test_unconnected_resource_parameter_warns_naming_workflow_step_and_parameter(
+    tmp_path, monkeypatch
+):
+    """Left unconnected, ``model`` reaches the step as None (``'NoneType' object is not
+    callable`` at its first note); the load says so. Parameters with a default do not warn."""
+    monkeypatch.delenv("DAGSTER_GRAPHBOOK_STRICT", raising=False)
+    nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", MODEL_NODES)
+    path = _model_workflow(tmp_path, connected=False)
+    with pytest.warns(UnboundResourceWarning) as said:
+        defs = build_definitions([GraphbookWorkflow(path, custom_nodes=[nodes])])
+    messages = [str(w.message) for w in said if w.category is UnboundResourceWarning]
+    assert len(messages) == 1, messages  # model only: factor and offset have defaults
+    assert str(path) in messages[0]
+    assert "node 2 (Scale)" in messages[0] and "resource parameter 'model'" in messages[0]
+    assert defs.resolve_job_def("scaled")  # still a job (a warning, not an error)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnboundResourceWarning)
+        connected = _model_workflow(tmp_path / "ok", connected=True)
+        build_definitions([GraphbookWorkflow(connected, custom_nodes=[nodes])], strict=True)
+
+
+def test_unconnected_resource_parameter_fails_the_load_under_strict(tmp_path, monkeypatch):
+    nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", MODEL_NODES)
+    path = _model_workflow(tmp_path, connected=False)
+    monkeypatch.setenv("DAGSTER_GRAPHBOOK_STRICT", "1")
+    with pytest.raises(WorkflowError) as raised:
+        build_definitions([GraphbookWorkflow(path, custom_nodes=[nodes])])
+    assert str(path) in str(raised.value)
+    assert "node 2 (Scale): resource parameter 'model' is connected to no resource" in str(
+        raised.value
+    )
+    monkeypatch.delenv("DAGSTER_GRAPHBOOK_STRICT")
+    with pytest.raises(WorkflowError, match="resource parameter 'model'"):  # strict=True alike
+        build_definitions([GraphbookWorkflow(path, custom_nodes=[nodes])], strict=True)
+
+
+def test_unconnected_resource_parameter_of_a_python_graph_warns(tmp_path, monkeypatch):
+    """A ``Graph`` whose step never got ``param("model", resource)``."""
+    monkeypatch.delenv("DAGSTER_GRAPHBOOK_STRICT", raising=False)
+    namespace: Dict[str, object] = {}
+    exec(compile(MODEL_NODES, "model_nodes.py", "exec"), namespace)
+    g = Graph()
+    g.resource(namespace["Doubler"])
+    scale = g.step(namespace["Scale"])
+    scale.bind(g.step(namespace["Numbers"]))
+    with pytest.warns(UnboundResourceWarning, match=r"'model' \(Python Graph\): node 1 \(Scale\)"):
+        build_definitions([GraphbookWorkflow(g, name="model")])

@@ -182,6 +182,15 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}],
         ),
     ] = []
+    empty_source: Annotated[
+        Literal["warn", "blocking", "ignore"],
+        _doc(
+            "with partitions: what a run whose source step emits no notes (the day's folder "
+            "missing or empty) gets: warn (default), a failed warning check on the source's "
+            "asset and a warning in the run's log; blocking, the run fails; ignore, no check",
+            "blocking",
+        ),
+    ] = "warn"
     streaming: Annotated[
         Union[bool, List[str]],
         _doc(
@@ -303,6 +312,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             shards=self.shards,
             preview=self.preview,
             checks=list(self.checks),
+            empty_source=self.empty_source,
             notes_dir=str(path(self.notes_dir))
             if self.notes_dir and "://" not in self.notes_dir
             else self.notes_dir,

@@ -95,9 +95,10 @@ def test_translation_sets_owners_tags_group_description_automation_metadata(nigh
     assert review.metadata["graphbook"].value["node_id"]  # ours stay: metadata is merged
     assert review.description.endswith("pin review")
     assert review.group_name == "nightly_shapes_step"
-    # the asset check follows the translated spec
+    # the asset checks follow the translated specs (the source's: a partitioned workflow's)
     assert {c.asset_key for c in nightly.resolve_asset_graph().asset_check_keys} == {
-        K(["nightly_shapes", "ClassifyShapes"])
+        K(["nightly_shapes", "ClassifyShapes"]),
+        K(["nightly_shapes", "IncomingImages"]),
     }
 
 
