@@ -18,7 +18,15 @@ import time
 import dagster as dg
 import pytest
 
-from tests.conftest import edge, serve_webserver, step_node, write_nodes, write_workflow
+from tests.conftest import (
+    can_make_read_only,
+    edge,
+    read_only_switch,
+    serve_webserver,
+    step_node,
+    write_nodes,
+    write_workflow,
+)
 
 NODES = """
 import time
@@ -875,42 +883,6 @@ if __name__ == "__main__":
 """
 
 
-@contextlib.contextmanager
-def _freezable(folder: str):
-    """``(freeze, thaw)`` for ``folder`` as an operator does it: as root (who ignores mode bits)
-    a read-only bind mount over it (a new mount, so taking it read-only is not refused for the
-    files live runs hold open; opens and unlinks through it fail with EROFS); otherwise
-    ``chmod a-w`` (EACCES)."""
-    os.makedirs(folder, exist_ok=True)
-    if os.geteuid() != 0:
-        yield (lambda: os.chmod(folder, 0o555)), (lambda: os.chmod(folder, 0o755))
-        os.chmod(folder, 0o755)
-        return
-    mounted = []
-
-    def freeze():
-        subprocess.run(["mount", "--bind", folder, folder], check=True)
-        mounted.append(folder)
-        subprocess.run(["mount", "-o", "remount,bind,ro", folder], check=True)
-        with pytest.raises(OSError):
-            open(os.path.join(folder, "probe"), "w").close()
-
-    def thaw():
-        subprocess.run(["umount", mounted.pop()], check=True)
-
-    try:
-        yield freeze, thaw
-    finally:
-        for path in mounted:
-            subprocess.run(["umount", "-l", path], check=False)
-
-
-_CAN_FREEZE = os.geteuid() != 0 or (
-    subprocess.run(["mount", "--bind", "/", "/"], capture_output=True).returncode == 0
-    and subprocess.run(["umount", "/"], capture_output=True).returncode == 0
-)
-
-
 def _owner_warnings(dagster_home, run_id, owners):
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         return [
@@ -920,7 +892,6 @@ def _owner_warnings(dagster_home, run_id, owners):
         ]
 
 
-@pytest.mark.skipif(not _CAN_FREEZE, reason="root here may not mount (no CAP_SYS_ADMIN)")
 def test_a_run_owners_folder_turned_read_only_under_a_sharded_run_leaves_it_unowned(
     tmp_path, dagster_home
 ):
@@ -929,6 +900,8 @@ def test_a_run_owners_folder_turned_read_only_under_a_sharded_run_leaves_it_unow
     run's lock read-write and failed (retried, failed again), and the coordinator's final unlink
     raised. The run goes on unowned and succeeds, each step saying so; the lock file left
     behind is removed by the next run once the folder is writable again."""
+    if not can_make_read_only(tmp_path):
+        pytest.skip("root here may not mount (no CAP_SYS_ADMIN)")
     nodes = write_nodes(tmp_path / "nodes", "shard_nodes.py", SHARD_NODES)
     wf = write_workflow(
         tmp_path,
@@ -939,7 +912,7 @@ def test_a_run_owners_folder_turned_read_only_under_a_sharded_run_leaves_it_unow
     script = tmp_path / "run_sharded.py"
     script.write_text(RUN_SHARDED_SLOW)
     owners = os.path.join(dagster_home, ".graphbook", "run-owners")
-    with _freezable(owners) as (freeze, thaw):
+    with read_only_switch(owners) as (freeze, thaw):
         proc = subprocess.Popen(
             [sys.executable, str(script), str(wf), str(nodes), dagster_home],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -968,7 +941,6 @@ def test_a_run_owners_folder_turned_read_only_under_a_sharded_run_leaves_it_unow
         assert [r.status for r in instance.get_runs()] == [dg.DagsterRunStatus.SUCCESS] * 2
 
 
-@pytest.mark.skipif(not _CAN_FREEZE, reason="root here may not mount (no CAP_SYS_ADMIN)")
 def test_a_run_owners_folder_turned_read_only_under_an_in_process_run_ends_it_cleanly(
     tmp_path, dagster_home
 ):
@@ -977,9 +949,11 @@ def test_a_run_owners_folder_turned_read_only_under_an_in_process_run_ends_it_cl
     unlink of the lock raised, a traceback and exit status 1. It exits 0 with a warning naming
     the folder; the file left behind is removed by the next run once the folder is writable,
     and that run does not judge the finished run dead."""
+    if not can_make_read_only(tmp_path):
+        pytest.skip("root here may not mount (no CAP_SYS_ADMIN)")
     nodes, wf = _owned_run_setup(tmp_path, dagster_home)
     owners = os.path.join(dagster_home, ".graphbook", "run-owners")
-    with _freezable(owners) as (freeze, thaw):
+    with read_only_switch(owners) as (freeze, thaw):
         first = _cli_run(wf, nodes, dagster_home, 3)
         try:
             seen = _wait_for_loading(first)
