@@ -5,6 +5,12 @@ Each run is a fresh child process running the workflow through Dagster (in-proce
 the parent samples the RSS of the child and all its descendants (loader and dump workers) with
 psutil and keeps the peak. The default mode also reports the notes it stored against the raw
 tensor bytes (the target is <= 1.1). Prints a Markdown table.
+
+``--endless N`` (heavy: run it once): a source of N small notes with a 1 KB payload, streamed
+through a batch step into a sink that drops the payload and stores nothing, as a stream that
+never ends; the run process prints its RSS every ``--every`` notes (target: flat within 50 MB
+over a million notes). ``--stored-sink`` gives the sink an output pin, stored at the end: its
+notes stay in memory until then, so RSS grows with them (a warning says so).
 """
 
 from __future__ import annotations
@@ -190,6 +196,135 @@ def measure(n: int, streaming: bool, image_root: Path) -> dict:
         return result
 
 
+ENDLESS_NODES = """
+import time
+
+import psutil
+from graphbook.steps import BatchStep, GeneratorSourceStep, Step
+
+
+class Endless(GeneratorSourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"n": {"type": "number", "default": 10}}
+
+    def __init__(self, n=10):
+        super().__init__()
+        self.n = int(n)
+
+    def load(self):
+        for i in range(self.n):
+            yield {"out": {"i": i, "items": [i], "payload": bytes(1000)}}
+
+
+class Double(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"batch_size": {"type": "number", "default": 16},
+                  "item_key": {"type": "string", "default": "items"}}
+
+    def __init__(self, batch_size=16, item_key="items"):
+        super().__init__(batch_size, item_key)
+
+    @staticmethod
+    def load_fn(item):
+        return 2 * item
+
+    def on_item_batch(self, outputs, items, notes):
+        for out, note in zip(outputs, notes):
+            note["doubled"] = out
+
+
+class DropPayload(Step):
+    RequiresInput = True
+    Outputs = []
+    Parameters = {"every": {"type": "number", "default": 100000}}
+
+    def __init__(self, every=100000):
+        super().__init__()
+        self.every, self.start = int(every), 0.0
+
+    def on_data(self, note):
+        note.pop("payload")
+        if note["i"] == 0:
+            self.start = time.perf_counter()
+        if note["i"] % self.every == 0:
+            rss = psutil.Process().memory_info().rss / 2**20
+            seconds = time.perf_counter() - self.start
+            print(f"RSS {note['i']} {seconds:.1f} {rss:.1f}", flush=True)
+
+
+class DropPayloadStored(DropPayload):
+    Outputs = ["out"]
+"""
+
+
+def endless(n: int, every: int, stored: bool) -> None:
+    """The ``--endless`` mode (module docstring): RSS of the run process every ``every`` notes."""
+    sink = "DropPayloadStored" if stored else "DropPayload"
+    nodes = [
+        ("src", "Endless", {"n": n}, []),
+        ("dbl", "Double", {}, ["in"]),
+        ("drop", sink, {"every": every}, ["in"]),
+    ]
+    spec = {
+        "version": "0",
+        "type": "workflow",
+        "nodes": [
+            {
+                "id": i,
+                "type": "step",
+                "data": {
+                    "name": name,
+                    "parameters": {k: {"type": "number", "value": v} for k, v in params.items()},
+                    "inputs": ins,
+                    "outputs": ["out"] if i != "drop" or stored else [],
+                },
+            }
+            for i, name, params, ins in nodes
+        ],
+        "edges": [
+            {"id": f"e{k}", "source": s, "sourceHandle": "out", "target": t, "targetHandle": "in"}
+            for k, (s, t) in enumerate([("src", "dbl"), ("dbl", "drop")])
+        ],
+    }
+    child = """
+import sys
+from dagster_graphbook import run_workflow
+params = {"Double.runtime.num_workers": 0, "Double.runtime.device": "cpu"}
+run = run_workflow(sys.argv[1], [sys.argv[2]], params, dagster_home=sys.argv[3], streaming=True,
+                   executor="in_process")
+print("success" if run.success else f"failed: {run.failure}", flush=True)
+"""
+    with tempfile.TemporaryDirectory(prefix="bench_endless_") as tmp:
+        folder = Path(tmp)
+        (folder / "nodes").mkdir()
+        (folder / "nodes" / "endless_nodes.py").write_text(ENDLESS_NODES)
+        (folder / "home").mkdir()
+        (folder / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        wf = folder / "endless.json"
+        wf.write_text(json.dumps(spec))
+        out = subprocess.run(
+            [sys.executable, "-c", child, str(wf), str(folder / "nodes"), str(folder / "home")],
+            stdout=subprocess.PIPE,
+            text=True,
+            check=False,
+        ).stdout
+    rows = [line.split()[1:] for line in out.splitlines() if line.startswith("RSS ")]
+    print(
+        f"| notes | seconds | run process RSS ({'stored' if stored else 'storing-nothing'} sink) |"
+    )
+    print("| --- | --- | --- |")
+    for notes, seconds, rss in rows:
+        print(f"| {int(notes):,} | {seconds} | {rss} MB |")
+    if rows:
+        print(
+            f"\nRSS growth over {int(rows[-1][0]):,} notes: "
+            f"{float(rows[-1][2]) - float(rows[0][2]):+.1f} MB (target: within 50 MB)"
+        )
+    print(next((line for line in out.splitlines() if line.startswith(("success", "failed"))), out))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -207,7 +342,13 @@ def main() -> None:
         default=os.path.join(tempfile.gettempdir(), "graphbook_bench_images"),
         help="image cache folder",
     )
+    parser.add_argument("--endless", type=int, default=0, help="notes of the endless mode")
+    parser.add_argument("--every", type=int, default=100_000, help="notes between RSS lines")
+    parser.add_argument("--stored-sink", action="store_true", help="the sink stores its notes")
     args = parser.parse_args()
+    if args.endless:
+        endless(args.endless, args.every, args.stored_sink)
+        return
     rows = []
     for n in args.default_sizes:
         rows.append(("default", n, measure(n, False, Path(args.images))))

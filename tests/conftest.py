@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -516,3 +517,52 @@ def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.
         sys.path.remove(str(tmp_path))
         for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
             del sys.modules[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# A folder made read-only for real, under live processes
+
+
+@contextlib.contextmanager
+def read_only_switch(folder: Any) -> Iterator[Any]:
+    """``(freeze, thaw)`` for ``folder`` as an operator does it: as root (who ignores mode bits)
+    a read-only bind mount over it (a new mount, so taking it read-only is not refused for the
+    files live processes hold open; opens for writing and unlinks through it fail with EROFS);
+    otherwise ``chmod a-w`` (EACCES). Whatever is mounted is unmounted at the end."""
+    folder = str(folder)
+    os.makedirs(folder, exist_ok=True)
+    if os.geteuid() != 0:
+        try:
+            yield (lambda: os.chmod(folder, 0o555)), (lambda: os.chmod(folder, 0o755))
+        finally:
+            os.chmod(folder, 0o755)
+        return
+    mounted: List[str] = []
+
+    def freeze() -> None:
+        subprocess.run(["mount", "--bind", folder, folder], check=True)
+        mounted.append(folder)
+        subprocess.run(["mount", "-o", "remount,bind,ro", folder], check=True)
+        with pytest.raises(OSError):
+            open(os.path.join(folder, "probe"), "w").close()
+
+    def thaw() -> None:
+        subprocess.run(["umount", mounted.pop()], check=True)
+
+    try:
+        yield freeze, thaw
+    finally:
+        for path in mounted:
+            subprocess.run(["umount", "-l", path], check=False)
+
+
+def can_make_read_only(tmp_path: Path) -> bool:
+    """Whether ``read_only_switch`` works here (root in a container may not mount)."""
+    if os.geteuid() != 0:
+        return True
+    probe = str(tmp_path / "mount-probe")
+    os.makedirs(probe, exist_ok=True)
+    if subprocess.run(["mount", "--bind", probe, probe], capture_output=True).returncode != 0:
+        return False
+    subprocess.run(["umount", probe], check=True)
+    return True

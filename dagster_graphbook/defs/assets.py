@@ -4,6 +4,7 @@ one resource per resource node, one job selecting all of the workflow's assets."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Dict, List, Optional
 
 import dagster as dg
@@ -116,7 +117,7 @@ def op_asset(op: OpPlan) -> dg.AssetsDefinition:
 
     @dg.multi_asset(**op.asset_args)
     def _op(context, **inputs):  # no annotation: `from __future__ import annotations` -> a string
-        with join_run(context.instance, context.dagster_run):
+        with join_run(context.instance, context.dagster_run, context.log.warning):
             outputs = execute_op(context, op, inputs)
             if not op.streamed:  # a streamed op stores no tensors between its steps
                 outputs = warn_heavy_outputs(context, label, outputs)
@@ -169,7 +170,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         **light,
     )
     def plan_op(context, **inputs):
-        with join_run(context.instance, context.dagster_run):
+        with join_run(context.instance, context.dagster_run, context.log.warning):
             yield from plan_shards(context, op, inputs)
 
     @dg.op(
@@ -179,7 +180,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         **shard_ops,
     )
     def shard_op(context, piece):
-        with join_run(context.instance, context.dagster_run):
+        with join_run(context.instance, context.dagster_run, context.log.warning):
             return run_shard(context, op, piece, crash_only=crash_only)
 
     outs = {
@@ -197,7 +198,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         **light,
     )
     def commit_op(context, shards):
-        with join_run(context.instance, context.dagster_run):
+        with join_run(context.instance, context.dagster_run, context.log.warning):
             outputs = warn_heavy_outputs(
                 context, plan_step.label, commit_shards(context, op, shards)
             )
@@ -261,7 +262,7 @@ def _resource_def(
 
         emit = log_emitter(init_context.log)
         # a step process joins its run before building (a model load), not only in the op body
-        with join_run(init_context.instance, init_context.dagster_run):
+        with join_run(init_context.instance, init_context.dagster_run, partial(emit, "warning")):
             with log_target(LogTarget(node.id, node.name, emit)):
                 try:
                     value = node.cls(**kwargs).value()

@@ -135,7 +135,10 @@ def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> 
     runtime = _runtime(context, op)
     lease_for = functools.partial(shard_lease, runtime, gpus, label=plan.label, owner=owner)
     try:  # a lease that fails (no GPU free in time) is the step's failure, named, not retried
-        with failures_named(plan.label), lease_for(log=context.log.info) as lease:
+        with (
+            failures_named(plan.label),
+            lease_for(log=context.log.info, warn=context.log.warning) as lease,
+        ):
             run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
     except dg.Failure as failure:
         failure.allow_retries = failure.allow_retries and not crash_only

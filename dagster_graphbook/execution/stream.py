@@ -7,7 +7,8 @@ an inbox and runs once it holds ``queue_items`` items. A source is asked for its
 when the stack is empty and no batch step is full (backpressure: a slow consumer holds the source
 back); once the sources are exhausted, partial batches are flushed, upstream first. So what is in
 memory at once is bounded by ``queue_items`` per batch step and one source yield, not by the
-number of notes.
+number of notes; nothing is kept per note once it has left, except the notes of stored pins (a
+sink's), which are the asset's value and stay until the stream ends.
 
 The scheduler only decides who runs next. Each step runs through its ``StepDriver``, the same
 lifecycle as in the default mode: hooks, bad notes, limits and stall warnings are the driver's.
@@ -69,12 +70,18 @@ class StreamStep:
         return cls(f"{src}:{pin}", label, "inlet", ("out",), {"out": list(readers)}, notes=notes)
 
 
+# A stored pin's notes stay in memory until the stream ends (they are its asset's value); at
+# this many, and at each tenfold, a warning says so: in a stream that runs on, they are what grows.
+KEPT_WARN_NOTES = 100_000
+
+
 class _Node:
     def __init__(self, spec: StreamStep):
         self.spec = spec
         self.inbox: Deque[Any] = deque()
         self.inbox_items = 0  # batch steps: items of the notes waiting
         self.kept: Dict[str, List[Any]] = {p: [] for p in spec.stored}
+        self.kept_warn_at: Dict[str, int] = dict.fromkeys(spec.stored, KEPT_WARN_NOTES)
         self.sent: Dict[str, int] = dict.fromkeys(spec.pins, 0)  # notes sent per pin
         self.source: Optional[Iterator[Dict[str, List[Any]]]] = None
         self.exhausted = spec.kind not in ("source", "inlet")
@@ -192,11 +199,25 @@ class StreamingRun:
             node.sent[pin] = node.sent.get(pin, 0) + len(notes)
             if pin in node.kept:
                 node.kept[pin].extend(notes)
+                self._warn_kept(node, pin)
             children = node.spec.children.get(pin, ())
             tasks += [(child_id, note) for note in notes for child_id in children]
         self.stack.extend(reversed(tasks))
         self.queued += len(tasks)
         self.max_queued = max(self.max_queued, self.queued)
+
+    def _warn_kept(self, node: _Node, pin: str) -> None:
+        held = len(node.kept[pin])
+        if held < node.kept_warn_at[pin]:
+            return
+        node.kept_warn_at[pin] *= 10
+        self.emit(
+            "warning",
+            f"{node.spec.label}: {held:,} notes of pin {pin!r} are held in memory: a stored pin's "
+            "notes stay until the stream ends, when they are stored as its asset, so in a stream "
+            "that runs on memory grows with them; a sink that stores nothing declares no output "
+            "pins (Outputs = [])",
+        )
 
     # -- progress --------------------------------------------------------------------------------
     def report(self, final: bool = False) -> None:

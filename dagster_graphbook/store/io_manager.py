@@ -280,7 +280,9 @@ def instance_notes_dir(instance: dg.DagsterInstance) -> str:
 def _default_base(init_context: dg.InitResourceContext) -> str:
     if init_context.instance is not None:
         return instance_notes_dir(init_context.instance)
-    return os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage", "graphbook")
+    return os.path.abspath(
+        os.path.join(os.environ.get("DAGSTER_HOME", "."), "storage", "graphbook")
+    )
 
 
 @dg.io_manager(
@@ -305,10 +307,18 @@ def in_process_memory(notes_dir: Optional[str]) -> bool:
 
 
 def notes_metadata(notes_dir: Optional[str] = None, keep: Optional[int] = None) -> Dict[str, Any]:
-    """Asset definition metadata that places a workflow's notes (set by the code location)."""
+    """Asset definition metadata that places a workflow's notes (set by the code location).
+
+    A relative local folder is made absolute against the working directory at definition load:
+    the location is recorded in each materialization (``dagster/uri``), which is read from other
+    working directories (``dagster dev`` started elsewhere, a notebook). URLs stay as given."""
     meta: Dict[str, Any] = {}
     if notes_dir is not None:
-        meta[NOTES_DIR_META] = str(notes_dir)
+        notes_dir = str(notes_dir)
+        local = "://" not in notes_dir
+        meta[NOTES_DIR_META] = (
+            os.path.abspath(os.path.expanduser(notes_dir)) if local else notes_dir
+        )
     if keep is not None:
         meta[NOTES_KEEP_META] = int(keep)
     return meta

@@ -18,7 +18,15 @@ import time
 import dagster as dg
 import pytest
 
-from tests.conftest import edge, serve_webserver, step_node, write_nodes, write_workflow
+from tests.conftest import (
+    can_make_read_only,
+    edge,
+    read_only_switch,
+    serve_webserver,
+    step_node,
+    write_nodes,
+    write_workflow,
+)
 
 NODES = """
 import time
@@ -828,3 +836,141 @@ def test_a_run_waiting_for_the_slot_of_a_run_whose_orphaned_step_ends_goes_on(
         statuses = sorted(r.status.value for r in instance.get_runs())
         assert statuses == ["FAILURE", "SUCCESS"]
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
+SHARD_NODES = """
+import time
+from graphbook.steps import SourceStep, BatchStep
+
+class Items(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"items": [f"i{k}"]} for k in range(4)]}
+
+class Slow(BatchStep):
+    RequiresInput = True
+    Outputs = ["out"]
+    Parameters = {"batch_size": {"type": "number", "default": 2},
+                  "item_key": {"type": "string", "default": "items"},
+                  "sleep_s": {"type": "number", "default": 0}}
+
+    def __init__(self, batch_size=2, item_key="items", sleep_s=0):
+        super().__init__(batch_size, item_key)
+        self.load_fn_params = {"sleep_s": sleep_s}
+
+    @staticmethod
+    def load_fn(item, sleep_s):
+        print("LOADING", item, flush=True)
+        time.sleep(sleep_s)
+        return item
+
+    def on_item_batch(self, outputs, items, notes):
+        return None
+"""
+
+RUN_SHARDED_SLOW = """
+import sys
+from dagster_graphbook import run_workflow
+
+if __name__ == "__main__":
+    params = {"Slow.sleep_s": 3, "Slow.runtime.num_workers": 0}
+    run = run_workflow(sys.argv[1], [sys.argv[2]], params, dagster_home=sys.argv[3],
+                       shards={"Slow": 2}, quiet=False)
+    print("RUN", run.run_id, run.success, flush=True)
+"""
+
+
+def _owner_warnings(dagster_home, run_id, owners):
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        return [
+            r.user_message
+            for r in instance.all_logs(run_id)
+            if r.level == 30 and owners in (r.user_message or "")
+        ]
+
+
+def test_a_run_owners_folder_turned_read_only_under_a_sharded_run_leaves_it_unowned(
+    tmp_path, dagster_home
+):
+    """The run-owners folder made read-only while a sharded run (multiprocess, a process per
+    shard and for the commit) is in a shard: the steps that start later could not open the
+    run's lock read-write and failed (retried, failed again), and the coordinator's final unlink
+    raised. The run goes on unowned and succeeds, each step saying so; the lock file left
+    behind is removed by the next run once the folder is writable again."""
+    if not can_make_read_only(tmp_path):
+        pytest.skip("root here may not mount (no CAP_SYS_ADMIN)")
+    nodes = write_nodes(tmp_path / "nodes", "shard_nodes.py", SHARD_NODES)
+    wf = write_workflow(
+        tmp_path,
+        "sharded",
+        [step_node("0", "Items", {}, source=True), step_node("1", "Slow", {"sleep_s": 0})],
+        [edge("0", "out", "1")],
+    )
+    script = tmp_path / "run_sharded.py"
+    script.write_text(RUN_SHARDED_SLOW)
+    owners = os.path.join(dagster_home, ".graphbook", "run-owners")
+    with read_only_switch(owners) as (freeze, thaw):
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(wf), str(nodes), dagster_home],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            seen = _wait_for_loading(proc)  # a shard's process is at work
+            freeze()
+            (out,) = _finish(proc)
+            out = seen + out
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 0, out[-4000:]
+        run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("RUN "))
+        assert f"RUN {run_id} True" in out, out[-4000:]
+        assert "Traceback" not in out, out[-4000:]
+        said = _owner_warnings(dagster_home, run_id, owners)
+        assert any("goes on unowned" in m for m in said), said  # a step that started later
+        assert os.listdir(owners) == [f"{run_id}.lock"]  # could not be removed
+        thaw()
+        again = _cli_run(wf, nodes, dagster_home, 0)
+        (out,) = _finish(again)
+    assert again.returncode == 0, out[-3000:]
+    assert os.listdir(owners) == []  # the next run's sweep removed the file left behind
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert [r.status for r in instance.get_runs()] == [dg.DagsterRunStatus.SUCCESS] * 2
+
+
+def test_a_run_owners_folder_turned_read_only_under_an_in_process_run_ends_it_cleanly(
+    tmp_path, dagster_home
+):
+    """The folder made read-only while an in-process run (``dagster-graphbook run``, through
+    ``run_workflow``) is in its batch step: the run was SUCCESS in the instance, but its final
+    unlink of the lock raised, a traceback and exit status 1. It exits 0 with a warning naming
+    the folder; the file left behind is removed by the next run once the folder is writable,
+    and that run does not judge the finished run dead."""
+    if not can_make_read_only(tmp_path):
+        pytest.skip("root here may not mount (no CAP_SYS_ADMIN)")
+    nodes, wf = _owned_run_setup(tmp_path, dagster_home)
+    owners = os.path.join(dagster_home, ".graphbook", "run-owners")
+    with read_only_switch(owners) as (freeze, thaw):
+        first = _cli_run(wf, nodes, dagster_home, 3)
+        try:
+            seen = _wait_for_loading(first)
+            freeze()
+            (out,) = _finish(first)
+            out = seen + out
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(first.pid, signal.SIGKILL)
+        assert first.returncode == 0, out[-3000:]
+        assert "Traceback" not in out and "could not remove the owner lock" in out, out[-3000:]
+        assert owners in out, out[-3000:]
+        (left,) = os.listdir(owners)
+        thaw()
+        second = _cli_run(wf, nodes, dagster_home, 0)
+        (out,) = _finish(second)
+    assert second.returncode == 0, out[-3000:]
+    assert left not in os.listdir(owners) and os.listdir(owners) == []
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        assert [r.status for r in instance.get_runs()] == [dg.DagsterRunStatus.SUCCESS] * 2

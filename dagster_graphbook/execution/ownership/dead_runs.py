@@ -71,30 +71,10 @@ def own_run(
         return
     sweep_dead_runs(instance, warn)
     final = os.path.join(folder, run_id + _SUFFIX)
-    tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
-    fd: Optional[int] = None
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
-    except OSError as exc:  # a read-only mount: the run is not owned, as under other executors
-        warn(
-            f"cannot record the owner of run {run_id} in {folder} ({exc.strerror}): if its "
-            "process is killed, the run will not be marked failed by the next one; make the "
-            "folder writable"
-        )
+    fd = _create_lock(folder, run_id, final, warn)
     if fd is None:
         yield
         return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # locked before it has its name: never seen unlocked
-        info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
-        os.write(fd, json.dumps(info).encode())  # for people reading the folder
-        os.replace(tmp, final)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     _held[run_id] = fd
     stop = threading.Event()
     watcher = threading.Thread(
@@ -107,9 +87,68 @@ def own_run(
         stop.set()
         watcher.join(timeout=30)
         _held.pop(run_id, None)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(final)  # removed before the lock goes: a free lock on a linked file = dead
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # the folder became read-only: a later run's sweep removes it
+            _mark_ended(fd)
+            warn(
+                f"could not remove the owner lock of run {run_id} in {folder} ({exc.strerror}): "
+                "the run itself is unaffected; the next run removes the file once the folder "
+                "is writable again"
+            )
         os.close(fd)
+
+
+def _unowned(run_id: str, folder: str, exc: OSError) -> str:
+    return (
+        f"cannot record the owner of run {run_id} in {folder} ({exc.strerror}): the run goes "
+        "on unowned, so if its process is killed the run will not be marked failed by the next "
+        "one; make the folder writable"
+    )
+
+
+def _create_lock(
+    folder: str, run_id: str, final: str, warn: Callable[[str], None]
+) -> Optional[int]:
+    """A descriptor holding a shared lock on ``final``, created locked; None (``warn`` says why)
+    where the folder cannot be written (a read-only mount, no permission, a full disk): the run
+    is then not owned, as under other executors."""
+    tmp = os.path.join(folder, f".{run_id}.{os.getpid()}.tmp")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
+    except OSError as exc:
+        warn(_unowned(run_id, folder, exc))
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # locked before it has its name: never seen unlocked
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        os.write(fd, json.dumps(info).encode())  # for people reading the folder
+        os.replace(tmp, final)
+        return fd
+    except OSError as exc:  # the folder turned read-only or full meanwhile
+        warn(_unowned(run_id, folder, exc))
+        _drop_lock(fd, tmp)
+        return None
+    except BaseException:
+        _drop_lock(fd, tmp)
+        raise
+
+
+def _drop_lock(fd: int, tmp: str) -> None:
+    os.close(fd)
+    with contextlib.suppress(OSError):  # left behind where read-only: a later sweep removes it
+        os.unlink(tmp)
+
+
+def _mark_ended(fd: int) -> None:
+    """Say in a lock file that could not be removed that its owner ended cleanly, so a sweep in
+    the moment before the run is recorded finished does not judge it dead."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"ended": time.time()}).encode(), 0)
 
 
 def sweep_dead_runs(instance: dg.DagsterInstance, warn: Callable[[str], None]) -> None:
@@ -135,14 +174,17 @@ def _resweep(
 
 @contextlib.contextmanager
 def join_run(
-    instance: Optional[dg.DagsterInstance], run: Optional[dg.DagsterRun]
+    instance: Optional[dg.DagsterInstance],
+    run: Optional[dg.DagsterRun],
+    warn: Callable[[str], None] = lambda _: None,
 ) -> Iterator[None]:
     """Hold the run's lock beside its owner while a step runs in a process of its own (from its
     resources' start to its end), so the run is not judged dead while one of its steps still
     works (its orchestrator killed). ``run`` is the run as the caller's context knows it. Outside
     a run (no instance or run) it does nothing; nor does it for a context made after its run
     ended (``execute_job``'s result builds the job's resources again, as ``dagster job execute``
-    and ``dg launch`` do): that run is over, not dead, and none of its steps is working."""
+    and ``dg launch`` do): that run is over, not dead, and none of its steps is working. A lock
+    it cannot open or take (a read-only folder) leaves the step unowned, as ``warn`` says."""
     folder = _owners_dir(instance) if instance is not None and run is not None else None
     if folder is None or instance is None or run is None or run.is_finished or run.run_id in _held:
         yield
@@ -156,10 +198,19 @@ def join_run(
             raise _judged_dead(run_id) from None
         yield
         return
+    except OSError as exc:  # a read-only or full folder: the step goes on, unowned
+        warn(_unowned(run_id, folder, exc))
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a sweeper judges the run
         if os.fstat(fd).st_nlink == 0:  # the sweeper found every process of the run gone
             raise _judged_dead(run_id)
+    except OSError as exc:  # no locks on this file system (ENOLCK)
+        os.close(fd)
+        warn(_unowned(run_id, folder, exc))
+        yield
+        return
     except BaseException:
         os.close(fd)
         raise
@@ -202,10 +253,14 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
     """Mark the runs whose owner died as failed and free their concurrency slots; returns their
     ids. Only runs with a lock file of ours are judged."""
     folder = _owners_dir(instance)
-    if folder is None or not os.path.isdir(folder):
+    if folder is None:
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:  # no folder yet, or one we may not read: nothing to judge
         return []
     failed = []
-    for name in sorted(os.listdir(folder)):
+    for name in names:
         path = os.path.join(folder, name)
         if name.startswith("."):
             _sweep_temporary(path)
@@ -219,6 +274,8 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
         try:
             run = instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
+                if _ended_just_now(fd):  # its owner ended; its end is being recorded
+                    continue
                 _fail(
                     instance,
                     run,
@@ -227,9 +284,9 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> List[str]:
                     "marked failed by dagster-graphbook before the next run",
                 )
                 failed.append(run_id)
-            elif run is not None:  # marked failed by another (Dagster's code server), not freed
-                _free_slots(instance, run_id)
-            with contextlib.suppress(FileNotFoundError):
+            elif run is not None:  # marked failed by another (Dagster's code server), not
+                _free_slots(instance, run_id)  # freed; or ended, its file left (read-only)
+            with contextlib.suppress(OSError):  # a read-only folder: a later sweep removes it
                 os.unlink(path)
         finally:
             os.close(fd)
@@ -242,6 +299,16 @@ def _owner_info(fd: int) -> str:
         return f"pid {int(info['pid'])} on {info['host']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "its process"
+
+
+def _ended_just_now(fd: int) -> bool:
+    """The lock file says its owner ended cleanly (``_mark_ended``) less than ``_STALE_TMP_S``
+    ago: its run may not be recorded finished yet. Later, a run still in progress is dead."""
+    try:
+        ended = float(json.loads(os.pread(fd, 4096, 0) or b"{}")["ended"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return time.time() - ended < _STALE_TMP_S
 
 
 def _fail(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
@@ -267,7 +334,7 @@ def _sweep_temporary(path: str) -> None:
         return
     fd = _owner_died(path)
     if fd is not None:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # a read-only folder: a later sweep removes it
             os.unlink(path)
         os.close(fd)
 

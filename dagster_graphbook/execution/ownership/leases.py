@@ -22,7 +22,7 @@ import re
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -144,15 +144,24 @@ def _try_take(pool: Sequence[str], count: int, per_gpu: int, folder: Path, owner
         for gpu in pool:
             if gpu in taken:
                 continue
-            fd = os.open(_lock_path(folder, gpu, slot), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fd = os.open(_lock_path(folder, gpu, slot), os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:  # a read-only or full folder: nothing kept, the caller says so
+                _release(list(taken.values()))
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()}: {owner}".encode())
+            except OSError:
+                os.close(fd)
+                _release(list(taken.values()))
+                raise
             taken[gpu] = fd
+            with suppress(OSError):  # who holds it, for people waiting (a full disk: untold)
+                os.ftruncate(fd, 0)
+                os.write(fd, f"pid {os.getpid()}: {owner}".encode())
             if len(taken) == count:
                 _held.update({fd: gpu for gpu, fd in taken.items()})
                 return tuple(taken), list(taken.values())
@@ -239,13 +248,15 @@ def gpu_lease(
     wait_s: Optional[float] = None,
     progress_s: float = 5.0,
     pool: Optional[Sequence[str]] = None,
+    warn: Optional[Callable[[str], None]] = None,
 ) -> Iterator[Lease]:
     """Lease ``count`` GPUs for the block: set ``CUDA_VISIBLE_DEVICES`` to them, release the
     locks at its end (the kernel does, if the process dies). ``pool`` defaults to ``gpu_pool()``.
 
-    No lease (``Lease.reason`` says why): ``count`` 0, no GPU, or CUDA already started in this
-    process without one. Where CUDA started under an earlier lease here (the in-process executor
-    runs the shards one after another in one process), the same GPUs are leased again."""
+    No lease (``Lease.reason`` says why): ``count`` 0, no GPU, CUDA already started in this
+    process without one, or a lease folder that cannot be written (``warn`` says so). Where
+    CUDA started under an earlier lease here (the in-process executor runs the shards one after
+    another in one process), the same GPUs are leased again."""
     global _pinned
     pool = tuple(gpu_pool() if pool is None else pool)
     reason = _no_lease_reason(count, pool)
@@ -268,7 +279,17 @@ def gpu_lease(
             f"({','.join(pool)}): ask for at most {len(pool)}",
             allow_retries=False,
         )
-    lease = _wait(pool, count, per_gpu, wait_s, progress_s, label, owner, log)
+    try:
+        lease = _wait(pool, count, per_gpu, wait_s, progress_s, label, owner, log)
+    except OSError as exc:  # the lease folder cannot be written: run, saying what is lost
+        reason = (
+            f"the GPU lease folder cannot be written ({exc.strerror}: {exc.filename}): the "
+            "shard runs unleased, so it may share a GPU with another shard; make the folder "
+            f"writable (or set {LEASE_DIR_ENV})"
+        )
+        (warn or log)(f"{label}: no GPU lease: {reason}")
+        yield Lease(reason=reason)
+        return
     log(
         f"{label}: leased GPU {','.join(lease.ids)} (CUDA_VISIBLE_DEVICES={','.join(lease.ids)}) "
         f"after waiting {lease.waited_s:.1f} s"
@@ -310,7 +331,13 @@ def check_device(device: str, lease: Lease, label: Label) -> None:
 
 @contextmanager
 def shard_lease(
-    runtime: BatchRuntime, gpus: Optional[int], *, label: Label, owner: str, log: Any
+    runtime: BatchRuntime,
+    gpus: Optional[int],
+    *,
+    label: Label,
+    owner: str,
+    log: Any,
+    warn: Optional[Callable[[str], None]] = None,
 ) -> Iterator[Lease]:
     """A shard's lease by its step's settings: ``gpus=`` GPUs (default 1, none on the CPU),
     ``runtime.shards_per_gpu``, ``gpu_wait_s``, progress lines every ``progress_interval_s``."""
@@ -322,6 +349,7 @@ def shard_lease(
         per_gpu=runtime.shards_per_gpu,
         wait_s=runtime.gpu_wait_s,
         progress_s=runtime.progress_interval_s,
+        warn=warn,
     ) as lease:
         check_device(runtime.device, lease, label)
         yield lease

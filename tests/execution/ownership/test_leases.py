@@ -30,7 +30,14 @@ from dagster_graphbook.execution.ownership.leases import (
     nvml_gpu_count,
 )
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.conftest import (
+    can_make_read_only,
+    edge,
+    read_only_switch,
+    step_node,
+    write_nodes,
+    write_workflow,
+)
 
 LABEL = "workflow 'w', step 'S' (node 1)"
 FORK = mp.get_context("fork")  # real processes, without re-importing Dagster in each
@@ -333,3 +340,28 @@ def test_a_shard_leases_the_gpus_its_step_requests(tmp_path):
         plan = compile_workflow(workflow, GraphbookTranslator())
         [shard] = [op.shard for op in plan.ops if op.shard is not None]
         assert gpus_wanted("auto", shard.gpus) == wanted, gpus
+
+
+def test_a_read_only_lease_folder_runs_the_shard_unleased_saying_so(tmp_path, monkeypatch):
+    """A lease folder that cannot be written (a read-only mount; as a user, no write permission)
+    failed the shard with an OSError. The shard runs unleased with a warning naming the folder;
+    a GPU whose lock it took before the failure is released; once writable, leases work again."""
+    if not can_make_read_only(tmp_path):
+        pytest.skip("root here may not mount (no CAP_SYS_ADMIN)")
+    folder = tmp_path / "leases"
+    monkeypatch.setenv(LEASE_DIR_ENV, str(folder))
+    monkeypatch.delenv(VISIBLE, raising=False)
+    folder.mkdir()
+    (folder / "gpu-0.0").write_text("")  # GPU 0's lock file exists, GPU 1's cannot be made
+    warned: list = []
+    with read_only_switch(folder) as (freeze, thaw):
+        freeze()
+        with gpu_lease(
+            2, label=LABEL, owner="shard", log=lambda m: None, warn=warned.append, pool=("0", "1")
+        ) as lease:
+            assert lease.ids == () and VISIBLE not in os.environ
+        thaw()
+        assert len(warned) == 1 and "no GPU lease" in warned[0], warned
+        assert "may share a GPU" in warned[0] and str(folder) in warned[0], warned
+        with gpu_lease(2, label=LABEL, owner="next", log=lambda m: None, pool=("0", "1")) as lease:
+            assert lease.ids == ("0", "1")  # GPU 0 was not left locked
