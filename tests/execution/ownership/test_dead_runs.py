@@ -10,7 +10,7 @@ import uuid
 import dagster as dg
 import pytest
 
-from dagster_graphbook.execution import dead_runs
+from dagster_graphbook.execution.ownership import dead_runs
 from tests.conftest import can_make_read_only, read_only_switch
 
 
