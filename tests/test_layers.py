@@ -14,7 +14,6 @@ PACKAGE = Path(dagster_graphbook.__file__).parent
 RANK = {
     "errors": 0,
     "dagster_internals": 0,
-    "_moved": 0,
     "authoring": 1,  # Graphbook's API: what ``import graphbook`` is
     "model": 2,  # what a workflow file says
     "plan": 3,  # compiled once: names, settings, the plan
