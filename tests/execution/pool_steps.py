@@ -14,6 +14,7 @@ import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.plan.settings import BatchRuntime
+from tests.e2e.conftest import shm_leaks
 
 KEPT = []  # module global a step stashes lent tensors in (a common "debug" pattern)
 
@@ -24,6 +25,15 @@ def batch_runtime(**kw):
 
 def shm_names() -> set:
     return set(os.listdir("/dev/shm"))
+
+
+def shm_left(before: set, grace_s: float = 2.0) -> set:
+    """The ``/dev/shm`` entries made since ``before`` that this process's tree left: held by it,
+    or by nobody once ``grace_s`` passed. /dev/shm is the machine's: an entry another program
+    holds meanwhile (its multiprocessing semaphores, another test worker's blocks) is theirs."""
+    me = psutil.Process()
+    mine = {me.pid} | {p.pid for p in me.children(recursive=True)}
+    return shm_leaks(before, mine, grace_s=grace_s)
 
 
 def child_pids():

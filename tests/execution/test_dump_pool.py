@@ -11,9 +11,7 @@ import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
-from tests.execution.pool_steps import (
-    batch_runtime,
-)
+from tests.execution.pool_steps import batch_runtime
 
 
 class Dumper(BatchStep):

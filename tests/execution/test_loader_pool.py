@@ -6,7 +6,6 @@ are skipped under skip); the ring leaves ``/dev/shm`` as it found it."""
 from __future__ import annotations
 
 import gc
-import os
 import time
 
 import pytest
@@ -21,6 +20,7 @@ from tests.execution.pool_steps import (
     batch_runtime,
     check_kept,
     run_or_unstick,
+    shm_left,
     shm_names,
 )
 
@@ -53,7 +53,8 @@ def test_kept_lent_tensors_never_see_another_batch(how):
             assert len(pairs) == 48, (workers, prefetch, len(pairs))
         check_kept(pairs)
     KEPT.clear()
-    assert not (shm_names() - before), shm_names() - before
+    left = shm_left(before)
+    assert not left, left
 
 
 def test_kept_lent_tensors_with_failed_items_and_odd_shapes(tmp_path):
@@ -314,10 +315,6 @@ class Plain(BatchStep):
         return None
 
 
-def _torch_shm() -> set:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("torch_")}
-
-
 def test_ring_blocks_leave_dev_shm_with_the_file_system_sharing_strategy():
     """``torch.multiprocessing.set_sharing_strategy("file_system")`` (the usual fix for "too many
     open files") makes the ring's blocks named files in /dev/shm. A plain DataLoader's tensors
@@ -331,15 +328,12 @@ def test_ring_blocks_leave_dev_shm_with_the_file_system_sharing_strategy():
     import torch.multiprocessing as tmp
 
     old = tmp.get_sharing_strategy()
-    before = _torch_shm()
+    before = shm_names()
     tmp.set_sharing_strategy("file_system")
     try:
         run_batch_step(Plain(), [{"items": list(range(32))}], batch_runtime(num_workers=2))
         gc.collect()
-        deadline = time.monotonic() + 3
-        while (_torch_shm() - before) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = _torch_shm() - before
+        left = {n for n in shm_left(before, grace_s=3) if n.startswith("torch_")}
     finally:
         tmp.set_sharing_strategy(old)
     assert not left, f"{len(left)} ring blocks left in /dev/shm after the step: {sorted(left)[:4]}"

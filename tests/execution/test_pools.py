@@ -26,6 +26,7 @@ from tests.execution.pool_steps import (
     check_kept,
     child_pids,
     run_or_unstick,
+    shm_left,
     shm_names,
 )
 
@@ -535,7 +536,7 @@ def test_streamed_results_equal_the_default_mode_and_leave_nothing(tmp_path, run
     while (child_pids() - before_kids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not (child_pids() - before_kids)
-    assert not (shm_names() - before_shm)
+    assert not shm_left(before_shm)
 
 
 def test_streamed_loader_worker_killed_in_chunk_three_fails_naming_the_step(tmp_path, run_wf):

@@ -15,9 +15,11 @@ from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.pools import BatchPools
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.execution.pool_steps import (
-    batch_runtime,
-)
+from tests.execution.pool_steps import batch_runtime
+
+# the automatic priority is decided on how much of the step's time on_item_batch takes: never
+# beside the soak (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("heavy_or_timed")
 
 
 class ModelBound(BatchStep):
