@@ -1,5 +1,5 @@
 """The layer rule (docs/architecture.md): ``dagster_graphbook``'s stage packages import only
-downward, counting imports inside functions too (issue 23)."""
+downward, counting imports inside functions too."""
 
 from __future__ import annotations
 
