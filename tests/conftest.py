@@ -560,8 +560,10 @@ def _load_defs_folder(tmp_path: Path, package: str, yaml_by_folder: dict) -> dg.
 # shared folder names its own group (tests/e2e/test_nightly.py).
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: List[pytest.Item]
+) -> Iterator[None]:
     """A module whose tests use a module-scoped fixture of ours (a webserver, a Ray or Dask
     cluster, a run its tests read) is one group, so that the fixture is made once, not once per
     worker that runs one of its tests (a whole module: a test may ask for it by name at run time,
@@ -582,3 +584,21 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     for item in items:
         if module(item) in sharing and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(module(item)))
+    yield  # pytest-xdist's hook reads the groups in there
+    if getattr(config.option, "loadgroup", False):
+        _group_suffixes(items)
+
+
+def _group_suffixes(items: List[pytest.Item]) -> None:
+    """pytest-xdist's workers tell the scheduler a test's group as a ``@group`` suffix of its node
+    id, which xdist (3.8) writes into ``item._nodeid``; since pytest 9.2 the node id is read from
+    ``item._id``, so the groups were silently dropped (pytest-dev/pytest-xdist#1386). Where the
+    suffix did not take, write it where pytest reads the node id."""
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = type(item._id).parse(item.nodeid + suffix)
