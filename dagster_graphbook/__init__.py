@@ -3,12 +3,9 @@
 This top level is the Dagster face: build definitions from workflows, run them, inspect them.
 Graphbook's authoring API (``step``, ``param``, ``source``, ``batch``, ``Note``, ``Graph``,
 ``steps``, ``resources``, ...) lives in :mod:`dagster_graphbook.authoring`, which is also what
-``import graphbook`` resolves to. Names that used to be exported here still import, with a
-``DeprecationWarning`` naming their new place.
+``import graphbook`` resolves to.
 """
 
-from ._moved import install_moved_modules as _install_moved_modules
-from ._moved import moved_name as _moved_name
 from .defs.component.component import GraphbookWorkflowComponent
 from .defs.definitions import GraphbookWorkflow, build_definitions
 from .defs.executor import graphbook_executor
@@ -19,8 +16,6 @@ from .model.workflow import Workflow, WorkflowError, load_workflow
 from .plan.checks import StepCheck
 from .plan.translator import GraphbookTranslator
 from .runner.run import run_workflow
-
-_install_moved_modules()  # old module paths keep working, with a warning
 
 __version__ = "0.1.0"
 
@@ -40,8 +35,3 @@ __all__ = [
     "load_workflow",
     "run_workflow",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """Names moved off the top level (the authoring API) still resolve, with a warning."""
-    return _moved_name(name)

@@ -33,4 +33,8 @@ fi
 # The type checker on the package ([tool.mypy] in pyproject.toml; the package ships py.typed).
 .venv/bin/python -m mypy || { echo "[test] mypy failed (see above)"; exit 1; }
 
-exec .venv/bin/python -m pytest -q --durations=20 "$@"
+# In parallel (pytest-xdist): most tests wait on subprocesses, runs and worker processes, so more
+# workers than the CI machine's 2 cores pay. --dist loadgroup keeps each xdist_group on one
+# worker (tests/conftest.py says which tests share a fixture or must not run beside another).
+# PYTEST_WORKERS=0 runs everything in this one process.
+exec .venv/bin/python -m pytest -q --durations=20 -n "${PYTEST_WORKERS:-4}" --dist loadgroup "$@"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -40,30 +40,61 @@ BUILD_INPUTS = (
 )
 
 
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Any]
+) -> Tuple[Path, Any]:
+    """``make(folder)`` once per test run, and ``(folder, what it returned)``.
+
+    Session fixtures are made once per process, and ``pytest -n`` (scripts/test.sh) runs one
+    process per worker: an expensive input (a trained checkpoint, a wheel) is made by the first
+    worker that needs it, in the run's shared temporary folder, while the others wait for it
+    (pytest-xdist's recipe). ``make``'s result must be JSON. Tests only read the folder, or
+    write where no other test module does."""
+    import fcntl
+    import os
+    import shutil
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    folder, made = shared / name, shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed try left
+            folder.mkdir()
+            made.write_text(json.dumps(make(folder)))
+    return folder, json.loads(made.read_text())
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A wheel of this checkout, as ``pip wheel --no-deps`` builds it (without build isolation:
-    the build backend comes from this environment, no download); built once per session."""
-    import shutil
+    the build backend comes from this environment, no download); built once per test run."""
 
-    root = tmp_path_factory.mktemp("wheel")
-    src = root / "src"
-    src.mkdir()
-    for name in BUILD_INPUTS:
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "dagster_graphbook",
-        src / "dagster_graphbook",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + [str(src), "-w", str(root / "dist")],
-        check=True,
-        timeout=300,
-    )
-    (built,) = (root / "dist").glob("dagster_graphbook-*.whl")
-    return built
+    def build(root: Path) -> str:
+        import shutil
+
+        src = root / "src"
+        src.mkdir()
+        for name in BUILD_INPUTS:
+            shutil.copy2(REPO / name, src / name)
+        shutil.copytree(
+            REPO / "dagster_graphbook",
+            src / "dagster_graphbook",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+            + [str(src), "-w", str(root / "dist")],
+            check=True,
+            timeout=300,
+        )
+        (built,) = (root / "dist").glob("dagster_graphbook-*.whl")
+        return built.name
+
+    root, name = once_per_run(tmp_path_factory, "wheel", build)
+    return root / "dist" / name
 
 
 @pytest.fixture
@@ -374,50 +405,49 @@ NIGHTLY_DAY = "2025-06-01"  # a partition of the demo job (daily from 2025-01-01
 @pytest.fixture(scope="session")
 def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
     """One day of generated shapes (40 images) and a quickly trained checkpoint, made with the
-    demo's own scripts.
+    demo's own scripts, once per test run.
 
     The model is trained briefly (seconds): UI tests check the plumbing, not the accuracy.
     """
-    import subprocess
-    import sys
 
-    root = tmp_path_factory.mktemp("nightly")
-    scripts = REPO / "examples" / "nightly"
-    subprocess.run(
-        [
-            sys.executable,
-            str(scripts / "shapes_data.py"),
-            "--root",
-            str(root / "incoming"),
-            "--date",
-            NIGHTLY_DAY,
-            "--count",
-            "40",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    checkpoint = root / "shapes_cnn.pt"
-    subprocess.run(
-        [
-            sys.executable,
-            str(scripts / "train_shapes_cnn.py"),
-            "--out",
-            str(checkpoint),
-            "--train-count",
-            "600",
-            "--epochs",
-            "2",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    def make(root: Path) -> None:
+        scripts = REPO / "examples" / "nightly"
+        subprocess.run(
+            [
+                sys.executable,
+                str(scripts / "shapes_data.py"),
+                "--root",
+                str(root / "incoming"),
+                "--date",
+                NIGHTLY_DAY,
+                "--count",
+                "40",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                sys.executable,
+                str(scripts / "train_shapes_cnn.py"),
+                "--out",
+                str(root / "shapes_cnn.pt"),
+                "--train-count",
+                "600",
+                "--epochs",
+                "2",
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    root, _ = once_per_run(tmp_path_factory, "nightly", make)
     return {
         "root": root,
         "day": NIGHTLY_DAY,
         "count": 40,
         "incoming": root / "incoming",
-        "checkpoint": checkpoint,
+        "checkpoint": root / "shapes_cnn.pt",
     }
 
 
@@ -467,29 +497,33 @@ def _shapes_data():
 @pytest.fixture(scope="session")
 def project(tmp_path_factory) -> Dict[str, Any]:
     """Three generated days and a checkpoint trained by examples/nightly/train_shapes_cnn.py
-    (seconds)."""
-    root = tmp_path_factory.mktemp("nightly_project")
-    data = _shapes_data()
-    for day in DAYS:
-        data.make_day(root / "data" / "incoming", day, PER_DAY)
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "train_shapes_cnn.py"),
-            "--out",
-            str(root / "models" / "shapes_cnn.pt"),
-            "--train-count",
-            "2000",
-            "--epochs",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    val = float(re.search(r"val accuracy ([0-9.]+),", out.stdout).group(1))
-    assert val >= 0.9, out.stdout
+    (seconds), once per test run."""
+
+    def make(root: Path) -> str:
+        data = _shapes_data()
+        for day in DAYS:
+            data.make_day(root / "data" / "incoming", day, PER_DAY)
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(EXAMPLES / "train_shapes_cnn.py"),
+                "--out",
+                str(root / "models" / "shapes_cnn.pt"),
+                "--train-count",
+                "2000",
+                "--epochs",
+                "8",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    root, stdout = once_per_run(tmp_path_factory, "nightly_project", make)
+    val = float(re.search(r"val accuracy ([0-9.]+),", stdout).group(1))
+    assert val >= 0.9, stdout
     return {"root": root, "val_accuracy": val}
 
 
@@ -566,3 +600,55 @@ def can_make_read_only(tmp_path: Path) -> bool:
         return False
     subprocess.run(["umount", probe], check=True)
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel runs: scripts/test.sh runs ``pytest -n 4 --dist loadgroup``. Tests that must not be
+# spread over workers carry ``@pytest.mark.xdist_group(name)``: one worker runs a group's tests
+# one after another. ``heavy_or_timed`` keeps the heaviest load (the soak) apart from the tests
+# that time the machine (worker priority, a 0.5 s bound); a module whose tests write into one
+# shared folder names its own group (tests/e2e/test_nightly.py).
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: List[pytest.Item]
+) -> Iterator[None]:
+    """A module whose tests use a module-scoped fixture of ours (a webserver, a Ray or Dask
+    cluster, a run its tests read) is one group, so that the fixture is made once, not once per
+    worker that runs one of its tests (a whole module: a test may ask for it by name at run time,
+    ``request.getfixturevalue``). A test with a group of its own keeps it."""
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    def shares(item: pytest.Item) -> bool:
+        info = getattr(item, "_fixtureinfo", None)
+        return info is not None and any(
+            fd.scope == "module" and fd.func.__module__.startswith("tests.")
+            for fds in info.name2fixturedefs.values()
+            for fd in fds
+        )
+
+    sharing = {module(item) for item in items if shares(item)}
+    for item in items:
+        if module(item) in sharing and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(module(item)))
+    yield  # pytest-xdist's hook reads the groups in there
+    if getattr(config.option, "loadgroup", False):
+        _group_suffixes(items)
+
+
+def _group_suffixes(items: List[pytest.Item]) -> None:
+    """pytest-xdist's workers tell the scheduler a test's group as a ``@group`` suffix of its node
+    id, which xdist (3.8) writes into ``item._nodeid``; since pytest 9.2 the node id is read from
+    ``item._id``, so the groups were silently dropped (pytest-dev/pytest-xdist#1386). Where the
+    suffix did not take, write it where pytest reads the node id."""
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = type(item._id).parse(item.nodeid + suffix)

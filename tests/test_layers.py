@@ -1,5 +1,5 @@
 """The layer rule (docs/architecture.md): ``dagster_graphbook``'s stage packages import only
-downward, counting imports inside functions too (issue 23)."""
+downward, counting imports inside functions too."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ PACKAGE = Path(dagster_graphbook.__file__).parent
 RANK = {
     "errors": 0,
     "dagster_internals": 0,
-    "_moved": 0,
     "authoring": 1,  # Graphbook's API: what ``import graphbook`` is
     "model": 2,  # what a workflow file says
     "plan": 3,  # compiled once: names, settings, the plan

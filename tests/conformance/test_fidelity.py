@@ -327,8 +327,8 @@ GRAPHBOOK_STEPS_ALL = [
 
 
 def test_every_built_in_step_name_imports_in_a_fresh_interpreter() -> None:
-    """Issue 20's import lines, through the startup hook alone; TransformsLogger imports without
-    torch, and making one says why it is not supported."""
+    """Every built-in step name imports through the startup hook alone; TransformsLogger
+    imports without torch, and making one says why it is not supported."""
     done = _python(
         "import sys\n"
         "from graphbook.core.steps import Split, SplitByItems, SplitItemField, Copy, LoadJSONL,"

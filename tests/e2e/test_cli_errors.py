@@ -1,4 +1,4 @@
-"""User errors and failed runs through the real CLI (issue 21.2) and a ``{partition_key}`` that no
+"""User errors and failed runs through the real CLI and a ``{partition_key}`` that no
 run fills in (21.4), as a user meets them: subprocesses, real files, a real instance.
 
 Before: ``--set SplitByScore.threshold=high`` ended in a 28-line traceback naming Dagster's op path

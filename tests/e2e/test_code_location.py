@@ -242,7 +242,7 @@ def test_reload_code_location(webserver):
 
 
 # ---------------------------------------------------------------------------------------------
-# The executor of workflow jobs (issue 14.1): one process unless the run asks for one per step
+# The executor of workflow jobs: one process unless the run asks for one per step
 
 
 def _step_pids(home, run_id: str) -> dict:

@@ -580,7 +580,7 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     project, ray_cluster, tmp_path, run_wf, monkeypatch
 ):
     """The nightly demo with ``ClassifyShapes`` in 4 shards, ``gpus={"ClassifyShapes": 1}``, on
-    dagster-ray's executor (issue 24): each shard a Ray job holding one of the head's 4 logical
+    dagster-ray's executor: each shard a Ray job holding one of the head's 4 logical
     GPUs, shards running at once on different GPUs; the notes of every pin, the Parquet rows,
     the files written and ClassifyShapes's figures as the unsharded job's in one process.
 

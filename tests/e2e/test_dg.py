@@ -166,7 +166,7 @@ attributes:
 
 
 def test_strict_setting_fails_dg_check_and_definitions_validate_on_a_broken_workflow(project, home):
-    """Issue 21.3: by default a workflow that fails to load is only logged (the rest of the code
+    """By default a workflow that fails to load is only logged (the rest of the code
     location stays loaded, the broken one is a failing job), so the checks pass; with
     DAGSTER_GRAPHBOOK_STRICT=1, or ``strict: true`` on the component, they fail naming the file."""
     defs = project / "proj_pkg" / "defs"

@@ -1,4 +1,4 @@
-"""User code that exits, and notes that cannot be stored (issue 11.7): named, not a worker death."""
+"""User code that exits, and notes that cannot be stored: named, not a worker death."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hangs and skips (issue 11.3/11.4): calls that really hang, in real worker processes.
+"""Hangs and skips: calls that really hang, in real worker processes.
 
 A ``load_fn``/``dump_fn`` blocked in ``time.sleep`` (a blocking system call, like a read on a
 stalled mount) for an hour must become an item error naming the item within the call limit.

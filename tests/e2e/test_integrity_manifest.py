@@ -1,4 +1,4 @@
-"""Stale outputs (issue 11.5): each materialization names exactly the files it wrote."""
+"""Stale outputs: each materialization names exactly the files it wrote."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ class SavePlain(SaveViaHelper):
 def test_files_written_through_atomic_path_are_recorded_when_dump_fn_returns_none(
     tmp_path, run_wf, dagster_home, worker_type
 ):
-    """Graphbook's dump_fns return None (issue 21.5): files written through the documented
+    """Graphbook's dump_fns return None: files written through the documented
     helper are recorded all the same; a dump_fn that writes otherwise gets a note saying why
     its step has no files_written."""
     import dagster as dg

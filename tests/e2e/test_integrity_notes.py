@@ -1,4 +1,4 @@
-"""Run-isolated, versioned notes (issue 11.1/11.2, 13.1, 13.7): real runs against a real instance.
+"""Run-isolated, versioned notes: real runs against a real instance.
 
 Two runs of one partition run at once in two processes; a barrier step holds both until both have
 stored their source's notes, so with one shared file per partition one run would read the other's.

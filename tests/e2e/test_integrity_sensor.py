@@ -1,4 +1,4 @@
-"""The folder sensor under bad folder names (issue 11.6, 13.4): impossible dates, late days,
+"""The folder sensor under bad folder names: impossible dates, late days,
 links."""
 
 from __future__ import annotations

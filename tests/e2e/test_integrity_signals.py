@@ -1,4 +1,4 @@
-"""SIGINT/SIGTERM stop the CLI within 10 s while a load_fn hangs for real (issue 11.3).
+"""SIGINT/SIGTERM stop the CLI within 10 s while a load_fn hangs for real.
 
 The hang is ``time.sleep(3600)`` in a thread-pool thread (cannot be interrupted) or in a DataLoader
 worker process; the run record must end FAILURE or CANCELED, never stay STARTED.
@@ -354,7 +354,7 @@ def test_ctrl_c_ends_a_run_waiting_for_a_pool_slot(tmp_path, dagster_home):
         assert "interrupted (SIGINT/SIGTERM)" in failure[-1].dagster_event.message
 
 
-# --- Run ownership: a kernel lock, never tags (issue 20.1, 20.2) -------------------------------
+# --- Run ownership: a kernel lock, never tags -------------------------------------------------
 
 PLAIN_DAGSTER_DEFS = """
 from dagster_graphbook import GraphbookWorkflow, build_definitions

@@ -1,4 +1,4 @@
-"""Atomic outputs (issue 11.2): a real process killed with SIGKILL in the middle of a write, and a
+"""Atomic outputs: a real process killed with SIGKILL in the middle of a write, and a
 write that fails (disk full), leave the previous file readable and no temporary file behind."""
 
 from __future__ import annotations

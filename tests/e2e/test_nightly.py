@@ -23,6 +23,9 @@ from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
+# every test here writes into the one project folder (outputs/<day>): one worker runs them in turn
+pytestmark = pytest.mark.xdist_group("nightly_project_root")
+
 KEY = lambda *path: dg.AssetKey(["nightly_shapes", *path])  # noqa: E731
 
 

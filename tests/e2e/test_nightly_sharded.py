@@ -1,5 +1,5 @@
 """The nightly demo with ``ClassifyShapes`` sharded 4 ways on the multiprocess executor gives what
-the unsharded job gives (issue 24): the notes of every pin, the Parquet rows, the files written
+the unsharded job gives: the notes of every pin, the Parquet rows, the files written
 (names and bytes) and ClassifyShapes's figures, accuracy recomputed from the shards' counts.
 
 Real processes (a process per step and per shard), real images, the CNN trained by the

@@ -1,4 +1,4 @@
-"""Resuming a killed CLI run from failure (issue 21.7): ``run WF --from-failure RUN_ID`` and
+"""Resuming a killed CLI run from failure: ``run WF --from-failure RUN_ID`` and
 ``materialize JOB --from-failure RUN_ID`` after a real ``kill -9`` mid batch step.
 
 The source step appends its pid to a counter file each time it runs, so a resume that re-ran it

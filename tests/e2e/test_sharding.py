@@ -1,6 +1,5 @@
-"""Sharded batch steps end to end (issue 24): real runs of tens of notes, each compared with
-the unsharded run where a comparison says what is right, written as a red team of the first
-slice. F1..F13 name its findings (each fixed; the test shows the behaviour that holds now).
+"""Sharded batch steps end to end: real runs of tens of notes, each compared with the unsharded
+run where a comparison says what is right.
 """
 
 from __future__ import annotations
@@ -176,7 +175,7 @@ FAST = {"Parity.runtime.num_workers": 0, "Parity.runtime.device": "cpu"}
 
 @pytest.fixture
 def nodes(tmp_path):
-    return write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
+    return write_nodes(tmp_path / "nodes", "parities_nodes.py", NODES)
 
 
 def _wf(tmp_path, *, n=30, two_sources=False, collect=False, parity="Parity", params=None):
@@ -190,7 +189,7 @@ def _wf(tmp_path, *, n=30, two_sources=False, collect=False, parity="Parity", pa
     if collect:
         nodes_.append(step_node("2", "Collect", {}))
         edges += [edge("1", "even", "2"), edge("1", "odd", "2")]
-    return write_workflow(tmp_path, "redteam", nodes_, edges)
+    return write_workflow(tmp_path, "parities", nodes_, edges)
 
 
 def _i(notes):
@@ -272,7 +271,7 @@ def test_one_materialization_per_pin_from_the_commit_only(tmp_path, nodes, run_w
     assert run.success, run.failure
     mats = _materializations(run.dagster_home, run.run_id)
     keys = [k for k, _, _ in mats if "Parity" in k]
-    assert sorted(keys) == ["redteam/Parity/even", "redteam/Parity/odd"], keys
+    assert sorted(keys) == ["parities/Parity/even", "parities/Parity/odd"], keys
     with dg.DagsterInstance.from_config(run.dagster_home) as instance:
         steps = {
             r.step_key
@@ -299,8 +298,8 @@ def test_a_daily_partitioned_sharded_step(tmp_path, nodes, dagster_home):
     wf = _wf(tmp_path, n=12, params={"tag": "day-{partition_key}"})
     defs = _partitioned_defs(tmp_path, nodes, wf, shards={"Parity": 3})
     instance = dg.DagsterInstance.from_config(dagster_home)
-    result = defs.resolve_job_def("redteam").execute_in_process(
-        run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+    result = defs.resolve_job_def("parities").execute_in_process(
+        run_config={"ops": {"parities__Parity": {"config": FAST_OPS}}},
         instance=instance,
         partition_key="2026-02-03",
         raise_on_error=False,
@@ -309,11 +308,11 @@ def test_a_daily_partitioned_sharded_step(tmp_path, nodes, dagster_home):
     mats = _materializations(dagster_home, result.run_id)
     parity = [(k, p) for k, p, _ in mats if "Parity" in k]
     assert sorted(parity) == [
-        ("redteam/Parity/even", "2026-02-03"),
-        ("redteam/Parity/odd", "2026-02-03"),
+        ("parities/Parity/even", "2026-02-03"),
+        ("parities/Parity/odd", "2026-02-03"),
     ]
     value = defs.load_asset_value(
-        dg.AssetKey(["redteam", "Parity", "even"]), instance=instance, partition_key="2026-02-03"
+        dg.AssetKey(["parities", "Parity", "even"]), instance=instance, partition_key="2026-02-03"
     )
     assert [n["tag"] for n in value] == ["day-2026-02-03"] * 6
 
@@ -332,7 +331,7 @@ def test_skipped_items_are_numbered_in_the_whole_step(tmp_path, nodes, run_wf):
     assert [(n["i"], n["graphbook_lost_items"]) for n in lost] == [(25, [0])]
     meta = {k: m for k, _, m in _materializations(sharded.dagster_home, sharded.run_id)}
     meta_whole = {k: m for k, _, m in _materializations(whole.dagster_home, whole.run_id)}
-    odd, odd_whole = meta["redteam/Parity/odd"], meta_whole["redteam/Parity/odd"]
+    odd, odd_whole = meta["parities/Parity/odd"], meta_whole["parities/Parity/odd"]
     assert odd["errors_skipped"] == odd_whole["errors_skipped"] == 1
     assert [r.data["note"] for r in odd["errors"].records] == [25]
     assert odd["notes_with_lost_items"] == odd_whole["notes_with_lost_items"] == 1
@@ -360,8 +359,8 @@ def test_a_step_check_on_a_sharded_step(tmp_path, nodes, dagster_home):
     checks = [StepCheck(step="Parity", metric="correct", min=1000, severity="warn")]
     defs = _partitioned_defs(tmp_path, nodes, wf, shards={"Parity": 3}, checks=checks)
     instance = dg.DagsterInstance.from_config(dagster_home)
-    result = defs.resolve_job_def("redteam").execute_in_process(
-        run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+    result = defs.resolve_job_def("parities").execute_in_process(
+        run_config={"ops": {"parities__Parity": {"config": FAST_OPS}}},
         instance=instance,
         partition_key="2026-02-03",
         raise_on_error=False,
@@ -379,7 +378,7 @@ def test_a_step_check_on_a_sharded_step(tmp_path, nodes, dagster_home):
 
 
 def test_a_whole_number_constant_figure_is_named_or_kept_by_on_commit(tmp_path, nodes, run_wf):
-    """F1: whole-number figures are summed as counts. ``num_classes: 2`` (a constant) is summed
+    """Whole-number figures are summed as counts. ``num_classes: 2`` (a constant) is summed
     too, as nothing tells it from a count; when the shards differ in size and it is still the
     same in each, the figures_note names it (even shards say nothing: their counts are alike
     as well, the nightly demo's 4 x 10,000 images). A step whose on_commit returns it gets it."""
@@ -389,19 +388,19 @@ def test_a_whole_number_constant_figure_is_named_or_kept_by_on_commit(tmp_path, 
     even = run_wf(wf, [nodes], FAST, shards={"Parity": 3})  # 10 each
     assert whole.success and uneven.success and even.success
     meta_whole = {k: m for k, _, m in _materializations(whole.dagster_home, whole.run_id)}
-    assert meta_whole["redteam/Parity/even"]["num_classes"] == 2
+    assert meta_whole["parities/Parity/even"]["num_classes"] == 2
     meta = {k: m for k, _, m in _materializations(uneven.dagster_home, uneven.run_id)}
-    parity = meta["redteam/Parity/even"]
-    assert parity["items_seen"] == meta_whole["redteam/Parity/even"]["items_seen"]
+    parity = meta["parities/Parity/even"]
+    assert parity["items_seen"] == meta_whole["parities/Parity/even"]["items_seen"]
     assert parity["num_classes"] == 8
     assert "different sizes: num_classes (a constant" in parity["figures_note"], parity
     meta = {k: m for k, _, m in _materializations(even.dagster_home, even.run_id)}
-    assert "figures_note" not in meta["redteam/Parity/even"]
+    assert "figures_note" not in meta["parities/Parity/even"]
     kept = run_wf(_wf(tmp_path, n=30, parity="Keeps"), [nodes], FAST, shards={"Parity": 4})
     assert kept.success, kept.failure
     meta = {k: m for k, _, m in _materializations(kept.dagster_home, kept.run_id)}
-    assert meta["redteam/Parity/even"]["num_classes"] == 2
-    assert "figures_note" not in meta["redteam/Parity/even"]
+    assert meta["parities/Parity/even"]["num_classes"] == 2
+    assert "figures_note" not in meta["parities/Parity/even"]
 
 
 def test_on_commit_logs_as_the_step_and_a_static_one_needs_no_resources(tmp_path, nodes, run_wf):
@@ -417,7 +416,9 @@ def test_on_commit_logs_as_the_step_and_a_static_one_needs_no_resources(tmp_path
     with dg.DagsterInstance.from_config(run.dagster_home) as instance:
         said = [r.user_message for r in instance.all_logs(run.run_id)]
     assert any("committing 3 shards" in m for m in said), said
-    spec = importlib.util.spec_from_file_location("redteam_nodes_probe", nodes / "redteam_nodes.py")
+    spec = importlib.util.spec_from_file_location(
+        "parities_nodes_probe", nodes / "parities_nodes.py"
+    )
     classes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(classes)
     assert commit_needs_step(classes.Logs) and not commit_needs_step(classes.Parity)
@@ -472,9 +473,9 @@ def test_from_failure_reruns_only_the_failed_shard(tmp_path, nodes, run_wf):
     assert resumed.success, resumed.failure
     ran = _steps_run(resumed.dagster_home, resumed.run_id)
     assert [s.rsplit(".", 1)[-1] for s in ran] == [
-        "redteam__Collect",
-        "redteam__Parity__commit",
-        "redteam__Parity__shard[shard_2]",
+        "parities__Collect",
+        "parities__Parity__commit",
+        "parities__Parity__shard[shard_2]",
     ], ran
     assert resumed.notes["Parity"] == whole.notes["Parity"]
     assert resumed.notes["Collect"] == whole.notes["Collect"]
@@ -483,7 +484,7 @@ def test_from_failure_reruns_only_the_failed_shard(tmp_path, nodes, run_wf):
 def test_from_failure_after_a_killed_run_runs_the_shards_that_never_ran(
     tmp_path, nodes, run_wf, dagster_home
 ):
-    """Dagster issue 30248 (F2): the run's process is killed (kill -9) in shard 2 of 3, so
+    """dagster-io/dagster#30248: the run's process is killed (kill -9) in shard 2 of 3, so
     shard 3 never started and has no event. Dagster's from-failure selects shard 2 and the
     commit only; the executor adds shard 3, so the resumed run commits the whole step (before,
     the commit's guard refused 'shards 2 of 3 never arrived', on every later resume too)."""
@@ -507,14 +508,14 @@ def test_from_failure_after_a_killed_run_runs_the_shards_that_never_ran(
         (dead,) = instance.get_runs()
         ran = _steps_run(dagster_home, dead.run_id)
     assert [s for s in ran if "shard[" in s] == [
-        "redteam__Parity.redteam__Parity__shard[shard_0]",
-        "redteam__Parity.redteam__Parity__shard[shard_1]",
+        "parities__Parity.parities__Parity__shard[shard_0]",
+        "parities__Parity.parities__Parity__shard[shard_1]",
     ], ran  # shard 3 never started
     resumed = run_wf(wf, [nodes], from_failure=dead.run_id, shards={"Parity": 3})
     assert resumed.success, resumed.failure
     assert [s for s in _steps_run(dagster_home, resumed.run_id) if "shard[" in s] == [
-        "redteam__Parity.redteam__Parity__shard[shard_1]",
-        "redteam__Parity.redteam__Parity__shard[shard_2]",
+        "parities__Parity.parities__Parity__shard[shard_1]",
+        "parities__Parity.parities__Parity__shard[shard_2]",
     ]
     whole = run_wf(wf, [nodes], {**FAST, "Parity.marks": "", "Parity.fail_at": -1})
     assert resumed.notes["Parity"] == whole.notes["Parity"]
@@ -523,8 +524,8 @@ def test_from_failure_after_a_killed_run_runs_the_shards_that_never_ran(
 def test_from_failure_after_the_plan_op_failed_runs_every_shard(
     tmp_path, nodes, run_wf, monkeypatch
 ):
-    """Dagster issue 30248: a failure before the fan-out. The plan op fails once; resumed, every
-    shard runs and the commit has them all."""
+    """dagster-io/dagster#30248: a failure before the fan-out. The plan op fails once; resumed,
+    every shard runs and the commit has them all."""
     from dagster_graphbook.execution import shards as shards_module
 
     real = shards_module.split
@@ -561,7 +562,7 @@ def test_the_commit_alone_after_a_failed_shard_is_refused(tmp_path, nodes, run_w
     recon = _workflow_recon(wf, spec, None, None, False, GraphbookTranslator())
     with dg.DagsterInstance.from_config(failed.dagster_home) as instance:
         options = dg.ReexecutionOptions(
-            failed.run_id, step_selection=["redteam__Parity.redteam__Parity__commit"]
+            failed.run_id, step_selection=["parities__Parity.parities__Parity__commit"]
         )
         with dg.execute_job(
             recon, instance, reexecution_options=options, raise_on_error=False
@@ -577,7 +578,7 @@ def test_the_commit_alone_after_a_failed_shard_is_refused(tmp_path, nodes, run_w
 
 
 def test_shard_size_alone_in_run_config_of_a_step_defined_with_shards(tmp_path, nodes, run_wf):
-    """F7: the launchpad shows the definition's ``shards: 3``; a run that sets only
+    """The launchpad shows the definition's ``shards: 3``; a run that sets only
     ``runtime.shard_size`` gets shards of that size (the setting a run changed wins), not
     'runtime.shards (3) and runtime.shard_size (4) are both set'."""
     wf = _wf(tmp_path, n=12)
@@ -596,7 +597,7 @@ def test_shard_size_alone_in_run_config_of_a_step_defined_with_shards(tmp_path, 
     ],
 )
 def test_bad_shard_settings_are_refused_before_any_step_runs(tmp_path, nodes, run_wf, bad):
-    """F8: run config no run could take is refused before the run starts (as ``--set``
+    """Run config no run could take is refused before the run starts (as ``--set``
     values of the wrong type are), not when the plan op's turn comes after every upstream step
     (hours, on a day of images)."""
     from dagster_graphbook.errors import RequestError
@@ -607,7 +608,7 @@ def test_bad_shard_settings_are_refused_before_any_step_runs(tmp_path, nodes, ru
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
         assert instance.get_runs() == [], refused.value  # no run was started
     # a run launched from the UI: the executor refuses it before its first step
-    config = {"ops": {"redteam__Parity": {"config": {"runtime": {
+    config = {"ops": {"parities__Parity": {"config": {"runtime": {
         "num_workers": 0, "device": "cpu",
         **{k.split(".")[-1]: v for k, v in bad.items()},
     }}}}}  # fmt: skip
@@ -630,13 +631,13 @@ def _inner_ops(tmp_path, nodes, **kw):
     wf = _wf(tmp_path, n=12)
     spec = GraphbookWorkflow(wf, custom_nodes=[nodes], shards={"Parity": 3}, **kw)
     defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
-    job = defs.resolve_job_def("redteam")
-    graph = job.graph.node_named("redteam__Parity").definition
+    job = defs.resolve_job_def("parities")
+    graph = job.graph.node_named("parities__Parity").definition
     return {node.name.rsplit("__", 1)[-1]: node.definition for node in graph.nodes}
 
 
 def test_only_the_shard_ops_request_the_steps_gpus(tmp_path, nodes):
-    """F4: with ``gpus={"Parity": 1}`` each shard op asks Kubernetes/Ray/Dask for a GPU; the
+    """With ``gpus={"Parity": 1}`` each shard op asks Kubernetes/Ray/Dask for a GPU; the
     plan op (splits a list) and the commit op (merges results) hold none."""
     ops = _inner_ops(tmp_path, nodes, gpus={"Parity": 1})
     assert "dagster-k8s/config" in ops["shard"].tags
@@ -652,7 +653,7 @@ def test_each_inner_op_is_in_the_steps_pool(tmp_path, nodes):
 
 
 def test_a_sharded_step_on_the_dask_executor_is_refused_at_load(tmp_path, nodes):
-    """F11: dagster-dask never runs mapped steps (silently): a sharded step on it is a load
+    """dagster-dask never runs mapped steps (silently): a sharded step on it is a load
     error naming the executors that work."""
     from dagster_dask import dask_executor
 
@@ -661,12 +662,12 @@ def test_a_sharded_step_on_the_dask_executor_is_refused_at_load(tmp_path, nodes)
 
 
 def test_a_job_with_a_sharded_step_runs_its_shards_in_parallel_by_default(tmp_path, nodes):
-    """F12: 'A job with a sharded step runs its shards in parallel by default (the
+    """'A job with a sharded step runs its shards in parallel by default (the
     multiprocess executor unless the user chose another)'."""
     wf = _wf(tmp_path, n=12)
     spec = GraphbookWorkflow(wf, custom_nodes=[nodes], shards={"Parity": 3})
     defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
-    job = defs.resolve_job_def("redteam")
+    job = defs.resolve_job_def("parities")
     default = job.executor_def.config_schema.as_field().default_value
     assert "multiprocess" in default, default
 
@@ -687,18 +688,18 @@ def test_a_later_run_of_the_child_reads_the_sharded_steps_latest_notes(
     latest materialization (the commit's)."""
     wf = _wf(tmp_path, n=12, collect=True)
     defs = _defs(tmp_path, nodes, wf, shards={"Parity": 3})
-    job = defs.resolve_job_def("redteam")
-    config = {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    job = defs.resolve_job_def("parities")
+    config = {"ops": {"parities__Parity": {"config": FAST_OPS}}}
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         first = job.execute_in_process(run_config=config, instance=instance)
         assert first.success
         second = job.execute_in_process(
-            instance=instance, asset_selection=[dg.AssetKey(["redteam", "Collect"])]
+            instance=instance, asset_selection=[dg.AssetKey(["parities", "Collect"])]
         )
         assert second.success
-        value = defs.load_asset_value(dg.AssetKey(["redteam", "Collect"]), instance=instance)
+        value = defs.load_asset_value(dg.AssetKey(["parities", "Collect"]), instance=instance)
         parity = defs.load_asset_value(
-            dg.AssetKey(["redteam", "Parity", "even"]), instance=instance
+            dg.AssetKey(["parities", "Parity", "even"]), instance=instance
         )
     assert sorted(_i(value)) == list(range(12))
     assert _i(parity) == [0, 2, 4, 6, 8, 10]
@@ -738,17 +739,17 @@ def _step_outputs(root):
 
 
 def test_shard_intermediates_are_pruned_like_the_notes(tmp_path, nodes, dagster_home):
-    """F10: each run's intermediates (the slices and the shard results, full copies of the
+    """Each run's intermediates (the slices and the shard results, full copies of the
     step's input and output notes) are pruned as the notes are: notes_keep=1 and four runs
     leave one run's intermediates."""
     wf = _wf(tmp_path, n=12)
     defs = _defs(tmp_path, nodes, wf, shards={"Parity": 3}, notes_keep=1)
-    job = defs.resolve_job_def("redteam")
-    config = {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    job = defs.resolve_job_def("parities")
+    config = {"ops": {"parities__Parity": {"config": FAST_OPS}}}
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         for _ in range(4):
             assert job.execute_in_process(run_config=config, instance=instance).success
-    versions = list((tmp_path / "notes" / "redteam" / "Parity" / "even").glob("*.pkl"))
+    versions = list((tmp_path / "notes" / "parities" / "Parity" / "even").glob("*.pkl"))
     assert len(versions) == 1
     folders = _step_outputs(tmp_path)
     assert len(folders) == 1, folders
@@ -757,19 +758,19 @@ def test_shard_intermediates_are_pruned_like_the_notes(tmp_path, nodes, dagster_
 
 
 def test_shard_intermediates_live_under_the_workflows_notes_dir(tmp_path, nodes, dagster_home):
-    """F9: the shard intermediates go under the workflow's notes_dir (shared storage for k8s
+    """The shard intermediates go under the workflow's notes_dir (shared storage for k8s
     pods and Ray workers), not the instance's local storage, which another machine running the
     commit could not read."""
     wf = _wf(tmp_path, n=12)
     defs = _defs(tmp_path, nodes, wf, shards={"Parity": 3})
-    config = {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    config = {"ops": {"parities__Parity": {"config": FAST_OPS}}}
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         assert (
-            defs.resolve_job_def("redteam")
+            defs.resolve_job_def("parities")
             .execute_in_process(run_config=config, instance=instance)
             .success
         )
-    assert (tmp_path / "notes" / "redteam" / "Parity" / "even").exists()
+    assert (tmp_path / "notes" / "parities" / "Parity" / "even").exists()
     assert _step_outputs(tmp_path / "notes"), _step_outputs(tmp_path)
 
 
@@ -800,15 +801,15 @@ def test_a_failing_blocking_check_on_a_sharded_step_stops_its_child(tmp_path, no
     checks = [StepCheck(step="Parity", metric="correct", min=1000, severity="blocking")]
     defs = _partitioned_defs(tmp_path, nodes, wf, shards={"Parity": 3}, checks=checks)
     with dg.DagsterInstance.from_config(dagster_home) as instance:
-        result = defs.resolve_job_def("redteam").execute_in_process(
-            run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+        result = defs.resolve_job_def("parities").execute_in_process(
+            run_config={"ops": {"parities__Parity": {"config": FAST_OPS}}},
             instance=instance,
             partition_key="2026-02-03",
             raise_on_error=False,
         )
     assert not result.success
     started = {e.step_key for e in result.all_events if e.is_step_start}
-    assert "redteam__Collect" not in started, started
+    assert "parities__Collect" not in started, started
     failures = [str(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
     assert any("blocking check" in f for f in failures), failures
 
@@ -821,8 +822,8 @@ def test_a_sharded_sink_writes_the_unsharded_parquet_table(tmp_path, nodes, run_
     sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3}, notes_dir=str(tmp_path / "b"))
     assert whole.success and sharded.success, sharded.failure
     for pin in ("even", "odd"):
-        (a,) = (tmp_path / "a" / "redteam" / "Parity" / pin).glob("*.parquet")
-        (b,) = (tmp_path / "b" / "redteam" / "Parity" / pin).glob("*.parquet")
+        (a,) = (tmp_path / "a" / "parities" / "Parity" / pin).glob("*.parquet")
+        (b,) = (tmp_path / "b" / "parities" / "Parity" / pin).glob("*.parquet")
         pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
 
 
@@ -861,12 +862,12 @@ def test_external_deps_of_a_sharded_step(tmp_path, nodes, dagster_home):
         shards={"Parity": 3},
         external_deps={"Parity": [["sample", "incoming"]]},
     )
-    job = defs.resolve_job_def("redteam")
+    job = defs.resolve_job_def("parities")
     assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert "sample/incoming" in assets
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         result = job.execute_in_process(
-            run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}}, instance=instance
+            run_config={"ops": {"parities__Parity": {"config": FAST_OPS}}}, instance=instance
         )
     assert result.success
 
@@ -881,8 +882,8 @@ def _refused_at_start(tmp_path, nodes, config=None, **kw):
     from dagster_graphbook.defs.executor import _refuse_before_start
 
     wf = _wf(tmp_path, n=12, params={"tag": "day-{partition_key}"})
-    job = _defs(tmp_path, nodes, wf, **kw).resolve_job_def("redteam")
-    config = config or {"ops": {"redteam__Parity": {"config": FAST_OPS}}}
+    job = _defs(tmp_path, nodes, wf, **kw).resolve_job_def("parities")
+    config = config or {"ops": {"parities__Parity": {"config": FAST_OPS}}}
     context = SimpleNamespace(
         dagster_run=SimpleNamespace(tags={}),
         job=SimpleNamespace(get_definition=lambda: job),
@@ -896,9 +897,9 @@ def _refused_at_start(tmp_path, nodes, config=None, **kw):
 
 
 def test_an_unfilled_partition_key_in_a_sharded_step_is_refused_at_the_runs_start(tmp_path, nodes):
-    """F5: graphbook_executor refuses, before any step, a run with no partition key when a
+    """graphbook_executor refuses, before any step, a run with no partition key when a
     step parameter holds ``{partition_key}``; a sharded step's step keys
-    (``redteam__Parity.redteam__Parity__shard[shard_0]``) and resolved config (under each inner
+    (``parities__Parity.parities__Parity__shard[shard_0]``) and resolved config (under each inner
     op) are read as its top-level node's."""
     assert "Parity.tag" in (_refused_at_start(tmp_path, nodes) or "")  # unsharded: refused
     assert "Parity.tag" in (_refused_at_start(tmp_path, nodes, shards={"Parity": 3}) or "")
@@ -912,7 +913,7 @@ def test_the_sharded_materialization_carries_the_unsharded_entries(tmp_path, nod
     sharded = run_wf(wf, [nodes], FAST, shards={"Parity": 3})
     meta = {k: m for k, _, m in _materializations(sharded.dagster_home, sharded.run_id)}
     meta_whole = {k: m for k, _, m in _materializations(whole.dagster_home, whole.run_id)}
-    for pin in ("redteam/Parity/even", "redteam/Parity/odd"):
+    for pin in ("parities/Parity/even", "parities/Parity/odd"):
         a, b = meta_whole[pin], meta[pin]
         assert set(a) - set(b) == set(), set(a) - set(b)
         for key in ("dagster/row_count", "notes_in", "items", "errors_skipped", "correct"):
@@ -934,7 +935,7 @@ def test_twelve_shards_keep_their_order(tmp_path, nodes, run_wf):
 
 
 def test_an_unpicklable_note_is_named_as_unsharded(tmp_path, nodes, run_wf):
-    """F6: note 25 gets a threading.Lock: sharded as unsharded, the failure names the note's
+    """Note 25 gets a threading.Lock: sharded as unsharded, the failure names the note's
     key ('key 'lock' (lock) cannot be stored'), not a bare pickling error. The failure is
     final: the shard op's crash-only retry policy does not run the shard again to fail alike."""
     wf = _wf(tmp_path, params={"lock_at": 25})
@@ -960,9 +961,9 @@ def test_a_resume_of_a_resume_reads_the_shards_of_the_first_run(tmp_path, nodes,
     assert third.success, third.failure
     assert sorted(_i(third["Collect"]["out"])) == list(range(30))
     assert [s.rsplit(".", 1)[-1] for s in _steps_run(third.dagster_home, third.run_id)] == [
-        "redteam__Collect",
-        "redteam__Parity__commit",
-        "redteam__Parity__shard[shard_2]",
+        "parities__Collect",
+        "parities__Parity__commit",
+        "parities__Parity__shard[shard_2]",
     ]
 
 
@@ -971,10 +972,10 @@ def test_a_resume_of_a_resume_reads_the_shards_of_the_first_run(tmp_path, nodes,
 
 
 def test_a_shard_killed_with_kill_9_is_retried_alone(tmp_path, nodes, run_wf):
-    """Issue 24, done when: 'A shard killed with kill -9 mid-run is retried alone (the other
-    shards' outputs are reused), and the run's materializations are complete'. Shard 2 of 2
+    """A shard killed with kill -9 mid-run is retried alone (the other shards' outputs are
+    reused), and the run's materializations are complete. Shard 2 of 2
     SIGKILLs its own process on its first attempt (multiprocess executor): the shard op's
-    crash-only retry policy runs it again (F13: runtime.retries acts through RetryRequested,
+    crash-only retry policy runs it again (runtime.retries acts through RetryRequested,
     which a killed process never raises)."""
     marks = _marks(tmp_path)
     params = {"marks": str(marks), "fail_at": 5, "interrupt": 2}
@@ -1013,7 +1014,7 @@ def test_the_components_shards_option(tmp_path, setting):
 def test_a_check_on_a_ratio_figure_keeps_passing_once_the_step_is_sharded(
     tmp_path, nodes, dagster_home
 ):
-    """F3: StepCheck(metric="ratio", min=0.4) passes unsharded (ratio 0.5). Sharded with no
+    """StepCheck(metric="ratio", min=0.4) passes unsharded (ratio 0.5). Sharded with no
     on_commit the float figure is left out; the check's failure then says why and names
     on_commit (sharding a step, a deployment choice, must not break its checks silently)."""
     wf = _wf(tmp_path, n=12, params={"ratio": 0.5})
@@ -1022,8 +1023,8 @@ def test_a_check_on_a_ratio_figure_keeps_passing_once_the_step_is_sharded(
     for shards in (None, {"Parity": 3}):
         defs = _partitioned_defs(tmp_path, nodes, wf, shards=shards, checks=checks)
         with dg.DagsterInstance.from_config(dagster_home) as instance:
-            result = defs.resolve_job_def("redteam").execute_in_process(
-                run_config={"ops": {"redteam__Parity": {"config": FAST_OPS}}},
+            result = defs.resolve_job_def("parities").execute_in_process(
+                run_config={"ops": {"parities__Parity": {"config": FAST_OPS}}},
                 instance=instance,
                 partition_key="2026-02-03",
                 raise_on_error=False,
@@ -1046,7 +1047,7 @@ def test_files_written_by_dump_fn_are_the_unsharded_ones(tmp_path, nodes, run_wf
         assert run.success, run.failure
         assert len(list(marks.glob("item-*"))) == 24
         metas[bool(shards)] = {k: m for k, _, m in _materializations(run.dagster_home, run.run_id)}
-    whole, sharded = metas[False]["redteam/Parity/even"], metas[True]["redteam/Parity/even"]
+    whole, sharded = metas[False]["parities/Parity/even"], metas[True]["parities/Parity/even"]
     assert sharded["files_written"] == whole["files_written"] == 24
     assert sharded["files_bytes"] == whole["files_bytes"]
     manifest = sharded["files_manifest"]

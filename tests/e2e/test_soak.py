@@ -100,6 +100,7 @@ def _step_window(dagster_home: str, run_id: str, step_key: str) -> tuple:
 
 
 @pytest.mark.soak
+@pytest.mark.xdist_group("heavy_or_timed")  # the heaviest load: never beside a timed test
 def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(
     tmp_path, run_wf, dagster_home
 ):

@@ -267,9 +267,9 @@ def test_launch_demo_day_from_the_launchpad(webserver, browser, nightly_inputs, 
 
 
 def test_checks_progress_unsynced_and_broken_job_views(webserver, browser, ui_project, tmp_path):
-    """The views of issue 14 on the UI cases' location (tests/e2e/ui_cases.py): a run's progress
-    lines, an asset's failed blocking check, "Unsynced" after a parameter edit, and the job of a
-    workflow that failed to load, with its error."""
+    """The views on the UI cases' location (tests/e2e/ui_cases.py): a run's progress lines, an
+    asset's failed blocking check, "Unsynced" after a parameter edit, and the job of a workflow
+    that failed to load, with its error."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -1,4 +1,4 @@
-"""README's "Use it in your project", run as written from an empty folder (issue 21.1).
+"""README's "Use it in your project", run as written from an empty folder.
 
 The section's files and commands are read from the README's code blocks, so the two cannot
 drift. The package is installed as a user installs it: a wheel (not editable) into a fresh venv.

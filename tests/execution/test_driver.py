@@ -171,7 +171,7 @@ def test_dump_jsonl_removes_what_a_killed_run_left(tmp_path):
     path = tmp_path / "out.jsonl"
     writer = (
         "import sys, time\n"
-        "from dagster_graphbook import DumpJSONL\n"
+        "from dagster_graphbook.authoring.steps import DumpJSONL\n"
         "d = DumpJSONL(sys.argv[1]); d.on_start()\n"
         "d.on_after_item({'i': 0}); d._file.flush()\n"
         "print('written', flush=True); time.sleep(60)\n"

@@ -1,4 +1,4 @@
-"""Progress of a batch step: the short line of issue 14.6 and its timing (the terminal display:
+"""Progress of a batch step: its short line and its timing (the terminal display:
 tests/cli/test_main.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the UI shows of each asset (issue 14.5): per-pin descriptions in Markdown, per-pin counts,
+"""What the UI shows of each asset: per-pin descriptions in Markdown, per-pin counts,
 and materializations that carry only what a user reads and plots, the constants once on the
 definition. A small workflow (source -> batch step -> step with three pins) runs on a real
 instance; everything is read back from the instance's materialization events."""

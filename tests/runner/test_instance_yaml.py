@@ -1,4 +1,4 @@
-"""The dagster.yaml the project writes for `dagster-graphbook` and `dagster dev` (issue 25): the run
+"""The dagster.yaml the project writes for `dagster-graphbook` and `dagster dev`: the run
 queue looks every second, so a run launched from the UI starts about as soon as the terminal's."""
 
 from pathlib import Path

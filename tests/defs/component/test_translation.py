@@ -1,4 +1,4 @@
-"""The YAML component's ``translation``, ``retry_policy`` and ``pool`` (issue 14.4), the matching
+"""The YAML component's ``translation``, ``retry_policy`` and ``pool``, the matching
 Python hooks, and kinds that say what a step does."""
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ TRANSLATIONS = {
 @pytest.mark.parametrize("text", ["{{ 6*7 }}", "PAYLOAD", "42", "None"])
 @pytest.mark.parametrize("form", sorted(TRANSLATIONS))
 def test_workflow_text_stays_text_in_the_translation(tmp_path, form, text):
-    """Issue 20.10: the mapping a template gives was rendered again by Dagster, so a workflow's
+    """The mapping a template gives was rendered again by Dagster, so a workflow's
     ``{{ 6*7 }}`` became 42 and a payload in a parameter ran at load; and a rendered "42" was
     parsed as a number. Values from the workflow reach the asset as the workflow's text."""
     from jinja2.nativetypes import NativeTemplate

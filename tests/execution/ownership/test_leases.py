@@ -183,6 +183,7 @@ def test_waiting_past_gpu_wait_s_fails_naming_the_step_and_the_holder(holders):
     assert os.environ.get(VISIBLE) == before
 
 
+@pytest.mark.xdist_group("heavy_or_timed")  # a 0.5 s bound: never beside the soak
 def test_no_gpu_means_no_lease_no_wait_and_the_cpu(monkeypatch):
     """No GPU (none given, or NVML finds none): no lease, CUDA_VISIBLE_DEVICES untouched; a
     ``device: cpu`` step or ``gpus: 0`` leases nothing either."""

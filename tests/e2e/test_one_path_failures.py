@@ -1,7 +1,7 @@
-"""Red team of issue 22 (one path): where a step op and a streaming op still differ, or where the
-refactor changed behaviour that held at da2c2f9. Each test fails on the code it was written
-against (main 07a5491) and passes once the finding is fixed.
-"""
+"""One path, failures: a step op and a streaming op fail alike. A failed ``on_start`` leaves no
+stall watchdog thread in either mode, a killed loader worker is a ``WorkerDied`` (pids, stage) in
+both, and a null runtime setting is refused before the run, since the launchpad offers no null for
+a setting that takes none."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSet
 from tests.conftest import edge, step_node, write_nodes, write_workflow
 
 MODES = [pytest.param(False, id="default"), pytest.param(True, id="streaming")]
+
 
 NODES = """
     from graphbook.steps import SourceStep, Step
