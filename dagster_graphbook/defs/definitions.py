@@ -91,14 +91,23 @@ class GraphbookWorkflow:
     automation: Automation = None
 
 
-def load(spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None) -> Workflow:
+def load(
+    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None, strict: bool = False
+) -> Workflow:
     """The workflow ``spec`` names, with its overridable functions, GPUs and shards; a ``Workflow``
-    given as ``spec.source`` is copied, not changed."""
+    given as ``spec.source`` is copied, not changed. A custom node file that fails to import is
+    a warning, or with ``strict`` (CI's checks) an error, even if the workflow uses none of its
+    nodes: the file is broken all the same."""
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
         registry = _registry(spec)
-        for error in registry.import_errors if registry else ():
+        errors = registry.import_errors if registry else []
+        if strict and errors:
+            source = spec.source if isinstance(spec.source, Graph) else Path(spec.source).resolve()
+            said = "strict: every custom node file must import, used or not"
+            raise WorkflowError(str(source), [f"{e} ({said})" for e in errors])
+        for error in errors:
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes
@@ -139,11 +148,11 @@ def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
 
 
 def build_workflow(
-    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None
+    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None, strict: bool = False
 ) -> WorkflowDefs:
-    """Load, validate and translate one workflow."""
+    """Load, validate and translate one workflow (``strict``: as in ``build_definitions``)."""
     translator = translator or GraphbookTranslator()
-    workflow = load(spec, translator)
+    workflow = load(spec, translator, strict)
     _check_depth(workflow)
     names = translator.names(workflow)
     deps = {}
@@ -322,7 +331,7 @@ def build_definitions(
             notes_keep=notes_keep,
         )
         try:
-            defs = build_workflow(spec, translator)
+            defs = build_workflow(spec, translator, strict)
         except WorkflowError as exc:
             if strict:
                 raise
