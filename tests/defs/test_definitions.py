@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 from pathlib import Path
 from typing import Dict, List
 
+import pytest
+
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.model.registry import NodeRegistry
-from dagster_graphbook.model.workflow import load_workflow
-from tests.conftest import CHAIN_NODES, chain_workflow, write_nodes
+from dagster_graphbook.model.workflow import WorkflowError, load_workflow
+from tests.conftest import CHAIN_NODES, REPO, chain_workflow, write_nodes
 
 
 class _CountedInputs(list):
@@ -108,3 +111,18 @@ def test_dagster_sorts_the_steps_with_the_cyclic_gc_paused(tmp_path, monkeypatch
     build_definitions([GraphbookWorkflow(_chain(tmp_path, 20), custom_nodes=[nodes])], strict=True)
     assert gc_on_while_sorting and not any(gc_on_while_sorting)
     assert gc.isenabled()
+
+
+def test_strict_definitions_fail_on_a_node_file_that_does_not_import(tmp_path):
+    """``strict`` (``dg check defs`` in CI, a component's ``strict: true``): a node file that
+    fails to import fails the load even if the workflow uses none of its nodes; not strict, the
+    workflow loads (the file is a warning)."""
+    nodes = tmp_path / "nodes"
+    shutil.copytree(REPO / "custom_nodes" / "sample", nodes)
+    (nodes / "quits.py").write_text("import sys\n\nsys.exit(3)\n")
+    workflow = REPO / "workflows" / "sample.json"
+    assert build_definitions([workflow], custom_nodes=[nodes], strict=False).resolve_job_def(
+        "sample"
+    )
+    with pytest.raises(WorkflowError, match=r"quits\.py, line 3 failed to import.*sys\.exit\(3\)"):
+        build_definitions([workflow], custom_nodes=[nodes], strict=True)
