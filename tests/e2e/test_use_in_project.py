@@ -116,7 +116,10 @@ def test_readme_recipe_from_an_empty_folder_with_a_wheel(tmp_path, wheel):
     assert "run " in said and ": SUCCESS in" in said  # dagster-graphbook run
     assert "All definitions loaded successfully" in said  # dg check defs
     assert "my_flow/Double" in said and "my_flow/Numbers" in said  # dg list defs
+    assert "does not match" not in said  # Dagster's code location name warning
     with dg.DagsterInstance.from_config(str(project_dir / ".dagster_home")) as instance:
+        # what `dg dev` opens: the scaffold wrote the one-second run queue
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
         runs = instance.get_runs()
         assert [(r.job_name, r.status) for r in runs] == [("my_flow", dg.DagsterRunStatus.SUCCESS)]
         materialized = instance.get_latest_materialization_event(dg.AssetKey(["my_flow", "Double"]))
