@@ -321,7 +321,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         else:
             sys.path.insert(0, str(REPO))
-            from dagster_graphbook.runner.run import default_dagster_home
+            from dagster_graphbook.defs.instance import default_dagster_home
 
             default_dagster_home(str(home))  # the dagster.yaml the project writes
         print(f"[bench] instance {home}/dagster.yaml:", flush=True)

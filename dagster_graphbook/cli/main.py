@@ -11,18 +11,13 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..defs.component.component import component_job_name
+from ..defs.instance import default_dagster_home, location_home
 from ..errors import RequestError, StoredNotesError
 from ..execution.progress import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
-from ..runner.run import (
-    RUN_TOKEN_TAG,
-    default_dagster_home,
-    get_instance,
-    location_home,
-    run_workflow,
-    tryout_home,
-)
+from ..runner.run import RUN_TOKEN_TAG, get_instance, run_workflow, tryout_home
 from ..store.io_manager import instance_notes_dir
 
 DEBUG_ENV = "DAGSTER_GRAPHBOOK_DEBUG"  # =1: user errors end in their traceback, as with --debug
@@ -227,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.workflow,
             args.custom_nodes,
             _parse_sets(args.set),
+            name=component_job_name(args.workflow),  # a component's file: the project's names
             instance=instance,
             executor=args.executor,
             partition_key=args.partition,
@@ -293,15 +289,20 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ..defs.definitions import GraphbookWorkflow, build_workflow
+    from ..defs.definitions import GraphbookWorkflow, build_workflow, strict_from_env
     from ..model.workflow import UnboundResourceWarning, WorkflowError
 
     start = time.perf_counter()
     try:
         with warnings.catch_warnings(record=True) as said:  # printed as lines of the verdict
             warnings.simplefilter("always", UnboundResourceWarning)
-            spec = GraphbookWorkflow(args.workflow, custom_nodes=args.custom_nodes)
-            defs = build_workflow(spec, import_translator(args.translator))
+            spec = GraphbookWorkflow(
+                args.workflow,
+                custom_nodes=args.custom_nodes,
+                name=component_job_name(args.workflow),
+            )
+            # $DAGSTER_GRAPHBOOK_STRICT: CI's check, as strict as `dg check defs`
+            defs = build_workflow(spec, import_translator(args.translator), strict_from_env())
     except (WorkflowError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -397,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     mat = sub.add_parser(
         "materialize",
-        help="run a job of the code location (default module: definitions), e.g. one day "
+        help="run a job of the code location (the project's, as `dg` loads it), e.g. one day "
         "of a partitioned job",
     )
     mat.add_argument("job", help="job name (a workflow's file stem)")
@@ -406,8 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mat.add_argument(
         "--module",
-        default="definitions",
-        help="code location module (autoloaded like workspace.yaml's autoload_defs_module)",
+        default=None,
+        help="code location module (default: the one `dg` loads, from [tool.dg.project] of the "
+        "project's pyproject.toml or dg.toml, else definitions); a package without Definitions "
+        "is autoloaded like workspace.yaml's autoload_defs_module",
     )
     mat.add_argument(
         "--set",

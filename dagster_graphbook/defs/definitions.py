@@ -116,13 +116,21 @@ def load(
     strict: Optional[bool] = None,
 ) -> Workflow:
     """The workflow ``spec`` names, with its overridable functions, GPUs and shards; a ``Workflow``
-    given as ``spec.source`` is copied, not changed. A resource parameter left unconnected is a
-    warning, and an error with ``strict`` (``None``: ``$DAGSTER_GRAPHBOOK_STRICT``)."""
+    given as ``spec.source`` is copied, not changed. With ``strict`` (``None``:
+    ``$DAGSTER_GRAPHBOOK_STRICT``; CI's checks) a custom node file that fails to import is an
+    error even if the workflow uses none of its nodes (the file is broken all the same), and so
+    is a resource parameter left unconnected; without, each is a warning."""
+    strict = strict_from_env() if strict is None else strict
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
         registry = _registry(spec)
-        for error in registry.import_errors if registry else ():
+        errors = registry.import_errors if registry else []
+        if strict and errors:
+            source = spec.source if isinstance(spec.source, Graph) else Path(spec.source).resolve()
+            said = "strict: every custom node file must import, used or not"
+            raise WorkflowError(str(source), [f"{e} ({said})" for e in errors])
+        for error in errors:
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes

@@ -28,6 +28,7 @@ from ..dagster_internals import (
 )
 from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
+from ..defs.instance import default_dagster_home, location_home
 from ..errors import RequestError
 from ..execution.ownership.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
@@ -55,33 +56,6 @@ _log = logging.getLogger("dagster_graphbook")
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
 
-_DAGSTER_YAML = """\
-# Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
-telemetry:
-  enabled: false
-# A run launched from the UI waits in the run queue until the daemon's next look, every 5 s by
-# default: look every second (docs/deploying.md#the-run-queue).
-run_coordinator:
-  module: dagster._core.run_coordinator
-  class: QueuedRunCoordinator
-  config:
-    dequeue_interval_seconds: 1
-"""
-# What earlier versions wrote: such a file is brought up to date (one the user edited is kept).
-_OLD_DAGSTER_YAMLS = (
-    """\
-# Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
-telemetry:
-  enabled: false
-""",
-)
-
-
-def location_home(dagster_home: Optional[str] = None) -> str:
-    """The code location's instance folder (not created): ``dagster_home``, else ``$DAGSTER_HOME``,
-    else ``./.dagster_home``."""
-    return os.path.abspath(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home")
-
 
 def tryout_home(dagster_home: Optional[str] = None) -> str:
     """Where try-outs record: ``.dagster_graphbook/tryouts`` beside the code location's instance
@@ -92,29 +66,6 @@ def tryout_home(dagster_home: Optional[str] = None) -> str:
     """
     beside = os.path.dirname(location_home(dagster_home))
     return default_dagster_home(os.path.join(beside, ".dagster_graphbook", "tryouts"))
-
-
-def default_dagster_home(dagster_home: Optional[str] = None) -> str:
-    """``location_home(dagster_home)``, created with a dagster.yaml (``_DAGSTER_YAML``: the
-    settings ``dagster dev`` needs on it; one an earlier version wrote is brought up to date)."""
-    home = location_home(dagster_home)
-    os.makedirs(home, exist_ok=True)
-    config = os.path.join(home, "dagster.yaml")
-    if not os.path.exists(config) or _written_before(config):
-        part = f"{config}.{os.getpid()}.part"
-        with open(part, "w") as f:
-            f.write(_DAGSTER_YAML)
-        os.replace(part, config)  # whole: another process may be reading it
-    return home
-
-
-def _written_before(config: str) -> bool:
-    """Whether ``config`` is a dagster.yaml an earlier version wrote, unedited."""
-    try:
-        with open(config) as f:
-            return f.read() in _OLD_DAGSTER_YAMLS
-    except OSError:
-        return False
 
 
 def get_instance(dagster_home: Optional[str] = None) -> dg.DagsterInstance:
@@ -591,28 +542,93 @@ def _execute_in_process(
         )
 
 
-def load_code_location(module: str = "definitions") -> dg.Definitions:
-    """The Definitions of a code location module: autoloaded (Python modules and ``defs.yaml``
-    components), or its ``defs`` attribute for a plain module."""
+@dataclass(frozen=True)
+class CodeLocationModule:
+    """The module ``materialize`` loads, the folder it is imported from, and where its name came
+    from (said when it cannot be loaded)."""
+
+    module: str
+    root: Path
+    origin: str
+    in_project: bool  # read from a dg project's settings
+
+
+DEFAULT_MODULE = "definitions"  # this repository's layout (workspace.yaml's autoload_defs_module)
+
+
+def code_location_module(
+    module: Optional[str] = None, start: Optional[Path] = None
+) -> CodeLocationModule:
+    """``module`` if given; else the module ``dg`` loads for the project holding ``start`` (the
+    current folder): the nearest ``dg.toml`` or ``pyproject.toml`` with a ``[tool.dg]`` table, up
+    from ``start`` (dg's own discovery), its ``[tool.dg.project] code_location_target_module``,
+    else ``<root_module>.definitions``; else ``definitions`` here. Imported from the project's
+    folder where there is one."""
+    from dagster_shared.utils.config import (
+        detect_dg_config_file_format,
+        discover_config_file,
+        load_toml_as_dict,
+    )
+
+    here = (start or Path.cwd()).absolute()
+    found = discover_config_file(here)
+    project: Dict[str, Any] = {}
+    if found is not None:
+        toml = load_toml_as_dict(found)
+        node = toml if detect_dg_config_file_format(found) == "root" else toml["tool"]["dg"]
+        project = node.get("project") or {}
+    if module is not None:
+        root = found.parent if found is not None and project else here
+        return CodeLocationModule(module, root, "--module", False)
+    if found is None or not project.get("root_module"):
+        return CodeLocationModule(DEFAULT_MODULE, here, "the default, outside a dg project", False)
+    table = "[project]" if detect_dg_config_file_format(found) == "root" else "[tool.dg.project]"
+    if project.get("code_location_target_module"):
+        origin = f"code_location_target_module in {table} of {found}"
+        target = project["code_location_target_module"]
+        return CodeLocationModule(target, found.parent, origin, True)
+    origin = f"root_module {project['root_module']!r} + '.definitions', {table} of {found}"
+    return CodeLocationModule(f"{project['root_module']}.definitions", found.parent, origin, True)
+
+
+def load_code_location(module: Union[None, str, CodeLocationModule] = None) -> dg.Definitions:
+    """The Definitions of a code location module (``code_location_module(module)``): its
+    ``dg.Definitions``, or the one its ``@dg.definitions`` function returns (the layout ``dg``
+    scaffolds), or, for a package without either, its autoloaded Python modules and
+    ``defs.yaml`` components."""
     import importlib
     import sys
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(
-            0, os.getcwd()
-        )  # as `dagster dev -w workspace.yaml` from the repository root
+    target = module if isinstance(module, CodeLocationModule) else code_location_module(module)
+    for folder in dict.fromkeys([str(target.root), os.getcwd()]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # as `dg` and `dagster dev` import it
+    name = target.module
     try:
-        mod = importlib.import_module(module)
+        mod = importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name is None or not (module == exc.name or module.startswith(f"{exc.name}.")):
+        if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
             raise  # a module the code location imports is missing: its traceback helps
+        fix = "run from the project's folder" if target.origin == "--module" else "correct it"
         raise RequestError(
-            f"no code location module {module!r} here ({os.getcwd()}): run from the folder "
-            "that holds it, or name it with --module"
+            f"no code location module {name!r} ({target.origin}) in {target.root}: {fix}, or "
+            "name the module that holds its Definitions with --module"
         ) from exc
-    defs = getattr(mod, "defs", None)
-    if isinstance(defs, dg.Definitions):
-        return defs
+    found = _definitions_in(mod)
+    if found is not None:
+        return found
+    if not hasattr(mod, "__path__"):  # a module, not a package: nothing to autoload
+        raise RequestError(
+            f"code location module {name!r} ({target.origin}) holds no dg.Definitions and no "
+            "@dg.definitions function: name the module that does with --module"
+        )
+    return _autoload(mod, target)
+
+
+def _autoload(mod: Any, target: CodeLocationModule) -> dg.Definitions:
+    """Package ``mod``'s Python modules and ``defs.yaml`` components (``load_defs``); a package
+    that is no such folder (``--module photos``, the project's root module) is said in a line,
+    with the module the project names."""
     import warnings
 
     from dagster.components import load_defs
@@ -626,14 +642,56 @@ def load_code_location(module: str = "definitions") -> dg.Definitions:
         warnings.simplefilter(
             "ignore", DeprecationWarning
         )  # load_defs: fine for a package, no dg project needed
-        return load_defs(mod, project_root=root)
+        try:
+            return load_defs(mod, project_root=root)
+        except Exception as exc:
+            wrong = _cause(exc, dg.DagsterInvariantViolationError)
+            if wrong is None or _cause(exc, (WorkflowError, RequestError)) is not None:
+                raise  # a component's own error (said as it is), or a bug (its traceback helps)
+            project = code_location_module()
+            hint = (
+                f"the project's is {project.module!r} ({project.origin})"
+                if project.in_project and project.module != target.module
+                else "name the module that holds its Definitions with --module"
+            )
+            raise RequestError(
+                f"code location module {target.module!r} ({target.origin}) does not load as a "
+                f"package of definitions ({wrong}); {hint}"
+            ) from exc
+
+
+def _cause(exc: BaseException, kinds: Union[type, Tuple[type, ...]]) -> Optional[BaseException]:
+    """``exc`` or the first error of its chain of causes that is one of ``kinds``."""
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, kinds):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _definitions_in(mod: Any) -> Optional[dg.Definitions]:
+    """The ``dg.Definitions`` at module scope of ``mod``, or what its ``@dg.definitions``
+    function returns (called as Dagster calls it, without a context); None if it has neither."""
+    from dagster.components.definitions import LazyDefinitions
+
+    values = list(vars(mod).values())
+    lazy = [v for v in values if isinstance(v, LazyDefinitions)]
+    if lazy:
+        loaded = lazy[0]()
+        if isinstance(loaded, dg.Definitions):
+            return loaded
+    defs = getattr(mod, "defs", None)
+    if isinstance(defs, dg.Definitions):
+        return defs
+    return next((v for v in values if isinstance(v, dg.Definitions)), None)
 
 
 def run_job(
     job_name: str,
     params: Optional[Mapping[str, Any]] = None,
     *,
-    module: str = "definitions",
+    module: Optional[str] = None,
     partition_key: Optional[str] = None,
     instance: Optional[dg.DagsterInstance] = None,
     dagster_home: Optional[str] = None,
@@ -642,15 +700,17 @@ def run_job(
     run_config: Optional[Mapping[str, Any]] = None,
     from_failure: Optional[str] = None,
 ) -> WorkflowRun:
-    """Run job ``job_name`` of the code location ``module`` in this process (a partition of a
-    partitioned job), as a run of the instance the UI shows; params are ``{"Step.param":
-    value}``, set over ``run_config``. ``quiet``: as in `run_workflow`.
+    """Run job ``job_name`` of the code location ``module`` (default: the one ``dg`` loads for
+    the project here, `code_location_module`) in this process (a partition of a partitioned
+    job), as a run of the instance the UI shows; params are ``{"Step.param": value}``, set over
+    ``run_config``. ``quiet``: as in `run_workflow`.
 
     ``from_failure``: the id of a failed (or killed) run of this job to resume, as the UI's
     "Re-execute from failure" (see ``run_workflow``); its run config and partition are kept.
     """
     instance = instance or get_instance(dagster_home)
-    defs = load_code_location(module)
+    target = code_location_module(module)
+    defs = load_code_location(target)
     job = _failures_unsaid(defs.resolve_job_def(job_name))
     tagged = _tagged_steps(job)
     run = _run(
@@ -661,8 +721,8 @@ def run_job(
         recon=lambda: dg.build_reconstructable_job(
             "dagster_graphbook.runner.run",
             "_reconstruct_location_job",
-            reconstructable_args=(module, job_name),  # type: ignore[arg-type]  # as above
-            reconstructor_working_directory=os.getcwd(),
+            reconstructable_args=(target.module, job_name),  # type: ignore[arg-type]  # as above
+            reconstructor_working_directory=str(target.root),
         ),
         request=_Request(params, partition_key, run_config, tags, quiet, from_failure),
     )

@@ -287,3 +287,43 @@ def test_a_message_of_no_step_has_no_empty_label():
     out = io.StringIO()
     LiveDisplay(instance=None, token="t", out=out)._show(_entry("model: loaded", step=None))
     assert out.getvalue() == "  model: loaded\n"
+
+
+def test_strict_validate_fails_on_any_node_file_that_does_not_import(tmp_path):
+    """Under DAGSTER_GRAPHBOOK_STRICT=1, a node file of the folder that calls ``sys.exit()`` at
+    import passed ``validate`` ("OK", exit 0) as long as the workflow used none of its nodes, and
+    the failure came after the "OK". Strict: exit 1, the file and line said, no verdict "OK";
+    without it the workflow still validates, the failure said first as a warning."""
+    import shutil
+
+    nodes = tmp_path / "nodes"
+    shutil.copytree(REPO / "custom_nodes" / "sample", nodes)
+    (nodes / "quits.py").write_text('import sys\n\nsys.exit("not a node file")\n')
+    args = [*CLI, "validate", "workflows/sample.json", "--custom-nodes", str(nodes)]
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
+    said = f"{nodes / 'quits.py'}, line 3 failed to import: it called sys.exit('not a node file')"
+
+    strict = subprocess.run(
+        args,
+        cwd=REPO,
+        env={**env, "DAGSTER_GRAPHBOOK_STRICT": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, in the order it was written
+        text=True,
+        timeout=120,
+    )
+    assert strict.returncode == 1, strict.stdout
+    assert said in strict.stdout and "strict" in strict.stdout, strict.stdout
+    assert "OK" not in strict.stdout and "Traceback" not in strict.stdout, strict.stdout
+
+    default = subprocess.run(
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+    assert default.returncode == 0, default.stdout
+    assert -1 < default.stdout.find(said) < default.stdout.find(": OK ("), default.stdout

@@ -220,8 +220,9 @@ def test_missing_custom_nodes_folder_and_module_are_one_line(project):
     proc = _cli(project, "materialize", "scores", "--module", "locaton")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert _lines(proc) == [
-        f"dagster-graphbook materialize scores: no code location module 'locaton' here "
-        f"({project}): run from the folder that holds it, or name it with --module"
+        f"dagster-graphbook materialize scores: no code location module 'locaton' (--module) "
+        f"in {project}: run from the project's folder, or name the module that holds its "
+        "Definitions with --module"
     ]
 
 

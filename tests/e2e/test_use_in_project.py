@@ -13,15 +13,17 @@ launchers in the new venv's ``bin`` (pip writes those when it installs them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import dagster as dg
+import pytest
 
 from tests.conftest import REPO
 
@@ -114,8 +116,165 @@ def test_readme_recipe_from_an_empty_folder_with_a_wheel(tmp_path, wheel):
     assert "run " in said and ": SUCCESS in" in said  # dagster-graphbook run
     assert "All definitions loaded successfully" in said  # dg check defs
     assert "my_flow/Double" in said and "my_flow/Numbers" in said  # dg list defs
+    assert "does not match" not in said  # Dagster's code location name warning
     with dg.DagsterInstance.from_config(str(project_dir / ".dagster_home")) as instance:
+        # what `dg dev` opens: the scaffold wrote the one-second run queue
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
         runs = instance.get_runs()
         assert [(r.job_name, r.status) for r in runs] == [("my_flow", dg.DagsterRunStatus.SUCCESS)]
         materialized = instance.get_latest_materialization_event(dg.AssetKey(["my_flow", "Double"]))
         assert materialized.asset_materialization.metadata["dagster/row_count"].value == 10
+
+
+# The README's project, made with this checkout's package (PYTHONPATH) instead of a wheel: the
+# checks below run its commands one by one, as a user does after following the section.
+def _env(home: Optional[Path], **extra: str) -> Dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DAGSTER_HOME", "DAGSTER_GRAPHBOOK_STRICT", "DAGSTER_GRAPHBOOK_DEBUG")
+    }
+    env["VIRTUAL_ENV"] = sys.prefix
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if home is not None:
+        env["DAGSTER_HOME"] = str(home)
+    return {**env, **extra}
+
+
+def _cli(
+    args: List[str], cwd: Path, home: Optional[Path], **extra: str
+) -> subprocess.CompletedProcess:
+    """``dg``, ``dagster`` or ``dagster-graphbook`` of this environment; the caller judges the
+    exit code."""
+    exe = Path(sys.executable).parent / args[0]
+    return subprocess.run(
+        [str(exe), *args[1:]],
+        cwd=cwd,
+        env=_env(home, **extra),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def readme_project(tmp_path: Path) -> Path:
+    """The section's files, then its commands up to and including ``dg scaffold`` and the
+    instance folder's ``mkdir`` (run by bash as written; ``$DAGSTER_HOME`` is not set yet when
+    it scaffolds)."""
+    files, (_, project) = readme_section()
+    root = tmp_path / "photos"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    home_line = [line for line in project if line.startswith("export DAGSTER_HOME")]
+    upto = project[: project.index(home_line[0]) + 1]
+    assert any(line.startswith("dg scaffold") for line in upto), upto
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(["set -euo pipefail", *upto])],
+        cwd=root,
+        env=_env(None),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (root / "photos" / "defs" / "my_flow" / "workflow.json").is_file()
+    return root
+
+
+def test_dagster_loads_the_readme_project_without_a_location_name_warning(readme_project):
+    """``dagster dev`` (and ``dagster definitions validate``, the same load from [tool.dg])
+    registered the location as 'photos.definitions' while Dagster's component tree called it
+    'photos' (the folder), and warned on every load: 278 of 842 lines of a `dagster dev`."""
+    home = readme_project / ".dagster_home"
+    done = _cli(["dagster", "definitions", "validate"], readme_project, home)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "Validation successful for code location photos." in said, said
+    assert "does not match" not in said, said
+
+
+def test_dg_scaffold_writes_the_one_second_run_queue_before_any_dg_dev(readme_project):
+    """The instance ``dg dev`` opens (``$DAGSTER_HOME`` = the project's .dagster_home, as the
+    README sets it) has the 1 s queue from the scaffold on, not from the first `materialize`."""
+    home = readme_project / ".dagster_home"
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
+    finally:
+        instance.dispose()
+    elsewhere = readme_project / "elsewhere_home"  # $DAGSTER_HOME set: that one is written
+    comp = "dagster_graphbook.GraphbookWorkflowComponent"
+    done = _cli(["dg", "scaffold", "defs", comp, "second"], readme_project, elsewhere)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dequeue_interval_seconds: 1" in (elsewhere / "dagster.yaml").read_text()
+
+
+FAILING_DOUBLE = """
+    if os.environ.get("MAKE_DOUBLE_FAIL"):
+        raise RuntimeError("Double told to fail")
+    data["value"] = data["value"] * ctx.factor
+"""
+
+
+def test_materialize_from_failure_in_the_readme_project_reads_the_module_from_pyproject(
+    readme_project,
+):
+    """No --module: the module is `dg`'s ([tool.dg.project] root_module + '.definitions'), from
+    the project folder or below it; the natural guess --module photos.definitions loads too; a
+    wrong module is one line naming what was tried."""
+    home = readme_project / ".dagster_home"
+    nodes = readme_project / "photos" / "defs" / "my_flow" / "nodes.py"
+    text = nodes.read_text()
+    line = '    data["value"] = data["value"] * ctx.factor\n'
+    nodes.write_text("import os\n" + text.replace(line, FAILING_DOUBLE.lstrip("\n")))
+
+    args = ["dagster-graphbook", "materialize", "my_flow", "--no-progress"]
+    failed = _cli(args, readme_project, home, MAKE_DOUBLE_FAIL="1")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    (run_id,) = re.findall(r"^run (\S+): FAILURE", failed.stdout, re.M)
+
+    below = readme_project / "photos" / "defs"
+    resumed = _cli([*args, "--from-failure", run_id], below, home)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "SUCCESS" in resumed.stdout and "Double   out: 10 notes" in resumed.stdout
+
+    guessed = _cli([*args, "--module", "photos.definitions"], readme_project, home)
+    assert guessed.returncode == 0, guessed.stdout + guessed.stderr
+
+    for module, named in (("photos.nope", "'photos.nope'"), ("photos", "'photos.definitions'")):
+        wrong = _cli([*args, "--module", module], readme_project, home)
+        assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+        assert "Traceback" not in wrong.stderr, wrong.stderr
+        assert len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+        assert f"'{module}'" in wrong.stderr and named in wrong.stderr, wrong.stderr
+
+
+def test_a_recorded_try_out_of_a_component_file_is_the_components_job(readme_project):
+    """Every scaffolded component's file is workflow.json: a try-out was job `workflow`, and with
+    --record it left assets workflow/* that no definition of the project has."""
+    home = readme_project / ".dagster_home"
+    folder = "photos/defs/my_flow"
+    ran = _cli(
+        ["dagster-graphbook", "run", f"{folder}/workflow.json", "--custom-nodes"]
+        + [f"{folder}/nodes.py", "--record", "--no-progress"],
+        readme_project,
+        home,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    listed = _cli(["dg", "list", "defs", "--json"], readme_project, home)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    defined = {a["asset_key"] for a in json.loads(listed.stdout)["assets"]}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert [r.job_name for r in instance.get_runs()] == ["my_flow"]
+        recorded = {key.to_user_string() for key in instance.get_asset_keys()}
+    assert recorded == {"my_flow/Numbers", "my_flow/Double"} and recorded <= defined, recorded
+
+    checked = _cli(
+        ["dagster-graphbook", "validate", f"{folder}/workflow.json", "--custom-nodes"]
+        + [f"{folder}/nodes.py"],
+        readme_project,
+        home,
+    )
+    assert checked.returncode == 0 and "asset my_flow/Double" in checked.stdout, checked.stdout

@@ -332,6 +332,33 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         return defs
 
 
+def component_job_name(workflow: Union[str, Path]) -> Optional[str]:
+    """The ``name:`` that the ``GraphbookWorkflowComponent`` in the ``defs.yaml`` beside
+    ``workflow`` gives it (the job and asset group name; ``dg scaffold`` writes the folder's
+    name), else None: no such component, or it names the job after the file's stem as a
+    workflow without one is named. Terminal try-outs of a component's file take it, so their
+    job and asset keys are the project's (every scaffolded file is ``workflow.json``)."""
+    import yaml
+
+    path = Path(workflow).resolve()
+    declared = path.parent / "defs.yaml"
+    try:
+        documents = list(yaml.safe_load_all(declared.read_text(encoding="utf-8")))
+    except (OSError, yaml.YAMLError):  # no component here, or one dg would refuse
+        return None
+    for doc in documents:
+        if not isinstance(doc, dict) or not str(doc.get("type", "")).endswith(
+            GraphbookWorkflowComponent.__name__
+        ):
+            continue
+        attributes = doc.get("attributes") or {}
+        source = attributes.get("workflow") if isinstance(attributes, dict) else None
+        if isinstance(source, str) and (declared.parent / source).resolve() == path:
+            name = attributes.get("name")
+            return name if isinstance(name, str) and "{{" not in name else None
+    return None
+
+
 # The names claimed by the components of the code location being loaded (one component tree),
 # so two components of one name are refused naming both files (NameClaims). Only the latest
 # tree is held: loads of one location do not interleave.

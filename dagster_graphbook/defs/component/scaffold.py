@@ -4,17 +4,24 @@ With ``--workflow`` (and ``--custom-nodes``) the ``defs.yaml`` points at an exis
 file; without, the folder also gets a starter: ``nodes.py`` (a source and a step, written as
 Graphbook user code) and ``workflow.json`` (the two connected, as Graphbook's editor saves them),
 so ``dg list defs`` shows its job and assets at once and the files are there to edit.
+
+It also writes the project's instance settings (``defs/instance.py``: ``$DAGSTER_HOME``, else
+``<project>/.dagster_home``, unless a ``dagster.yaml`` is there already): ``dg dev`` reads them
+when it starts, so the first ``dg dev`` after a scaffold has the one-second run queue, not
+Dagster's 5 s until some ``dagster-graphbook materialize`` wrote the file and it was restarted.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, List, Optional
 
 import dagster as dg
 from pydantic import BaseModel, Field
 
 from ...model.workflow import workflow_name
+from ..instance import default_dagster_home
 
 STARTER_NODES = '''"""Starter nodes of this workflow: edit them or add your own (Graphbook code)."""
 from graphbook import param, source, step
@@ -123,3 +130,7 @@ class GraphbookWorkflowScaffolder(dg.Scaffolder[GraphbookScaffoldParams]):
                 "name": workflow_name(request.target_path.name),
             }
         dg.scaffold_component(request, attributes)
+        if request.project_root is not None:  # the instance `dg dev` opens here (README)
+            default_dagster_home(
+                os.environ.get("DAGSTER_HOME") or str(request.project_root / ".dagster_home")
+            )

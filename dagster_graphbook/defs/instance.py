@@ -1,0 +1,61 @@
+"""The local Dagster instance's ``dagster.yaml`` that dagster-graphbook writes: where the code
+location's instance is (``$DAGSTER_HOME``, else ``./.dagster_home``) and the settings ``dagster
+dev`` wants on it (a run queue looked at every second). ``dagster-graphbook run/materialize``
+write it, and so does ``dg scaffold`` of a component, so a ``dg dev`` started before any run
+already has them (Dagster reads the file when the instance opens: a later write needs a
+restart)."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+DAGSTER_YAML = """\
+# Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
+telemetry:
+  enabled: false
+# A run launched from the UI waits in the run queue until the daemon's next look, every 5 s by
+# default: look every second (docs/deploying.md#the-run-queue).
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+"""
+# What earlier versions wrote: such a file is brought up to date (one the user edited is kept).
+OLD_DAGSTER_YAMLS = (
+    """\
+# Written by dagster-graphbook: a local instance for `dagster-graphbook run` and `dagster dev`.
+telemetry:
+  enabled: false
+""",
+)
+
+
+def location_home(dagster_home: Optional[str] = None) -> str:
+    """The code location's instance folder (not created): ``dagster_home``, else ``$DAGSTER_HOME``,
+    else ``./.dagster_home``."""
+    return os.path.abspath(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home")
+
+
+def default_dagster_home(dagster_home: Optional[str] = None) -> str:
+    """``location_home(dagster_home)``, created with a dagster.yaml (``DAGSTER_YAML``: the
+    settings ``dagster dev`` needs on it; one an earlier version wrote is brought up to date)."""
+    home = location_home(dagster_home)
+    os.makedirs(home, exist_ok=True)
+    config = os.path.join(home, "dagster.yaml")
+    if not os.path.exists(config) or _written_before(config):
+        part = f"{config}.{os.getpid()}.part"
+        with open(part, "w") as f:
+            f.write(DAGSTER_YAML)
+        os.replace(part, config)  # whole: another process may be reading it
+    return home
+
+
+def _written_before(config: str) -> bool:
+    """Whether ``config`` is a dagster.yaml an earlier version wrote, unedited."""
+    try:
+        with open(config) as f:
+            return f.read() in OLD_DAGSTER_YAMLS
+    except OSError:
+        return False

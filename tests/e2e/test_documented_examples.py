@@ -1,0 +1,81 @@
+"""The docs' complete examples, run as written: their code blocks are read from the page (a block
+whose first line is ``# <file name>`` is that file; the bash block after them is the command),
+so the page and what runs cannot drift."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import dagster as dg
+import numpy as np
+from upath import UPath
+
+from dagster_graphbook.store.versions import read_notes, stored_notes_path
+from tests.conftest import REPO
+
+
+def doc_section(page: str, heading: str) -> Tuple[Dict[str, str], List[str]]:
+    """The files and the bash command lines of ``heading``'s section of ``docs/<page>``."""
+    text = (REPO / "docs" / page).read_text()
+    start = text.index(heading)
+    level = heading.index(" ")  # a heading of this level or above ends the section
+    following = re.compile(rf"\n#{{2,{level}}} ").search(text, start + len(heading))
+    end = following.start() if following else len(text)
+    files: Dict[str, str] = {}
+    commands: List[str] = []
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", text[start:end], re.S):
+        if lang == "bash":
+            commands += [line for line in body.splitlines() if line.strip()]
+        else:
+            first, rest = body.split("\n", 1)
+            files[first.removeprefix("# ").strip()] = rest
+    return files, commands
+
+
+def test_the_authoring_guides_batch_step_with_load_fn_dump_fn_and_a_model_runs_as_written(
+    tmp_path,
+):
+    """docs/authoring.md's complete batch step: a torch model resource built in the file,
+    ``load_fn`` in the loader workers, ``dump_fn`` writing a .npy per note; every vector file
+    written, recorded in the asset's metadata, and matching the note that names it."""
+    files, commands = doc_section("authoring.md", "### A complete batch step")
+    assert set(files) == {"embed_nodes.py", "embed_workflow.py"}, files
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
+    env["DAGSTER_HOME"] = str(tmp_path / ".dagster_home")  # the try-out records beside it
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(["set -euo pipefail", *commands])],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "Embed      out: 3 notes" in done.stdout, said
+
+    vectors = sorted((tmp_path / "vectors").glob("*.npy"))
+    assert [p.name for p in vectors] == ["0.npy", "1.npy", "2.npy"]
+    tryouts = tmp_path / ".dagster_graphbook" / "tryouts"
+    key = dg.AssetKey(["embed_workflow", "Embed"])
+    with dg.DagsterInstance.from_config(str(tryouts)) as instance:
+        event = instance.get_latest_materialization_event(key)
+        assert event is not None and event.asset_materialization is not None
+        metadata = event.asset_materialization.metadata
+    assert metadata["files_written"].value == 3, metadata
+    stored = stored_notes_path(metadata)
+    assert stored is not None
+    notes = read_notes(UPath(stored), key, None)
+    assert [n["text"] for n in notes] == ["a red square", "a blue circle", "a green triangle"]
+    for note in notes:
+        vector = np.load(note["vector_path"])
+        assert vector.shape == (4,) and vector.dtype == np.float32
+        assert round(float(np.linalg.norm(vector)), 4) == note["norm"], note
