@@ -80,10 +80,19 @@ def node_code_version(node: WorkflowNode) -> str:
     digest.update(_class_source(node.cls, _file_stamp(path)).encode())
     if path is not None:
         digest.update(_file_bytes(path, _file_stamp(path)))
-    values = json.dumps(node.values, sort_keys=True, default=repr)
+    values = json.dumps(node.values, sort_keys=True, default=_stable_repr)
     digest.update(values.encode())
     digest.update(json.dumps(sorted(node.resource_params.items())).encode())
     return digest.hexdigest()[:16]
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable_repr(value: Any) -> str:
+    """A value's repr without its memory address (a function a ``Graph`` passes): the same in
+    every process that loads the same code, so shards in step processes of their own agree."""
+    return _ADDRESS.sub("", repr(value))
 
 
 @functools.lru_cache(maxsize=16)

@@ -6,6 +6,7 @@ slice. F1..F13 name its findings (each fixed; the test shows the behaviour that 
 from __future__ import annotations
 
 import os
+import re
 
 import dagster as dg
 import pytest
@@ -1073,3 +1074,146 @@ def test_a_streaming_segment_before_or_after_a_sharded_step(tmp_path, nodes, run
     sharded = run_wf(wf, [nodes], FAST, streaming=streaming, shards={"Parity": 3})
     assert whole.success and sharded.success, sharded.failure
     assert sharded.notes == whole.notes
+
+
+# ---------------------------------------------------------------------------------------------
+# One code version per committed step
+
+VERSIONED = """
+    import os
+    import time
+
+    from graphbook.steps import BatchStep
+
+    VERSION = "old"
+
+
+    class Stamp(BatchStep):
+        \"\"\"Stamps each note with VERSION. ``flags``: the note 0 batch writes ``started`` there
+        and waits for ``go``; a ``broken`` file there fails the batch of note ``fail_at``.\"\"\"
+        RequiresInput = True
+        Outputs = ["out"]
+        Parameters = {
+            "flags": {"type": "string", "default": ""},
+            "fail_at": {"type": "number", "default": -1},
+        }
+
+        def __init__(self, flags="", fail_at=-1):
+            super().__init__(batch_size=4, item_key="items")
+            self.flags, self.fail_at = flags, int(fail_at)
+
+        def load_fn(self, item):
+            return item
+
+        def on_item_batch(self, outputs, items, notes):
+            numbers = [n["i"] for n in notes]
+            if 0 in numbers:
+                open(os.path.join(self.flags, "started"), "w").close()
+                deadline = time.monotonic() + 240
+                while not os.path.exists(os.path.join(self.flags, "go")):
+                    assert time.monotonic() < deadline, "the test never said go"
+                    time.sleep(0.05)
+            if self.fail_at in numbers and os.path.exists(os.path.join(self.flags, "broken")):
+                raise RuntimeError("the batch of fail_at fails while flags/broken exists")
+            for note in notes:
+                note["version"] = VERSION
+"""
+
+
+def _versioned(tmp_path, n):
+    """Numbers(n) -> Stamp, its node file and its flags folder."""
+    nodes_dir = write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
+    write_nodes(nodes_dir, "versioned_nodes.py", VERSIONED)
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    nodes_ = [
+        step_node("0", "Numbers", {"n": n}, source=True),
+        step_node("1", "Stamp", {"flags": str(flags), "fail_at": n - 1}, label="Stamp"),
+    ]
+    wf = write_workflow(tmp_path, "versioned", nodes_, [edge("0", "out", "1")])
+    return wf, nodes_dir, nodes_dir / "versioned_nodes.py", flags
+
+
+def _save_new_version(node_file):
+    """The user's edit: the same node, stamping "new" (another size, so every cache sees it)."""
+    text = node_file.read_text()
+    node_file.write_text(text.replace('VERSION = "old"', 'VERSION = "new, edited"'))
+
+
+STAMP_FAST = {"Stamp.runtime.num_workers": 0, "Stamp.runtime.device": "cpu"}
+
+
+def test_a_node_file_saved_between_shards_is_refused_at_the_commit(tmp_path, run_wf):
+    """Shards run one at a time in step processes of their own (the multiprocess executor,
+    max_concurrent 1): shard 0 runs the old code, the node file is saved while it runs, shard 1
+    imports the new one. The commit refuses to make one asset of the two, naming the step, the
+    shards and both versions; a whole run afterwards commits the new code alone."""
+    import threading
+    import time
+
+    wf, nodes_dir, node_file, flags = _versioned(tmp_path, n=8)
+
+    def edit_while_shard_0_runs():
+        deadline = time.monotonic() + 240
+        while not (flags / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _save_new_version(node_file)
+        (flags / "go").touch()
+
+    editor = threading.Thread(target=edit_while_shard_0_runs, daemon=True)
+    editor.start()
+    one_at_a_time = {"execution": {"config": {"multiprocess": {"max_concurrent": 1}}}}
+    run = run_wf(
+        wf, [nodes_dir], STAMP_FAST, shards={"Stamp": 2}, executor=None, run_config=one_at_a_time
+    )
+    editor.join(timeout=10)
+    assert not run.success
+    failure = run.failure or ""
+    assert "step 'Stamp'" in failure and "cannot commit shards that ran different code" in failure
+    said = re.findall(r"shard (\d) of 2 ran code version (\w+)", failure)
+    assert [index for index, _ in said] == ["0", "1"], failure
+    new = said[1][1]
+    assert said[0][1] != new and f"the step's code is now version {new}" in failure, failure
+    assert "Re-execute the whole step, all of its shards" in failure, failure
+    committed = [key for key, _, _ in _materializations(run.dagster_home, run.run_id)]
+    assert committed == ["versioned/Numbers"], committed  # nothing of Stamp
+    print(failure.splitlines()[0])
+
+    whole = run_wf(wf, [nodes_dir], STAMP_FAST, shards={"Stamp": 2})
+    assert whole.success, whole.failure
+    assert {n["version"] for n in whole.notes["Stamp"]["out"]} == {"new, edited"}
+
+
+@pytest.mark.parametrize("edited", [True, False], ids=["code-fixed", "same-code"])
+def test_a_resume_commits_only_shards_of_the_steps_code_now(tmp_path, run_wf, edited):
+    """The fix-then-resume loop: shard 3 of 3 fails, the step's node file is saved (or not),
+    from_failure reuses shards 1-2 and runs shard 3. With the code changed, the commit refuses
+    (shards 0-1 ran the old version, shard 2 the new); with the same code it commits."""
+    wf, nodes_dir, node_file, flags = _versioned(tmp_path, n=12)
+    (flags / "go").touch()
+    (flags / "broken").touch()
+    shards = {"Stamp": 3}
+    failed = run_wf(wf, [nodes_dir], STAMP_FAST, shards=shards)
+    assert not failed.success and "flags/broken exists" in (failed.failure or ""), failed.failure
+    (flags / "broken").unlink()
+    if edited:
+        _save_new_version(node_file)
+    resumed = run_wf(wf, [nodes_dir], from_failure=failed.run_id, shards=shards)
+    ran = [s for s in _steps_run(resumed.dagster_home, resumed.run_id) if "shard[" in s]
+    assert [s.rsplit("[", 1)[-1] for s in ran] == ["shard_2]"], ran  # shards 0-1 were reused
+    if not edited:
+        assert resumed.success, resumed.failure
+        assert [n["i"] for n in resumed.notes["Stamp"]["out"]] == list(range(12))
+        assert {n["version"] for n in resumed.notes["Stamp"]["out"]} == {"old"}
+        return
+    assert not resumed.success
+    failure = resumed.failure or ""
+    said = dict(
+        (tuple(i.split(", ")), v)
+        for i, v in re.findall(r"shards? ([\d, ]+) of 3 ran code version (\w+)", failure)
+    )
+    assert set(said) == {("0", "1"), ("2",)}, failure
+    assert said[("0", "1")] != said[("2",)], failure
+    assert f"the step's code is now version {said[('2',)]}" in failure, failure
+    assert "not a re-execution from failure" in failure, failure
+    assert _materializations(resumed.dagster_home, resumed.run_id) == []  # Numbers was reused
