@@ -1090,17 +1090,19 @@ VERSIONED = """
 
     class Stamp(BatchStep):
         \"\"\"Stamps each note with VERSION. ``flags``: the note 0 batch writes ``started`` there
-        and waits for ``go``; a ``broken`` file there fails the batch of note ``fail_at``.\"\"\"
+        and waits for ``go``; a ``broken`` file there fails the batch of note ``fail_at``;
+        ``payload``: that many bytes more in each note.\"\"\"
         RequiresInput = True
         Outputs = ["out"]
         Parameters = {
             "flags": {"type": "string", "default": ""},
             "fail_at": {"type": "number", "default": -1},
+            "payload": {"type": "number", "default": 0},
         }
 
-        def __init__(self, flags="", fail_at=-1):
+        def __init__(self, flags="", fail_at=-1, payload=0):
             super().__init__(batch_size=4, item_key="items")
-            self.flags, self.fail_at = flags, int(fail_at)
+            self.flags, self.fail_at, self.payload = flags, int(fail_at), int(payload)
 
         def load_fn(self, item):
             return item
@@ -1117,6 +1119,8 @@ VERSIONED = """
                 raise RuntimeError("the batch of fail_at fails while flags/broken exists")
             for note in notes:
                 note["version"] = VERSION
+                if self.payload:
+                    note["payload"] = os.urandom(self.payload)  # does not compress
 """
 
 
@@ -1217,3 +1221,61 @@ def test_a_resume_commits_only_shards_of_the_steps_code_now(tmp_path, run_wf, ed
     assert f"the step's code is now version {said[('2',)]}" in failure, failure
     assert "not a re-execution from failure" in failure, failure
     assert _materializations(resumed.dagster_home, resumed.run_id) == []  # Numbers was reused
+
+
+FULL_DISK_SHARDS = """
+import sys
+from dagster_graphbook import run_workflow
+
+wf, nodes, home, notes_dir = sys.argv[1:]
+if __name__ == "__main__":
+    params = {"Stamp.runtime.num_workers": 0, "Stamp.runtime.device": "cpu",
+              "Stamp.payload": 100000}
+    run = run_workflow(wf, custom_nodes=[nodes], params=params,
+                       dagster_home=home, notes_dir=notes_dir, shards={"Stamp": 2},
+                       executor="in_process")
+    print("FAILURE", run.failure)
+"""
+
+
+def test_a_full_disk_under_a_shards_result_names_the_file_and_its_file_system(tmp_path):
+    """The notes_dir on a real 256 KiB tmpfs: the slices fit, a shard's result (8 notes of 100
+    KB) does not. The failure names the output, the file it was writing and the full file
+    system, in words ('its output's cannot be stored' named none)."""
+    from tests.e2e.conftest import _can_unshare
+
+    why = _can_unshare()
+    if why:
+        pytest.skip(why)
+    import subprocess
+    import sys
+
+    wf, nodes_dir, _, flags = _versioned(tmp_path, n=8)
+    (flags / "go").touch()
+    small, home = tmp_path / "small", tmp_path / "home"
+    small.mkdir()
+    home.mkdir()
+    script = tmp_path / "full_disk_shards.py"
+    script.write_text(FULL_DISK_SHARDS)
+    shell = (
+        f"mount -t tmpfs -o size=256k tmpfs {small} && exec {sys.executable} {script} {wf} "
+        f"{nodes_dir} {home} {small}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "FAILURE" in proc.stdout, said[-3000:]
+    failure = proc.stdout.split("FAILURE", 1)[1]
+    found = re.search(
+        r"versioned__Stamp__shard\[shard_\d\]: output 'result' cannot be stored at "
+        rf"({re.escape(str(small))}/\S+\.pkl) \(on the tmpfs file system mounted at "
+        rf"{re.escape(str(small))}, [\d.]+ MiB free now\): OSError: \[Errno 28\] No space left",
+        failure,
+    )
+    assert found, failure[:3000]
+    assert "/.step_outputs/" in found.group(1), found.group(1)
