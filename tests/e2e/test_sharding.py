@@ -1279,3 +1279,68 @@ def test_a_full_disk_under_a_shards_result_names_the_file_and_its_file_system(tm
     )
     assert found, failure[:3000]
     assert "/.step_outputs/" in found.group(1), found.group(1)
+
+
+def test_a_run_killed_as_a_process_group_leaves_no_semaphores(tmp_path):
+    """``kill -9 -PGID`` of a sharded run (multiprocess, loader workers) while a shard runs:
+    the named semaphores its processes made (``/dev/shm/sem.mp-*``) are unlinked by the
+    resource tracker, which runs in a session of its own and outlives the group; it left them
+    for good when it died in the same kill. Only the names this run's processes map count
+    (other work on the machine has its own)."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    import psutil
+
+    wf, nodes_dir, _, flags = _versioned(tmp_path, n=8)
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "run.py"
+    params = {"Stamp.runtime.num_workers": 1, "Stamp.runtime.device": "cpu"}
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from dagster_graphbook import run_workflow
+
+            if __name__ == "__main__":  # the default executor: multiprocess, the forkserver
+                run_workflow({str(wf)!r}, custom_nodes=[{str(nodes_dir)!r}], params={params!r},
+                             dagster_home={str(home)!r}, shards={{"Stamp": 2}})
+            """
+        )
+    )
+    run = subprocess.Popen(
+        [sys.executable, str(script)],
+        start_new_session=True,  # a process group of its own, as a shell job or a service
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while not (flags / "started").exists():  # shard 0 is in its batch, its loader running
+        assert run.poll() is None and time.monotonic() < deadline, "shard 0 never started"
+        time.sleep(0.1)
+    tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+    semaphores = set()
+    for process in tree:
+        with open(f"/proc/{process.pid}/maps") as maps:
+            semaphores |= {
+                line.split("/dev/shm/", 1)[1].strip()
+                for line in maps
+                if "/dev/shm/sem.mp-" in line and "(deleted)" not in line
+            }
+    assert semaphores, "the run's processes map no named semaphore"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+
+    def left():
+        return sorted(s for s in semaphores if os.path.exists(f"/dev/shm/{s}"))
+
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left() == [], f"{len(left())} of the run's {len(semaphores)} semaphores stayed"
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert alive == [], alive  # the tracker too has gone, its work done
