@@ -89,9 +89,13 @@ def node_code_version(node: WorkflowNode) -> str:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def _stable_repr(value: Any) -> str:
-    """A value's repr without its memory address (a function a ``Graph`` passes): the same in
-    every process that loads the same code, so shards in step processes of their own agree."""
+def _stable_repr(value: Any) -> Any:
+    """A value JSON cannot hold, the same in every process that loads the same code (shards in
+    step processes of their own compare it): a set sorted (its order changes with each
+    process's hash seed), else its repr without a memory address (a function a ``Graph``
+    passes)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(_ADDRESS.sub("", repr(v)) for v in value)
     return _ADDRESS.sub("", repr(value))
 
 
