@@ -14,6 +14,7 @@ steps execute, so a run worker killed from outside is found dead by the next run
 from __future__ import annotations
 
 import os
+import subprocess
 from multiprocessing import forkserver
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -63,8 +64,10 @@ def _graphbook_executor(default: Mapping[str, Any]) -> dg.ExecutorDefinition:
         create = _DAGSTER_DEFAULT.executor_creation_fn
         assert create is not None  # Dagster's default executor has one
         context = _preloading(init_context)
-        chosen: Any = context.executor_config.get("multiprocess") or {}
-        if "forkserver" in (chosen.get("start_method") or {}):
+        chosen: Any = context.executor_config.get("multiprocess")
+        if chosen is not None:
+            resource_tracker_of_its_own()
+        if "forkserver" in ((chosen or {}).get("start_method") or {}):
             forkserver_with_this_environment()
         multiprocess = "multiprocess" in context.executor_config
         return _OwnedExecutor(create(context), owned=True, multiprocess=multiprocess)
@@ -86,6 +89,39 @@ def forkserver_with_this_environment() -> None:
         # changed since, or started by other code before (environment and preloads unknown)
         server._stop()  # type: ignore[attr-defined]  # used by CPython's own tests
     _FORKSERVER_ENV = env
+
+
+_TRACKER: List[subprocess.Popen] = []  # this process's resource tracker, when started here
+
+
+def resource_tracker_of_its_own() -> None:
+    """Start this process's multiprocessing resource tracker in a session of its own, before the
+    step processes (and the forkserver, which hands the tracker on to each) need it.
+
+    The tracker is the stdlib's cleanup of the named semaphores (``/dev/shm/sem.mp-*``) that
+    step processes and their loader pools make: it unlinks those left when every process using
+    it has died. Started by the forkserver as usual, it was in the run's process group, so a
+    ``kill -9 -PGID`` of the run took it along and the semaphores stayed for good. A tracker
+    already running (other code started it first) is kept."""
+    from multiprocessing import resource_tracker, spawn, util
+
+    tracker: Any = resource_tracker._resource_tracker  # CPython's one tracker (3.8-3.13)
+    with tracker._lock:
+        if tracker._fd is not None:
+            return
+        read, write = os.pipe()
+        command = f"from multiprocessing.resource_tracker import main;main({read})"
+        try:
+            flags = util._args_from_interpreter_flags()  # type: ignore[attr-defined]
+            args = [spawn.get_executable(), *flags, "-c", command]
+            _TRACKER.append(subprocess.Popen(args, pass_fds=(read,), start_new_session=True))
+        except BaseException:
+            os.close(write)
+            raise
+        finally:
+            os.close(read)
+        # what ResourceTracker.ensure_running records of the tracker it starts
+        tracker._fd, tracker._pid = write, _TRACKER[-1].pid
 
 
 def _preloading(context: dg.InitExecutorContext) -> dg.InitExecutorContext:

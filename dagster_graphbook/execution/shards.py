@@ -72,6 +72,9 @@ class ShardResult:
     count: int
     start: int
     run: OpRun
+    # the step's code version this shard ran (``ShardPlan.code_version`` in its process; None
+    # in a result stored before shards recorded it)
+    code_version: Optional[str] = None
 
     def note_lists(self) -> List[List[Any]]:
         """What the notes IO manager names a note of when one cannot be stored."""
@@ -144,7 +147,8 @@ def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> 
         failure.allow_retries = failure.allow_retries and not crash_only
         raise
     run.results[plan.node_id].stats.update(lease.stats)  # which GPUs, how long it waited
-    return ShardResult(piece.index, piece.count, piece.start, run)
+    version = op.shard.code_version if op.shard else None
+    return ShardResult(piece.index, piece.count, piece.start, run, version)
 
 
 def _share_cores(shards: int, log: Any) -> None:
@@ -170,6 +174,7 @@ def commit_shards(context: Any, op: OpPlan, shards: Sequence[ShardResult]) -> It
     plan = _the_step(op)
     with failures_named(plan.label):
         ordered = check_complete(plan, shards)
+        check_one_code_version(plan, ordered, op.shard.code_version if op.shard else None)
         runtime = _runtime(context, op)
         hook = _commit_hook(context, plan)
         merged = merge_shards(plan, ordered, hook)
@@ -212,6 +217,37 @@ def check_complete(plan: StepPlan, shards: Sequence[ShardResult]) -> List[ShardR
             allow_retries=False,
         )
     return sorted(shards, key=lambda s: s.index)
+
+
+def check_one_code_version(
+    plan: StepPlan, shards: Sequence[ShardResult], now: Optional[str]
+) -> None:
+    """Refuse to merge shards that ran different code, or code other than the step's now.
+
+    A node file saved while a run's shards go on one after another, or fixed before a resume
+    from failure (which reuses the finished shards), would otherwise make one asset of two
+    versions of the step, recorded under the commit's version. Re-running the stale shards here
+    would need the step's resources and GPUs in the commit; the user re-runs the whole step."""
+    ran: Dict[str, List[int]] = {}
+    for shard in shards:
+        version = getattr(shard, "code_version", None)
+        if version is not None:
+            ran.setdefault(version, []).append(shard.index)
+    if not ran or (len(ran) == 1 and now in (None, *ran)):
+        return
+    versions = "; ".join(
+        f"shard{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))} of "
+        f"{shards[0].count} ran code version {version}"
+        for version, indices in ran.items()
+    )
+    raise StepFailure(
+        plan.label,
+        f"cannot commit shards that ran different code: {versions}; the step's code is now "
+        f"version {now} (its node file or the node's values changed between them). Merged, "
+        "they would make one asset of two versions of the step. Re-execute the whole step, "
+        "all of its shards (a new run of its asset, not a re-execution from failure)",
+        allow_retries=False,
+    )
 
 
 def commit_needs_step(cls: type) -> bool:

@@ -80,10 +80,23 @@ def node_code_version(node: WorkflowNode) -> str:
     digest.update(_class_source(node.cls, _file_stamp(path)).encode())
     if path is not None:
         digest.update(_file_bytes(path, _file_stamp(path)))
-    values = json.dumps(node.values, sort_keys=True, default=repr)
+    values = json.dumps(node.values, sort_keys=True, default=_stable_repr)
     digest.update(values.encode())
     digest.update(json.dumps(sorted(node.resource_params.items())).encode())
     return digest.hexdigest()[:16]
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable_repr(value: Any) -> Any:
+    """A value JSON cannot hold, the same in every process that loads the same code (shards in
+    step processes of their own compare it): a set sorted (its order changes with each
+    process's hash seed), else its repr without a memory address (a function a ``Graph``
+    passes)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(_ADDRESS.sub("", repr(v)) for v in value)
+    return _ADDRESS.sub("", repr(value))
 
 
 @functools.lru_cache(maxsize=16)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
+from .code_version import node_code_version
 from .refs import resolve_per_step
 
 ShardSetting = Union[None, int, Mapping[str, Any]]
@@ -33,6 +34,10 @@ class ShardPlan:
     shard_op: str
     commit_op: str
     gpus: Optional[int] = None  # GPUs each shard leases on its machine (gpus=; None: 1)
+    # the step's code version (its class source, node file and values) as this process loaded
+    # it: computed where the job is built, so in each step process from the code it imported
+    # (a shard records it; the commit refuses shards of different versions)
+    code_version: Optional[str] = None
 
     def runtime_defaults(self) -> Dict[str, Any]:
         """The step's launchpad defaults of the two settings."""
@@ -121,4 +126,5 @@ def shard_plan(
         shard_op=shard_op,
         commit_op=commit_op,
         gpus=workflow.gpus.get(node.id),
+        code_version=node_code_version(node),
     )

@@ -62,6 +62,38 @@ def _unpicklable(notes: Any) -> str:
     return ""
 
 
+def _cannot_store(what: str, obj: Any, path: UPath, exc: Exception) -> str:
+    """Why ``what`` could not be written: the note that cannot be pickled, else the error with
+    the file it was writing and, for an OS error on this machine, the file system (a full disk
+    says which one is full)."""
+    note = _unpicklable(obj)
+    if note:
+        return f"{what}: {note}cannot be stored: {type(exc).__name__}: {exc}"
+    where = str(path)
+    if isinstance(exc, OSError) and versions._is_local(path):
+        where += _file_system(path.path)
+    return f"{what} cannot be stored at {where}: {type(exc).__name__}: {exc}"
+
+
+def _file_system(path: str) -> str:
+    """`` (on the <type> file system mounted at <dir>, <n> MiB free)`` of a local path."""
+    mount = os.path.abspath(path)
+    while not os.path.ismount(mount):
+        mount = os.path.dirname(mount)
+    kind = "?"
+    try:
+        with open("/proc/self/mounts") as f:  # the last entry of a mount point is the visible one
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[1].replace("\\040", " ") == mount:
+                    kind = fields[2]
+        stat = os.statvfs(mount)
+    except OSError:  # not Linux, or the mount went away
+        return f" (on the file system mounted at {mount})"
+    free = stat.f_bavail * stat.f_frsize / 2**20
+    return f" (on the {kind} file system mounted at {mount}, {free:.1f} MiB free now)"
+
+
 def _partition(context: Any) -> Optional[str]:
     if not context.has_asset_partitions:
         return None
@@ -96,8 +128,7 @@ class NotesStore(dg.IOManager):
             versions.write_atomic(path, lambda f: pickle_notes(obj, f))
         except Exception as exc:
             raise dg.Failure(
-                f"{context.asset_key.to_user_string()}: {_unpicklable(obj)}cannot be stored: "
-                f"{type(exc).__name__}: {exc}"
+                _cannot_store(context.asset_key.to_user_string(), obj, path, exc)
             ) from exc
         meta: Dict[str, Any] = {  # the version is the run id, in the path
             "dagster/row_count": dg.MetadataValue.int(len(obj)),
@@ -138,9 +169,9 @@ class NotesStore(dg.IOManager):
         try:
             versions.write_atomic(path, lambda f: pickle_notes(obj, f))
         except Exception as exc:
+            output = "/".join(_output_of(context))
             raise dg.Failure(
-                f"{step_key}: its output's {_unpicklable(obj)}cannot be "
-                f"stored: {type(exc).__name__}: {exc}",
+                _cannot_store(f"output {output!r}", obj, path, exc),  # Dagster names the step
                 allow_retries=isinstance(exc, OSError),  # a note that cannot be pickled stays so
             ) from exc
         keep = int((context.definition_metadata or {}).get(NOTES_KEEP_META, DEFAULT_KEEP))

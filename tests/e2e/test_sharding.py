@@ -5,6 +5,7 @@ run where a comparison says what is right.
 from __future__ import annotations
 
 import os
+import re
 
 import dagster as dg
 import pytest
@@ -1078,3 +1079,273 @@ def test_a_streaming_segment_before_or_after_a_sharded_step(tmp_path, nodes, run
     sharded = run_wf(wf, [nodes], FAST, streaming=streaming, shards={"Parity": 3})
     assert whole.success and sharded.success, sharded.failure
     assert sharded.notes == whole.notes
+
+
+# ---------------------------------------------------------------------------------------------
+# One code version per committed step
+
+VERSIONED = """
+    import os
+    import time
+
+    from graphbook.steps import BatchStep
+
+    VERSION = "old"
+
+
+    class Stamp(BatchStep):
+        \"\"\"Stamps each note with VERSION. ``flags``: until there is a ``go`` there, a batch
+        writes ``started`` there and waits for it; a ``broken`` file there fails the batch of
+        note ``fail_at``; ``payload``: that many bytes more in each note.\"\"\"
+        RequiresInput = True
+        Outputs = ["out"]
+        Parameters = {
+            "flags": {"type": "string", "default": ""},
+            "fail_at": {"type": "number", "default": -1},
+            "payload": {"type": "number", "default": 0},
+        }
+
+        def __init__(self, flags="", fail_at=-1, payload=0):
+            super().__init__(batch_size=4, item_key="items")
+            self.flags, self.fail_at, self.payload = flags, int(fail_at), int(payload)
+
+        def load_fn(self, item):
+            return item
+
+        def on_item_batch(self, outputs, items, notes):
+            numbers = [n["i"] for n in notes]
+            if not os.path.exists(os.path.join(self.flags, "go")):
+                open(os.path.join(self.flags, "started"), "w").close()
+                deadline = time.monotonic() + 240
+                while not os.path.exists(os.path.join(self.flags, "go")):
+                    assert time.monotonic() < deadline, "the test never said go"
+                    time.sleep(0.05)
+            if self.fail_at in numbers and os.path.exists(os.path.join(self.flags, "broken")):
+                raise RuntimeError("the batch of fail_at fails while flags/broken exists")
+            for note in notes:
+                note["version"] = VERSION
+                if self.payload:
+                    note["payload"] = os.urandom(self.payload)  # does not compress
+"""
+
+
+def _versioned(tmp_path, n):
+    """Numbers(n) -> Stamp, its node file and its flags folder."""
+    nodes_dir = write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
+    write_nodes(nodes_dir, "versioned_nodes.py", VERSIONED)
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    nodes_ = [
+        step_node("0", "Numbers", {"n": n}, source=True),
+        step_node("1", "Stamp", {"flags": str(flags), "fail_at": n - 1}, label="Stamp"),
+    ]
+    wf = write_workflow(tmp_path, "versioned", nodes_, [edge("0", "out", "1")])
+    return wf, nodes_dir, nodes_dir / "versioned_nodes.py", flags
+
+
+def _save_new_version(node_file):
+    """The user's edit: the same node, stamping "new" (another size, so every cache sees it)."""
+    text = node_file.read_text()
+    node_file.write_text(text.replace('VERSION = "old"', 'VERSION = "new, edited"'))
+
+
+STAMP_FAST = {"Stamp.runtime.num_workers": 0, "Stamp.runtime.device": "cpu"}
+
+
+def test_a_node_file_saved_between_shards_is_refused_at_the_commit(tmp_path, run_wf):
+    """Shards run one at a time in step processes of their own (the multiprocess executor,
+    max_concurrent 1): the first runs the old code, the node file is saved while it runs, the
+    second imports the new one. The commit refuses to make one asset of the two, naming the
+    step, the shards and both versions; a whole run afterwards commits the new code alone."""
+    import threading
+    import time
+
+    wf, nodes_dir, node_file, flags = _versioned(tmp_path, n=8)
+
+    def edit_while_the_first_shard_runs():
+        deadline = time.monotonic() + 240
+        while not (flags / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _save_new_version(node_file)
+        (flags / "go").touch()
+
+    editor = threading.Thread(target=edit_while_the_first_shard_runs, daemon=True)
+    editor.start()
+    one_at_a_time = {"execution": {"config": {"multiprocess": {"max_concurrent": 1}}}}
+    run = run_wf(
+        wf, [nodes_dir], STAMP_FAST, shards={"Stamp": 2}, executor=None, run_config=one_at_a_time
+    )
+    editor.join(timeout=10)
+    assert not run.success
+    failure = run.failure or ""
+    assert "step 'Stamp'" in failure and "cannot commit shards that ran different code" in failure
+    said = dict(re.findall(r"shard (\d) of 2 ran code version (\w+)", failure))
+    assert sorted(said) == ["0", "1"] and len(set(said.values())) == 2, failure
+    new = re.findall(r"the step's code is now version (\w+)", failure)
+    assert new and new[0] in said.values(), failure  # the shard that ran second, and the commit
+    assert "Re-execute the whole step, all of its shards" in failure, failure
+    committed = [key for key, _, _ in _materializations(run.dagster_home, run.run_id)]
+    assert committed == ["versioned/Numbers"], committed  # nothing of Stamp
+    print(failure.splitlines()[0])
+
+    whole = run_wf(wf, [nodes_dir], STAMP_FAST, shards={"Stamp": 2})
+    assert whole.success, whole.failure
+    assert {n["version"] for n in whole.notes["Stamp"]["out"]} == {"new, edited"}
+
+
+@pytest.mark.parametrize("edited", [True, False], ids=["code-fixed", "same-code"])
+def test_a_resume_commits_only_shards_of_the_steps_code_now(tmp_path, run_wf, edited):
+    """The fix-then-resume loop: shard 3 of 3 fails, the step's node file is saved (or not),
+    from_failure reuses shards 1-2 and runs shard 3. With the code changed, the commit refuses
+    (shards 0-1 ran the old version, shard 2 the new); with the same code it commits."""
+    wf, nodes_dir, node_file, flags = _versioned(tmp_path, n=12)
+    (flags / "go").touch()
+    (flags / "broken").touch()
+    shards = {"Stamp": 3}
+    failed = run_wf(wf, [nodes_dir], STAMP_FAST, shards=shards)
+    assert not failed.success and "flags/broken exists" in (failed.failure or ""), failed.failure
+    (flags / "broken").unlink()
+    if edited:
+        _save_new_version(node_file)
+    resumed = run_wf(wf, [nodes_dir], from_failure=failed.run_id, shards=shards)
+    ran = [s for s in _steps_run(resumed.dagster_home, resumed.run_id) if "shard[" in s]
+    assert [s.rsplit("[", 1)[-1] for s in ran] == ["shard_2]"], ran  # shards 0-1 were reused
+    if not edited:
+        assert resumed.success, resumed.failure
+        assert [n["i"] for n in resumed.notes["Stamp"]["out"]] == list(range(12))
+        assert {n["version"] for n in resumed.notes["Stamp"]["out"]} == {"old"}
+        return
+    assert not resumed.success
+    failure = resumed.failure or ""
+    said = dict(
+        (tuple(i.split(", ")), v)
+        for i, v in re.findall(r"shards? ([\d, ]+) of 3 ran code version (\w+)", failure)
+    )
+    assert set(said) == {("0", "1"), ("2",)}, failure
+    assert said[("0", "1")] != said[("2",)], failure
+    assert f"the step's code is now version {said[('2',)]}" in failure, failure
+    assert "not a re-execution from failure" in failure, failure
+    assert _materializations(resumed.dagster_home, resumed.run_id) == []  # Numbers was reused
+
+
+FULL_DISK_SHARDS = """
+import sys
+from dagster_graphbook import run_workflow
+
+wf, nodes, home, notes_dir = sys.argv[1:]
+if __name__ == "__main__":
+    params = {"Stamp.runtime.num_workers": 0, "Stamp.runtime.device": "cpu",
+              "Stamp.payload": 100000}
+    run = run_workflow(wf, custom_nodes=[nodes], params=params,
+                       dagster_home=home, notes_dir=notes_dir, shards={"Stamp": 2},
+                       executor="in_process")
+    print("FAILURE", run.failure)
+"""
+
+
+def test_a_full_disk_under_a_shards_result_names_the_file_and_its_file_system(tmp_path):
+    """The notes_dir on a real 256 KiB tmpfs: the slices fit, a shard's result (8 notes of 100
+    KB) does not. The failure names the output, the file it was writing and the full file
+    system, in words ('its output's cannot be stored' named none)."""
+    from tests.e2e.conftest import _can_unshare
+
+    why = _can_unshare()
+    if why:
+        pytest.skip(why)
+    import subprocess
+    import sys
+
+    wf, nodes_dir, _, flags = _versioned(tmp_path, n=8)
+    (flags / "go").touch()
+    small, home = tmp_path / "small", tmp_path / "home"
+    small.mkdir()
+    home.mkdir()
+    script = tmp_path / "full_disk_shards.py"
+    script.write_text(FULL_DISK_SHARDS)
+    shell = (
+        f"mount -t tmpfs -o size=256k tmpfs {small} && exec {sys.executable} {script} {wf} "
+        f"{nodes_dir} {home} {small}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "FAILURE" in proc.stdout, said[-3000:]
+    failure = proc.stdout.split("FAILURE", 1)[1]
+    found = re.search(
+        r"versioned__Stamp__shard\[shard_\d\]: output 'result' cannot be stored at "
+        rf"({re.escape(str(small))}/\S+\.pkl) \(on the tmpfs file system mounted at "
+        rf"{re.escape(str(small))}, [\d.]+ MiB free now\): OSError: \[Errno 28\] No space left",
+        failure,
+    )
+    assert found, failure[:3000]
+    assert "/.step_outputs/" in found.group(1), found.group(1)
+
+
+def test_a_run_killed_as_a_process_group_leaves_no_semaphores(tmp_path):
+    """``kill -9 -PGID`` of a sharded run (multiprocess, loader workers) while a shard runs:
+    the named semaphores its processes made (``/dev/shm/sem.mp-*``) are unlinked by the
+    resource tracker, which runs in a session of its own and outlives the group; it left them
+    for good when it died in the same kill. Only the names this run's processes map count
+    (other work on the machine has its own)."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    import psutil
+
+    wf, nodes_dir, _, flags = _versioned(tmp_path, n=8)
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "run.py"
+    params = {"Stamp.runtime.num_workers": 1, "Stamp.runtime.device": "cpu"}
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from dagster_graphbook import run_workflow
+
+            if __name__ == "__main__":  # the default executor: multiprocess, the forkserver
+                run_workflow({str(wf)!r}, custom_nodes=[{str(nodes_dir)!r}], params={params!r},
+                             dagster_home={str(home)!r}, shards={{"Stamp": 2}})
+            """
+        )
+    )
+    run = subprocess.Popen(
+        [sys.executable, str(script)],
+        start_new_session=True,  # a process group of its own, as a shell job or a service
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while not (flags / "started").exists():  # shard 0 is in its batch, its loader running
+        assert run.poll() is None and time.monotonic() < deadline, "shard 0 never started"
+        time.sleep(0.1)
+    tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+    semaphores = set()
+    for process in tree:
+        with open(f"/proc/{process.pid}/maps") as maps:
+            semaphores |= {
+                line.split("/dev/shm/", 1)[1].strip()
+                for line in maps
+                if "/dev/shm/sem.mp-" in line and "(deleted)" not in line
+            }
+    assert semaphores, "the run's processes map no named semaphore"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+
+    def left():
+        return sorted(s for s in semaphores if os.path.exists(f"/dev/shm/{s}"))
+
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left() == [], f"{len(left())} of the run's {len(semaphores)} semaphores stayed"
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert alive == [], alive  # the tracker too has gone, its work done

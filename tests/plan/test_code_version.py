@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -123,3 +124,50 @@ def test_asset_shows_unsynced_after_a_parameter_edit(sample, tmp_path, dagster_h
     }
     assert status["sample/GenerateNumbers"] == ("FRESH", [])
     assert status["sample/Transform"] == ("STALE", ["CODE"])
+
+
+def test_a_function_value_gives_the_same_version_wherever_it_is_loaded():
+    """A ``Graph`` may pass a function as a parameter value; each step process (a shard's)
+    loads it at another address, and the version, which the commit compares across shards,
+    must not change with it."""
+    from dagster_graphbook.model.workflow import WorkflowNode
+    from dagster_graphbook.plan.code_version import node_code_version
+
+    def make():
+        def resize(x):
+            return x
+
+        return resize
+
+    first, second = make(), make()
+    assert repr(first) != repr(second)  # two objects, two addresses
+    cls = type("Step", (), {})
+    versions = {
+        node_code_version(WorkflowNode("1", "step", "Step", cls, values={"fn": fn}))
+        for fn in (first, second)
+    }
+    assert len(versions) == 1, versions
+
+
+def test_a_set_value_gives_the_same_version_under_every_hash_seed(tmp_path):
+    """A set's order changes with the process's hash seed: each step process has its own."""
+    import subprocess
+    import sys
+
+    script = (
+        "from dagster_graphbook.model.workflow import WorkflowNode\n"
+        "from dagster_graphbook.plan.code_version import node_code_version\n"
+        "values = {'labels': {'cat', 'dog', 'bird', 'fish', 'horse', 'cow', 'owl'}}\n"
+        "print(node_code_version(WorkflowNode('1', 'step', 'Step', int, values=values)))\n"
+    )
+    versions = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(versions) == 1, versions
