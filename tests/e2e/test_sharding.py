@@ -1131,7 +1131,7 @@ VERSIONED = """
 
 def _versioned(tmp_path, n):
     """Numbers(n) -> Stamp, its node file and its flags folder."""
-    nodes_dir = write_nodes(tmp_path / "nodes", "redteam_nodes.py", NODES)
+    nodes_dir = write_nodes(tmp_path / "nodes", "parities_nodes.py", NODES)
     write_nodes(nodes_dir, "versioned_nodes.py", VERSIONED)
     flags = tmp_path / "flags"
     flags.mkdir()
