@@ -13,7 +13,15 @@ from typing import Any, Dict
 import dagster as dg
 import pandas as pd
 
-from tests.conftest import REPO, _shapes_data
+from tests.conftest import (
+    CHAIN_NODES,
+    REPO,
+    _free_port,
+    _shapes_data,
+    chain_workflow,
+    s3_env,
+    write_nodes,
+)
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -122,3 +130,41 @@ def test_nightly_day_in_a_bucket_gives_the_local_days_notes_and_files(
     home = Path(in_bucket.dagster_home or "")
     assert not [p for p in home.rglob("*") if p.suffix in (".pkl", ".parquet")]
     assert not [k for k in objects if ".tmp-" in k]  # no temporary objects: uploads are whole
+
+
+def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_loses_nothing(
+    tmp_path, run_wf, bucket, monkeypatch
+):
+    """A run whose bucket cannot be reached (nothing listens at the endpoint), then one whose
+    bucket does not exist: each fails the step that stores its notes, naming the notes' URL, and
+    the notes an earlier run committed stay as they were (no object deleted, changed or added);
+    no bucket is created on the way."""
+    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    workflow = chain_workflow(tmp_path, 3, "chain")
+    notes = f"{bucket.url}/notes"
+    first = run_wf(workflow, [nodes], notes_dir=notes)
+    assert first.success, first.failure
+    committed = {k: bucket.fs.cat_file(f"{bucket.name}/{k}") for k in bucket.objects()}
+    assert sorted(committed) == [
+        f"notes/chain/{name}"
+        for name in (
+            f"Inc_1/{first.run_id}.pkl",
+            f"Inc_2/{first.run_id}.parquet",  # the sink's table
+            f"Inc_2/{first.run_id}.pkl",
+            f"Start/{first.run_id}.pkl",
+        )
+    ]
+
+    s3_env(monkeypatch, f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    down = run_wf(workflow, [nodes], notes_dir=notes)
+    assert not down.success
+    assert f"cannot write {notes}/chain/Start/{down.run_id}.pkl" in (down.failure or "")
+
+    s3_env(monkeypatch, bucket.endpoint)
+    missing = f"s3://{bucket.name}-missing/notes"
+    refused = run_wf(workflow, [nodes], notes_dir=missing)
+    assert not refused.success
+    assert f"cannot write {missing}/chain/Start/{refused.run_id}.pkl" in (refused.failure or "")
+    assert not bucket.fs.exists(f"{bucket.name}-missing")
+
+    assert {k: bucket.fs.cat_file(f"{bucket.name}/{k}") for k in bucket.objects()} == committed
