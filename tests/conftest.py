@@ -549,6 +549,14 @@ class Bucket:
 def s3_server() -> Iterator[str]:
     """moto's S3 server (``python -m moto.server``) on a free port of 127.0.0.1 for the session;
     its endpoint URL. Skips where moto's server extra is not installed (the dev extra has it)."""
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto server of its own (``python -m moto.server``) on a free port of 127.0.0.1, stopped
+    at the end; its endpoint URL."""
     pytest.importorskip("moto.server", reason="moto[server] (dev extra) is not installed")
     pytest.importorskip("s3fs", reason="s3fs (the s3 extra) is not installed")
     import requests

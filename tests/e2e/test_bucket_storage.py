@@ -19,6 +19,7 @@ from tests.conftest import (
     _free_port,
     _shapes_data,
     chain_workflow,
+    moto_server,
     s3_env,
     write_nodes,
 )
@@ -168,3 +169,62 @@ def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_lose
     assert not bucket.fs.exists(f"{bucket.name}-missing")
 
     assert {k: bucket.fs.cat_file(f"{bucket.name}/{k}") for k in bucket.objects()} == committed
+
+
+READ_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}
+    ],
+}
+READ_WRITE = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+}
+
+
+def test_a_bucket_that_denies_writes_fails_the_step_naming_the_url_and_loses_nothing(
+    tmp_path, run_wf, monkeypatch
+):
+    """moto with IAM enforced: a user whose policy only reads. Its run fails the step that
+    stores notes, naming the URL, and the notes a writer committed stay as they were."""
+    import boto3
+    import requests
+    import s3fs
+
+    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    workflow = chain_workflow(tmp_path, 3, "chain")
+    with moto_server() as endpoint:
+        s3_env(monkeypatch, endpoint)
+        iam = boto3.client("iam", endpoint_url=endpoint)
+        keys = {}
+        for user, policy in (("writer", READ_WRITE), ("reader", READ_ONLY)):
+            iam.create_user(UserName=user)
+            iam.put_user_policy(UserName=user, PolicyName="s3", PolicyDocument=json.dumps(policy))
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+            keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="nightly")
+        requests.post(f"{endpoint}/moto-api/reset-auth", data=b"0", timeout=10)  # IAM from now
+
+        def as_user(user: str) -> Any:
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys[user][0])
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys[user][1])
+            s3fs.S3FileSystem.clear_instance_cache()
+            return s3fs.S3FileSystem(skip_instance_cache=True)
+
+        def objects(fs: Any) -> Dict[str, bytes]:
+            return {k: fs.cat_file(k) for k in fs.find("nightly")}
+
+        notes = "s3://nightly/notes"
+        as_user("writer")
+        first = run_wf(workflow, [nodes], notes_dir=notes)
+        assert first.success, first.failure
+        committed = objects(as_user("writer"))
+        assert len(committed) == 4
+
+        as_user("reader")
+        denied = run_wf(workflow, [nodes], notes_dir=notes)
+        assert not denied.success
+        assert f"cannot write {notes}/chain/Start/{denied.run_id}.pkl" in (denied.failure or "")
+        assert "PermissionError: Access Denied" in (denied.failure or "")
+        assert objects(as_user("writer")) == committed
