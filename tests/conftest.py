@@ -4,6 +4,7 @@ helper."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -11,6 +12,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -652,3 +655,92 @@ def _group_suffixes(items: List[pytest.Item]) -> None:
         suffix = "@" + "_".join(sorted(names))
         if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
             item._id = type(item._id).parse(item.nodeid + suffix)
+
+
+# ---------------------------------------------------------------------------------------------
+# A real S3-compatible server: moto's server mode on 127.0.0.1, s3fs as the fsspec driver
+
+
+@dataclasses.dataclass
+class Bucket:
+    """A bucket on the test's moto server: ``url`` (``s3://<name>``), the server's ``endpoint``
+    and an ``s3fs`` filesystem reading it fresh."""
+
+    name: str
+    endpoint: str
+    fs: Any
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.name}"
+
+    def objects(self, prefix: str = "") -> Dict[str, int]:
+        """Every object under ``s3://<name>/<prefix>`` (key -> bytes), listed fresh."""
+        self.fs.invalidate_cache()
+        found = self.fs.find(f"{self.name}/{prefix}".rstrip("/"), detail=True)
+        return {key[len(self.name) + 1 :]: info["size"] for key, info in found.items()}
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """moto's S3 server (``python -m moto.server``) on a free port of 127.0.0.1 for the session;
+    its endpoint URL. Skips where moto's server extra is not installed (the dev extra has it)."""
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto server of its own (``python -m moto.server``) on a free port of 127.0.0.1, stopped
+    at the end; its endpoint URL."""
+    pytest.importorskip("moto.server", reason="moto[server] (dev extra) is not installed")
+    pytest.importorskip("s3fs", reason="s3fs (the s3 extra) is not installed")
+    import requests
+
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                requests.get(endpoint, timeout=2)
+                break
+            except requests.ConnectionError:
+                assert proc.poll() is None, "moto's server exited at start"
+                assert time.monotonic() < deadline, "moto's server did not answer in 60 s"
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Point boto (in this process and the processes it starts) at ``endpoint`` with dummy
+    credentials, and drop s3fs's cached filesystems (they keep the endpoint they connected to)."""
+    import s3fs
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def bucket(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bucket]:
+    """A new empty bucket on the session's moto server, reached through AWS_ENDPOINT_URL."""
+    import s3fs
+
+    s3_env(monkeypatch, s3_server)
+    name = f"graphbook-{uuid.uuid4().hex[:12]}"
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server}, skip_instance_cache=True)
+    fs.mkdir(name)
+    yield Bucket(name, s3_server, fs)
+    s3fs.S3FileSystem.clear_instance_cache()

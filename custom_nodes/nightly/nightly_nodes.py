@@ -33,9 +33,20 @@ _LAYERS = (
 )
 
 
-def resolve_path(path: str) -> Path:
+def is_url(path) -> bool:
+    """``s3://bucket/key`` and its kin (any fsspec URL but ``file://``): read through fsspec."""
+    protocol, sep, _ = str(path).partition("://")
+    return bool(sep) and protocol not in ("file", "local")
+
+
+def resolve_path(path: str):
     """Relative paths are tried against the current directory, then against the project root
-    (the folder holding custom_nodes/), so the workflow runs from wherever Dagster starts."""
+    (the folder holding custom_nodes/), so the workflow runs from wherever Dagster starts. A URL
+    (``s3://bucket/incoming/2026-06-01``) is a folder in a bucket: a ``UPath``."""
+    if is_url(path):
+        from upath import UPath
+
+        return UPath(path)
     p = Path(path).expanduser()
     if p.is_absolute() or p.exists():
         return p.resolve()
@@ -140,6 +151,8 @@ class IncomingImages(SourceStep):
                 "day), or set folder to a path"
             )
         folder = resolve_path(self.folder)
+        if is_url(folder):  # listed fresh: s3fs caches listings, and the day's images may be new
+            folder.fs.invalidate_cache()
         if not folder.is_dir():
             raise FileNotFoundError(
                 f"no incoming folder {folder}: make it with `python "
@@ -148,7 +161,7 @@ class IncomingImages(SourceStep):
         labels = {}
         labels_path = folder / self.labels_file
         if self.labels_file and labels_path.is_file():
-            with open(labels_path, newline="") as f:
+            with labels_path.open(newline="") as f:
                 labels = {row["file"]: row["label"] for row in csv.DictReader(f)}
         files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         self.log(
@@ -205,7 +218,7 @@ class ClassifyShapes(BatchStep):
         import torch
         from PIL import Image
 
-        with Image.open(item) as image:
+        with open_image(item) as image:
             image = image.convert("RGB").resize((size, size), Image.BILINEAR)
         return (
             torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0)
@@ -290,18 +303,45 @@ class ReviewSplit(Split):
         return "confident" if self.fn(data) else "review"
 
 
+def open_image(path):
+    """A PIL image of the file at ``path``, a local path or a URL (``s3://...``, read whole)."""
+    from PIL import Image
+
+    if not is_url(path):
+        return Image.open(path)
+    import io
+
+    import fsspec
+
+    with fsspec.open(path, "rb") as f:
+        return Image.open(io.BytesIO(f.read()))
+
+
 def write_resized(src, dst, size):
     """Dump worker side: a ``size`` x ``size`` copy of ``src`` at ``dst``, written under a hidden
     temporary name (``.tmp-<pid>-<name>.part``, never taken for an image) and renamed, so a
-    retried or killed run never leaves half a file under an image's name; returns ``dst``."""
+    retried or killed run never leaves half a file under an image's name; returns ``dst``. A
+    ``dst`` in a bucket (``s3://...``) is uploaded in one piece once encoded: the object appears
+    whole or not at all."""
     from PIL import Image
 
+    if is_url(dst):
+        import io
+
+        import fsspec
+
+        with open_image(src) as image:
+            encoded = io.BytesIO()
+            image.convert("RGB").resize((size, size), Image.BILINEAR).save(encoded, format="PNG")
+        with fsspec.open(dst, "wb") as f:  # one write of the whole file: one upload on close
+            f.write(encoded.getvalue())
+        return dst
     folder = os.path.dirname(dst)
     os.makedirs(folder, exist_ok=True)
     _sweep_dead_temporaries(folder)
     tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(dst)}.part")
     try:
-        with Image.open(src) as image:
+        with open_image(src) as image:
             image.convert("RGB").resize((size, size), Image.BILINEAR).save(tmp, format="PNG")
         os.replace(tmp, dst)
     finally:
@@ -365,10 +405,10 @@ class SaveResized(BatchStep):
         return write_resized(src, dst, size)
 
     def on_item_batch(self, outputs, items, notes):
-        out = os.path.abspath(self.output_dir)
+        out = self.output_dir if is_url(self.output_dir) else os.path.abspath(self.output_dir)
         dumps = []
         for item, note in zip(items, notes):
-            dst = os.path.join(out, note.get("label", "unclassified"), f"{note['name']}.png")
+            dst = f"{out.rstrip('/')}/{note.get('label', 'unclassified')}/{note['name']}.png"
             note["output_path"] = dst
             dumps.append((item, dst, self.size))
         return dumps

@@ -1,10 +1,17 @@
 """Temporary files beside their final path, renamed over it once complete: the one name scheme
 (``.tmp-<pid>-...``) of every such writer (stored notes, ``atomic_path``, ``DumpJSONL``), and the
-sweep that removes what a killed writer (``kill -9``) left."""
+sweep that removes what a killed writer (``kill -9``) left.
+
+A final path that is an fsspec URL (``s3://``, ``gs://``, ...) has no rename: the file is written
+under a temporary local name and uploaded once complete (``staged_upload``); an object store
+publishes an object whole when its upload completes, so it appears whole or not at all."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from typing import Any, Iterator, Optional
 
 TMP_PREFIX = ".tmp-"
 
@@ -40,3 +47,58 @@ def pid_exists(pid: int) -> bool:
     except PermissionError:
         pass
     return True
+
+
+def is_url(path: Any) -> bool:
+    """``path`` is an fsspec URL of a remote store (``s3://bucket/key``), not a local path
+    (``file://`` is local)."""
+    protocol, sep, _ = str(path).partition("://")
+    return bool(sep) and protocol not in ("file", "local") and protocol.isidentifier()
+
+
+def staging_folder() -> str:
+    """The local folder of files on their way to a bucket (swept once per process)."""
+    folder = os.path.join(tempfile.gettempdir(), "graphbook-uploads")
+    os.makedirs(folder, exist_ok=True)
+    if folder not in _STAGING_SWEPT:
+        sweep_local_temporaries(folder)
+        _STAGING_SWEPT.add(folder)
+    return folder
+
+
+_STAGING_SWEPT: set = set()
+
+
+@contextlib.contextmanager
+def staged_upload(url: str, fs: Any = None, rpath: Optional[str] = None) -> Iterator[str]:
+    """Yield a temporary local path; once the block succeeds, upload it to ``url`` (through
+    ``fs`` at ``rpath`` when given, else the filesystem fsspec picks for ``url``). A failed
+    block uploads nothing; a failed upload raises ``OSError`` naming ``url``. The local file is
+    removed either way."""
+    import fsspec
+
+    if fs is None:
+        fs, rpath = fsspec.core.url_to_fs(url)
+    suffix = os.path.splitext(url)[1]
+    fd, tmp = tempfile.mkstemp(dir=staging_folder(), prefix=own_prefix(), suffix=suffix)
+    os.close(fd)
+    try:
+        yield tmp
+        try:  # one PUT, or a multipart upload that the store completes (or aborts) as a whole
+            fs.put_file(tmp, rpath)
+        except Exception as exc:
+            raise OSError(f"cannot write {url}: {type(exc).__name__}: {exc}") from exc
+        finally:  # listings after this write read the store again
+            fs.invalidate_cache(rpath)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def url_size(url: str) -> int:
+    """The size in bytes of the object at ``url``, read from its store (not a cached listing)."""
+    import fsspec
+
+    fs, rpath = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache(rpath)
+    return int(fs.info(rpath)["size"])

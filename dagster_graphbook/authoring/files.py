@@ -2,7 +2,8 @@
 
 Files written through ``atomic_path`` during a ``dump_fn`` call are recorded as the call's files
 (``files_written``, ``files_manifest``), as the paths it returns are: Graphbook's ``dump_fn``s
-return nothing.
+return nothing. A path may be an fsspec URL (``s3://bucket/out/a.png``): the file is then written
+locally and uploaded once complete.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import tempfile
 from typing import Iterator, List, Optional, Set, Union
 
-from ._tempfiles import own_prefix, sweep_local_temporaries
+from ._tempfiles import is_url, own_prefix, staged_upload, sweep_local_temporaries
 
 _SWEPT: Set[str] = set()
 # paths completed by atomic_path in this thread's current dump call (None outside one)
@@ -39,7 +40,15 @@ def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
 
     A retried or killed op then never leaves a half-written file under the final name; the
     temporary name carries the writer's pid, so a later write here removes what a ``kill -9`` left.
+    An fsspec URL (``s3://...``) yields a temporary local path, uploaded to the URL once the
+    block succeeds (the object appears whole or not at all; a failed upload names the URL).
     """
+    if is_url(path):
+        url = str(path)
+        with staged_upload(url) as tmp:
+            yield tmp
+        _record(url)
+        return
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -52,9 +61,13 @@ def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     try:
         yield tmp
         os.replace(tmp, path)
-        recorded = _RECORDED.get()
-        if recorded is not None:
-            recorded.append(path)
+        _record(path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _record(path: str) -> None:
+    recorded = _RECORDED.get()
+    if recorded is not None:
+        recorded.append(path)

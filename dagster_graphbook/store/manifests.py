@@ -17,6 +17,7 @@ from typing import List, Optional, Tuple
 
 from upath import UPath
 
+from ..authoring._tempfiles import is_url
 from .versions import write_atomic
 
 MANIFEST_FOLDER = "graphbook-manifests"
@@ -28,23 +29,29 @@ def write_manifest(
     """Write the manifest of ``files`` (``(path, bytes)``); return its path (None if no files)."""
     if not files:
         return None
-    paths = [os.path.abspath(p) for p, _ in files]
-    root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    # a URL (s3://bucket/key) keeps its scheme; the root is the folder all files share
+    split = [p.split("://", 1) if is_url(p) else ["", os.path.abspath(p)] for p, _ in files]
+    schemes = {scheme for scheme, _ in split}
+    scheme = f"{next(iter(schemes))}://" if schemes != {""} else ""
+    paths = [rest for _, rest in split]
+    if len(schemes) == 1:
+        common = os.path.commonpath([os.path.dirname(p) for p in paths])
+        root, relative = scheme + common, [os.path.relpath(p, common) for p in paths]
+    else:  # local files and URLs, or several stores: whole paths
+        root, relative = "", [p for p, _ in files]
     path = os.path.join(storage, MANIFEST_FOLDER, op_name, f"{run_id}.json")
     body = {
         "run_id": run_id,
         "op": op_name,
         "root": root,
-        "files": [
-            {"path": os.path.relpath(p, root), "bytes": size} for p, (_, size) in zip(paths, files)
-        ],
+        "files": [{"path": rel, "bytes": size} for rel, (_, size) in zip(relative, files)],
     }
     write_atomic(UPath(path), lambda f: f.write(json.dumps(body, indent=1).encode()))
     return path
 
 
 def read_manifest(path: str) -> List[str]:
-    """Absolute paths of the files a manifest lists."""
+    """Absolute paths (or URLs) of the files a manifest lists."""
     with open(path) as f:
         body = json.load(f)
     return [os.path.join(body["root"], entry["path"]) for entry in body["files"]]

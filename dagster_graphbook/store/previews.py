@@ -16,6 +16,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import dagster as dg
 
+from ..authoring._tempfiles import is_url
 from ..plan.previews import PreviewSettings
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -98,7 +99,12 @@ def thumbnail(source: Any, size: int) -> bytes:
 
     if _is_pil(source) or _is_image_tensor(source):
         return _jpeg(_as_pil(source), size)
-    with Image.open(str(source)) as image:  # closed here, not when collected
+    if is_url(source):  # an image in a bucket (s3://...): read whole through fsspec
+        import fsspec
+
+        with fsspec.open(str(source), "rb") as f:
+            source = io.BytesIO(f.read())
+    with Image.open(source if isinstance(source, io.BytesIO) else str(source)) as image:
         image.draft("RGB", (size, size))  # JPEG: decode at a fraction of the size
         return _jpeg(image, size)
 

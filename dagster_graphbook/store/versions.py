@@ -15,8 +15,9 @@ from typing import IO, Any, Callable, Iterable, List, Mapping, Optional, Sequenc
 
 import dagster as dg
 from upath import UPath
+from upath._stat import UPathStatResult
 
-from ..authoring._tempfiles import own_prefix, sweep_local_temporaries
+from ..authoring._tempfiles import own_prefix, staged_upload, sweep_local_temporaries
 from ..errors import StoredNotesError
 from . import codec as notes_codec
 
@@ -79,7 +80,7 @@ def prune_step_outputs(
     as ``prune`` does with its notes; never an unfinished run's, nor those of ``run_id`` and the
     runs it re-executes (a resume reads them). Best effort: a folder another shard or run
     deletes first is skipped."""
-    folder = _step_outputs_folder(base, step_key, partition)
+    folder = _listed_fresh(_step_outputs_folder(base, step_key, partition))
     if keep <= 0 or not folder.exists():
         return []
     runs = {p.name: p for p in folder.iterdir() if not p.name.startswith(".") and p.is_dir()}
@@ -156,13 +157,17 @@ def write_atomic(path: UPath, write: Callable[[IO[bytes]], object]) -> None:
 
     A kill at any moment leaves either the old file or the new one under the final name; the
     temporary file is removed on every failure this process sees (a ``kill -9`` leaves it, and the
-    next write in the folder sweeps it, see ``sweep_temporaries``).
+    next write in the folder sweeps it, see ``sweep_temporaries``). In an object store
+    (``s3://...``) the temporary file is local and uploaded once complete: the object appears
+    whole or not at all (an fsspec file written in place would publish what a failed ``write``
+    left, as closing it uploads), and an upload that fails raises ``OSError`` naming the URL.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not _is_local(path):  # object stores publish whole objects only
-        with path.open("wb") as f:
-            write(f)
+    if not _is_local(path):  # no folders to make: s3fs's mkdir would create a missing bucket
+        with staged_upload(str(path), path.fs, path.path) as tmp:
+            with open(tmp, "wb") as f:
+                write(f)
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     final = path.path
     sweep_temporaries(path.parent)
     name = f"{own_prefix()}{uuid.uuid4().hex[:8]}-{os.path.basename(final)}"
@@ -179,9 +184,18 @@ def write_atomic(path: UPath, write: Callable[[IO[bytes]], object]) -> None:
 
 
 def sweep_temporaries(folder: UPath) -> None:
-    """Remove temporary files that a killed writer on this machine left (its pid is gone)."""
+    """Remove temporary files that a killed writer on this machine left (its pid is gone). A
+    bucket holds none: its temporaries are local (``staged_upload``), swept where they are."""
     if _is_local(folder):
         sweep_local_temporaries(folder.path)
+
+
+def _listed_fresh(folder: UPath) -> UPath:
+    """``folder``, its store's cached listings dropped: another process (a shard, another run)
+    may have written or deleted since this one listed (s3fs caches every listing)."""
+    if not _is_local(folder):
+        folder.fs.invalidate_cache()
+    return folder
 
 
 def recorded_path(
@@ -242,7 +256,7 @@ def prune(
 
     Returns the run ids whose versions were deleted.
     """
-    if keep <= 0 or not folder.exists():
+    if keep <= 0 or not _listed_fresh(folder).exists():
         return []
     versions = {p.name[: -len(NOTES_SUFFIX)]: p for p in folder.iterdir() if _is_version(p.name)}
     deleted = _stale(versions, keep, instance, protect)
@@ -273,10 +287,13 @@ def _is_version(name: str) -> bool:
 
 
 def _mtime(path: UPath) -> float:
-    if _is_local(path):
+    """When ``path`` was written. An object store names it ``LastModified`` (UPath's stat reads
+    each store's name), and a folder there is a prefix with no time of its own: its newest
+    object's counts (a run's outputs folder)."""
+    if _is_local(path) or not path.is_dir():
         return path.stat().st_mtime
-    # the fsspec info dict (what UPath's stat() wraps; its dict-style .get is deprecated)
-    return float(path.fs.info(path.path).get("mtime", 0) or 0)
+    found = path.fs.find(path.path, detail=True).values()
+    return max((UPathStatResult.from_info(info).st_mtime for info in found), default=0.0)
 
 
 def _unfinished(instance: Optional[dg.DagsterInstance], run_id: str) -> bool:

@@ -8,9 +8,17 @@ import time
 import uuid
 
 import dagster as dg
+import pytest
 from upath import UPath
 
-from dagster_graphbook.store.versions import prune_step_outputs, step_output_path
+from dagster_graphbook.store.versions import (
+    notes_path,
+    prune,
+    prune_step_outputs,
+    step_output_path,
+    version_folder,
+    write_atomic,
+)
 
 SHARD = "wf__S.wf__S__shard[shard_0]"
 
@@ -66,3 +74,69 @@ def test_pruning_keeps_the_runs_lineage_and_other_partitions(tmp_path):
         deleted = prune_step_outputs(base, SHARD, "2026-01-01", 1, instance, later)
         assert deleted == [parent]
         assert paths[child].exists() and paths[other_day].exists()
+
+
+def test_retention_in_a_bucket_keeps_what_local_disk_keeps(tmp_path, bucket):
+    """Five runs of one day, notes_keep=3, on local disk and in a bucket (moto's S3 server):
+    the same 3 versions of the asset and the same 3 runs of shard intermediates are kept. Each
+    run's version is written as the IO manager writes it (``write_atomic``); its shards' results
+    by another client (as by the shard's own process), after this process listed the folder.
+    Before, the bucket kept 4 versions and 4 runs of intermediates, and the wrong ones: s3fs
+    names a time ``LastModified``, not ``mtime``, so every version was as old as any other (and
+    a folder, a prefix, has no time at all); a cached listing missed the newest."""
+    key, day = dg.AssetKey(["wf", "S"]), "2026-01-01"
+    bases = {"local": UPath(tmp_path / "notes"), "bucket": UPath(f"{bucket.url}/notes")}
+    kept_versions, kept_outputs = {}, {}
+    with dg.instance_for_test() as instance:
+        runs = []
+        for _ in range(5):
+            run_id = _run(instance, dg.DagsterRunStatus.SUCCESS)
+            runs.append(run_id)
+            for base in bases.values():
+                folder = version_folder(base, key, day)
+                write_atomic(notes_path(folder, run_id), lambda f: f.write(b"notes"))
+                prune(folder, 3, instance, protect=[run_id])
+                for shard in (0, 1):
+                    step = f"wf__S.wf__S__shard[shard_{shard}]"
+                    out = step_output_path(base, run_id, step, ["result"], day)
+                    if base.protocol == "s3":  # another process's client: this one's cache is old
+                        bucket.fs.pipe_file(out.path, b"shard result")
+                    else:
+                        out.parent.mkdir(parents=True, exist_ok=True)
+                        out.write_bytes(b"shard result")
+                    prune_step_outputs(base, step, day, 3, instance, run_id)
+            time.sleep(1.1)  # LastModified counts whole seconds
+        for name, base in bases.items():
+            folder = version_folder(base, key, day)
+            kept_versions[name] = sorted(p.name for p in _fresh(folder).iterdir())
+            step_outputs = _fresh(base / ".step_outputs" / "wf__S" / day)
+            kept_outputs[name] = sorted(p.name for p in step_outputs.iterdir())
+    assert kept_versions["bucket"] == kept_versions["local"] == sorted(f"{r}.pkl" for r in runs[2:])
+    assert kept_outputs["bucket"] == kept_outputs["local"] == sorted(runs[2:])
+    shard_results = [k for k in bucket.objects("notes/.step_outputs") if k.endswith(".pkl")]
+    assert len(shard_results) == 3 * 2
+
+
+def _fresh(folder: UPath) -> UPath:
+    if folder.protocol == "s3":
+        folder.fs.invalidate_cache()
+    return folder
+
+
+def test_a_version_in_a_bucket_appears_whole_or_not_at_all(bucket):
+    """A writer that fails part way leaves no object under the final name, nor a temporary
+    object beside it, and an earlier version there stays as it was (an fsspec file written in
+    place uploads what it holds when closed, failure or not)."""
+    folder = UPath(f"{bucket.url}/notes/wf/S")
+    done, failed = notes_path(folder, "run-a"), notes_path(folder, "run-b")
+    write_atomic(done, lambda f: f.write(b"complete notes"))
+
+    def half(f):
+        f.write(b"half of the notes")
+        raise RuntimeError("the writer died part way")
+
+    for target in (failed, done):
+        with pytest.raises(RuntimeError, match="part way"):
+            write_atomic(target, half)
+    assert bucket.objects("notes") == {"notes/wf/S/run-a.pkl": len(b"complete notes")}
+    assert bucket.fs.cat_file(done.path) == b"complete notes"

@@ -22,6 +22,7 @@ from concurrent.futures import (
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from ...authoring._tempfiles import is_url, url_size
 from ...authoring.files import recording_files
 from ...errors import Label
 from ...plan.settings import BatchRuntime
@@ -67,7 +68,16 @@ def _written(result: Any, through_helper: Sequence[str] = ()) -> List[Tuple[str,
     )
     out, seen = [], set()
     for p in [*paths, *through_helper]:
-        if isinstance(p, (str, os.PathLike)) and os.path.isfile(p):
+        if is_url(p):  # an object in a bucket: its size as the store reports it
+            url = str(p)
+            if url not in seen:
+                try:
+                    size = url_size(url)
+                except FileNotFoundError:
+                    continue
+                seen.add(url)
+                out.append((url, size))
+        elif isinstance(p, (str, os.PathLike)) and os.path.isfile(p):
             key = os.path.abspath(p)
             if key not in seen:
                 seen.add(key)
