@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import threading
 import time
+from typing import Optional, Set
 
 import psutil
 
@@ -34,16 +37,95 @@ def _holders(name: str) -> set:
     return pids
 
 
+# a mapping of a /dev/shm file in /proc/PID/maps: its inode (glibc's sem_open maps a temporary
+# name, "sem.XXXXXX (deleted)", before linking it as "sem.mp-...": the inode is what matches)
+_SHM_MAP = re.compile(r"^\S+ \S+ \S+ \S+ (\d+)\s+/dev/shm/", re.M)
+
+
+class _TreeShm:
+    """The ``/dev/shm`` entries this process and its descendants have mapped or opened, sampled
+    from /proc every 0.1 s once ``start`` was called. An orphaned entry (nobody holds it any
+    more) is a test's leak only if its own process tree held it: other test workers (``pytest
+    -n``) make and drop entries meanwhile, and a run killed in another worker leaves orphaned
+    semaphores until its resource tracker unlinks them. An entry made and orphaned between two
+    samples is missed; the leaks these checks are for (ring blocks, semaphores of killed
+    workers) live for the whole run."""
+
+    def __init__(self) -> None:
+        self.seen: Set[int] = set()  # inodes
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        self.seen = set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._sample, name="tree-shm", daemon=True)
+            self._thread.start()
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while True:
+            try:
+                tree = [me] + me.children(recursive=True)
+            except psutil.Error:
+                tree = [me]
+            for proc in tree:
+                self.seen |= _mapped(proc.pid)
+            time.sleep(0.1)
+
+
+def _mapped(pid: int) -> Set[int]:
+    """The inodes of the /dev/shm files ``pid`` maps or holds open."""
+    inodes: Set[int] = set()
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            inodes.update(int(i) for i in _SHM_MAP.findall(f.read()))
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return inodes
+
+
+def _inode(name: str) -> int:
+    try:
+        return os.stat(f"/dev/shm/{name}").st_ino
+    except OSError:
+        return -1
+
+
+_TREE = _TreeShm()
+
+
+def shm_snapshot() -> set:
+    """``/dev/shm`` now, to compare after a run with ``shm_leaks``; starts watching what this
+    process tree maps from here on."""
+    _TREE.start()
+    return _shm()
+
+
 def shm_leaks(before: set, mine: set, grace_s: float = 2.0, ignore: tuple = ()) -> set:
-    """New ``/dev/shm`` entries that are orphaned or still held by this process tree.
+    """New ``/dev/shm`` entries still held by this process tree, or orphaned after it held them.
 
     /dev/shm is shared with every other process on the machine (other test runs too): an entry
-    held only by a process outside ``mine`` is theirs. Short-lived ones get ``grace_s`` to go.
+    held only by a process outside ``mine`` is theirs, and so is an orphan this tree never held
+    (``_TreeShm``; before ``shm_snapshot`` watched, any orphan counts). Short-lived ones get
+    ``grace_s`` to go.
     """
     deadline = time.monotonic() + grace_s
+    watched = _TREE._thread is not None
     while True:
         new = {n for n in _shm() - before if not n.startswith(ignore)}
-        leaked = {n for n in new if not _holders(n) or _holders(n) & mine}
+        if watched:
+            _TREE.seen |= set().union(*(_mapped(pid) for pid in mine))
+        leaked = {
+            n
+            for n in new
+            if _holders(n) & mine or (not _holders(n) and (not watched or _inode(n) in _TREE.seen))
+        }
         if not leaked or time.monotonic() > deadline:
             return leaked
         time.sleep(0.1)
@@ -57,7 +139,7 @@ class Leaks:
         self.children = {p.pid for p in self.me.children(recursive=True)}
         self.fds = self.me.num_fds()
         self.fdt = self.fd_targets()
-        self.shm = _shm()
+        self.shm = shm_snapshot()
 
     def new_children(self, wait_s: float = 10.0) -> list:
         deadline = time.monotonic() + wait_s

@@ -18,7 +18,7 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import Leaks, _shm, shm_leaks
+from tests.e2e.conftest import Leaks, shm_leaks, shm_snapshot
 
 FAULT_NODES = """
     import os
@@ -425,7 +425,7 @@ def test_terminate_from_the_ui_cleans_up_workers_and_shared_memory(
         "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: "
         "DefaultRunCoordinator\ntelemetry:\n  enabled: false\n"
     )
-    before_shm = _shm()
+    before_shm = shm_snapshot()
     with (
         dg.DagsterInstance.from_config(dagster_home) as instance,
         define_out_of_process_context(str(location), "defs", instance) as context,

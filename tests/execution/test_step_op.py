@@ -18,7 +18,7 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from tests.conftest import edge, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import _shm, shm_leaks
+from tests.e2e.conftest import shm_leaks, shm_snapshot
 
 NODES = """
     import os
@@ -298,7 +298,7 @@ def test_terminate_mid_run_stops_every_worker_and_frees_shared_memory(
     (tmp_path / "defs.py").write_text(textwrap.dedent(DEFS.format(wf=str(wf), nodes=str(nodes))))
     (tmp_path / "run.yaml").write_text(textwrap.dedent(RUN_CONFIG))
     (Path(dagster_home) / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    shm_before = _shm()
+    shm_before = shm_snapshot()
     env = {**os.environ, "DAGSTER_HOME": dagster_home}
     proc = subprocess.Popen(
         [

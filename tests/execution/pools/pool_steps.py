@@ -14,7 +14,7 @@ import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.e2e.conftest import shm_leaks
+from tests.e2e.conftest import shm_leaks, shm_snapshot
 
 KEPT = []  # module global a step stashes lent tensors in (a common "debug" pattern)
 
@@ -24,7 +24,8 @@ def batch_runtime(**kw):
 
 
 def shm_names() -> set:
-    return set(os.listdir("/dev/shm"))
+    """``/dev/shm`` now; this process tree's entries are watched from here on (``shm_left``)."""
+    return shm_snapshot()
 
 
 def shm_left(before: set, grace_s: float = 2.0) -> set:
