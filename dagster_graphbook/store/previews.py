@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any, List, Optional, Sequence, Tuple
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import dagster as dg
 
@@ -30,6 +31,10 @@ _CAPTION_FIELDS = (
 _CAPTION_CHARS = 24
 _QUALITY = 75
 _LOOKED_AT = 4096  # notes (or files) looked at for images, spread evenly over a pin
+# thumbnails of image files, by (path, mtime, size, thumbnail size): a run's steps pass the same
+# images on (the demo's source, classifier and sink show the same notes)
+_SHOWN: Dict[Tuple[str, int, int, int], bytes] = {}
+_SHOWN_MAX = 512
 PICTURE_SIZE = 96  # a failed item's thumbnail
 PICTURES_SHOWN = 12  # failed items pictured per step (the errors table lists more, as text)
 
@@ -95,10 +100,27 @@ def _as_pil(source: Any) -> Any:
 def thumbnail(source: Any, size: int) -> bytes:
     """``source`` (an image file's path, a PIL image or a tensor) as a JPEG of at most ``size``
     pixels on its longest side; raises when it does not open as an image."""
-    from PIL import Image
 
     if _is_pil(source) or _is_image_tensor(source):
         return _jpeg(_as_pil(source), size)
+    if is_url(source):
+        return _from_file(source, size)
+    try:  # a file the run's earlier steps showed (the same image on every pin it passes through)
+        stat = os.stat(str(source))
+    except OSError:
+        return _from_file(source, size)  # says why it does not open
+    key = (str(source), stat.st_mtime_ns, stat.st_size, size)
+    jpeg = _SHOWN.get(key)
+    if jpeg is None:
+        jpeg = _SHOWN[key] = _from_file(source, size)
+        while len(_SHOWN) > _SHOWN_MAX:
+            _SHOWN.pop(next(iter(_SHOWN)))
+    return jpeg
+
+
+def _from_file(source: Any, size: int) -> bytes:
+    from PIL import Image
+
     if is_url(source):  # an image in a bucket (s3://...): read whole through fsspec
         import fsspec
 
