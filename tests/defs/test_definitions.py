@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 import warnings
 from pathlib import Path
 from typing import Dict, List
@@ -22,6 +23,7 @@ from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import UnboundResourceWarning, WorkflowError, load_workflow
 from tests.conftest import (
     CHAIN_NODES,
+    REPO,
     chain_workflow,
     edge,
     resource_node,
@@ -224,3 +226,18 @@ def test_unconnected_resource_parameter_of_a_python_graph_warns(tmp_path, monkey
     scale.bind(g.step(namespace["Numbers"]))
     with pytest.warns(UnboundResourceWarning, match=r"'model' \(Python Graph\): node 1 \(Scale\)"):
         build_definitions([GraphbookWorkflow(g, name="model")])
+
+
+def test_strict_definitions_fail_on_a_node_file_that_does_not_import(tmp_path):
+    """``strict`` (``dg check defs`` in CI, a component's ``strict: true``): a node file that
+    fails to import fails the load even if the workflow uses none of its nodes; not strict, the
+    workflow loads (the file is a warning)."""
+    nodes = tmp_path / "nodes"
+    shutil.copytree(REPO / "custom_nodes" / "sample", nodes)
+    (nodes / "quits.py").write_text("import sys\n\nsys.exit(3)\n")
+    workflow = REPO / "workflows" / "sample.json"
+    assert build_definitions([workflow], custom_nodes=[nodes], strict=False).resolve_job_def(
+        "sample"
+    )
+    with pytest.raises(WorkflowError, match=r"quits\.py, line 3 failed to import.*sys\.exit\(3\)"):
+        build_definitions([workflow], custom_nodes=[nodes], strict=True)
