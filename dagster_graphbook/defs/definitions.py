@@ -114,27 +114,27 @@ def load(
     spec: GraphbookWorkflow,
     translator: Optional[GraphbookTranslator] = None,
     strict: Optional[bool] = None,
+    node_files: bool = True,
 ) -> Workflow:
     """The workflow ``spec`` names, with its overridable functions, GPUs and shards; a ``Workflow``
     given as ``spec.source`` is copied, not changed. With ``strict`` (``None``:
-    ``$DAGSTER_GRAPHBOOK_STRICT``; CI's checks) a custom node file that fails to import is an
-    error even if the workflow uses none of its nodes (the file is broken all the same), and so
-    is a resource parameter left unconnected; without, each is a warning."""
+    ``$DAGSTER_GRAPHBOOK_STRICT``; CI's checks) a resource parameter left unconnected is an
+    error, and so (``node_files``) is a custom node file that fails to import even if the
+    workflow uses none of its nodes (the file is broken all the same); a workflow that uses a
+    node of it fails first, naming its node. Without ``strict``, each is a warning."""
     strict = strict_from_env() if strict is None else strict
     if isinstance(spec.source, Workflow):
         workflow = spec.source
     else:
         registry = _registry(spec)
         errors = registry.import_errors if registry else []
-        if strict and errors:
-            source = spec.source if isinstance(spec.source, Graph) else Path(spec.source).resolve()
-            said = "strict: every custom node file must import, used or not"
-            raise WorkflowError(str(source), [f"{e} ({said})" for e in errors])
         for error in errors:
             logger.warning("%s (workflows that use its nodes fail to load; the others load)", error)
         workflow = load_workflow(
             spec.source, registry, name=spec.name, search_path=spec.custom_nodes
         )
+        if strict and node_files:
+            refuse_broken_node_files(spec)
     _refuse_or_warn(workflow, unbound_resources(workflow), strict)
     for notice in ray_option_notices(workflow):  # graphbook.ray.options a Ray job cannot take
         if notice not in _SAID:
@@ -178,6 +178,16 @@ def _refuse_or_warn(workflow: Workflow, problems: List[str], strict: Optional[bo
         warnings.warn(f"{workflow.source}: {problem}", UnboundResourceWarning, stacklevel=3)
 
 
+def refuse_broken_node_files(spec: GraphbookWorkflow) -> None:
+    """Strict: a custom node file of ``spec``'s folders that fails to import is an error."""
+    registry = _registry(spec)
+    errors = registry.import_errors if registry else []
+    if errors and isinstance(spec.source, (str, Path)):
+        source = Path(spec.source).resolve()
+        said = "strict: every custom node file must import, used or not"
+        raise WorkflowError(str(source), [f"{e} ({said})" for e in errors])
+
+
 def _registry(spec: GraphbookWorkflow) -> Optional[NodeRegistry]:
     """The custom nodes a JSON workflow file uses; None for a Python workflow or a ``Graph``."""
     source = spec.source
@@ -193,11 +203,12 @@ def build_workflow(
     spec: GraphbookWorkflow,
     translator: Optional[GraphbookTranslator] = None,
     strict: Optional[bool] = None,
+    node_files: bool = True,
 ) -> WorkflowDefs:
     """Load, validate and translate one workflow; ``strict`` (``None``:
     ``$DAGSTER_GRAPHBOOK_STRICT``) makes what is otherwise a load warning an error."""
     translator = translator or GraphbookTranslator()
-    workflow = load(spec, translator, strict)
+    workflow = load(spec, translator, strict, node_files)
     _check_depth(workflow)
     names = translator.names(workflow)
     deps = {}
@@ -390,6 +401,7 @@ def build_definitions(
     sensors: List[Any] = []
     external: List[dg.AssetSpec] = []
     claims = NameClaims()
+    specs: List[GraphbookWorkflow] = []
     for index, item in enumerate(workflows):
         spec = _with_defaults(
             item
@@ -399,8 +411,9 @@ def build_definitions(
             notes_dir=notes_dir,
             notes_keep=notes_keep,
         )
-        try:
-            defs = build_workflow(spec, translator, strict)
+        specs.append(spec)
+        try:  # broken node files no workflow uses: after every workflow's own errors (strict)
+            defs = build_workflow(spec, translator, strict, node_files=False)
         except WorkflowError as exc:
             if strict:
                 raise
@@ -431,6 +444,8 @@ def build_definitions(
         new_schedules, new_sensors = schedules_and_sensors(spec, defs, translator)
         schedules += new_schedules
         sensors += new_sensors
+    for spec in specs if strict else ():
+        refuse_broken_node_files(spec)
     # Automation's runs go through Dagster's implicit asset job, which takes the Definitions'
     # executor: without one, a process per step (what graphbook_executor avoids for our jobs).
     executor = automated[0] if len({id(e) for e in automated}) == 1 else graphbook_executor
