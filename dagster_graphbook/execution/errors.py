@@ -10,6 +10,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import dagster as dg
 
 from ..errors import GraphbookError, Label, StepRef, exception_line, note_preview, traceback_tail
+from ..store.previews import is_picture
 
 _NO_NOTE = object()
 
@@ -126,7 +127,7 @@ class StepFailure(GraphbookError, RuntimeError):
             if error.picture:  # a thumbnail (markdown), or why the item does not open (text)
                 entries["item_preview"] = (
                     dg.MetadataValue.md(error.picture)
-                    if error.picture.startswith("![")
+                    if is_picture(error.picture)
                     else dg.MetadataValue.text(error.picture)
                 )
         entries["note"] = self.note or (error.note if error is not None else None)

@@ -87,10 +87,12 @@ def _as_pil(source: Any) -> Any:
 
     if _is_pil(source):
         return source
+    import torch  # the source is a tensor: torch is loaded
+
     t = source.detach().cpu()
     if t.is_floating_point():
         t = (t.clamp(0, 1) * 255).round()
-    t = t.to(dtype=__import__("torch").uint8)
+    t = t.to(dtype=torch.uint8)
     array = (t[0] if t.dim() == 3 and t.shape[0] == 1 else t).numpy()
     if array.ndim == 3:
         array = array.transpose(1, 2, 0)
