@@ -30,11 +30,21 @@ fi
 # Dagster's formatter and linter settings (ruff, 100 columns; [tool.ruff] in pyproject.toml).
 .venv/bin/ruff format --check --quiet . || { echo "[test] ruff format: run .venv/bin/ruff format ."; exit 1; }
 .venv/bin/ruff check --quiet . || { echo "[test] ruff check failed (see above)"; exit 1; }
-# The type checker on the package ([tool.mypy] in pyproject.toml; the package ships py.typed).
-.venv/bin/python -m mypy || { echo "[test] mypy failed (see above)"; exit 1; }
+# The type checker on the package ([tool.mypy] in pyproject.toml; the package ships py.typed), in
+# the background while the tests run (a cold mypy takes most of a minute); its verdict is read
+# after them.
+mypy_log="$(mktemp)"
+.venv/bin/python -m mypy >"$mypy_log" 2>&1 &
+mypy_pid=$!
 
 # In parallel (pytest-xdist): most tests wait on subprocesses, runs and worker processes, so more
 # workers than the CI machine's 2 cores pay. --dist loadgroup keeps each xdist_group on one
 # worker (tests/conftest.py says which tests share a fixture or must not run beside another).
 # PYTEST_WORKERS=0 runs everything in this one process.
-exec .venv/bin/python -m pytest -q --durations=20 -n "${PYTEST_WORKERS:-4}" --dist loadgroup "$@"
+status=0
+.venv/bin/python -m pytest -q --durations=20 -n "${PYTEST_WORKERS:-4}" --dist loadgroup "$@" || status=$?
+if ! wait "$mypy_pid"; then
+    cat "$mypy_log"; echo "[test] mypy failed (see above)"; status=1
+fi
+rm -f "$mypy_log"
+exit "$status"
