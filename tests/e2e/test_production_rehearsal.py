@@ -108,7 +108,10 @@ class _OneBox:
         from dagster_graphbook.runner.run import _load_notes
 
         result = self.job.execute_in_process(
-            instance=self.instance, partition_key=day, raise_on_error=False
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            instance=self.instance,
+            partition_key=day,
+            raise_on_error=False,
         )
         assert result.success, f"the one-box run of {day} failed"
         self.run_ids.append(result.run_id)
@@ -166,8 +169,8 @@ def _rehearsal_processes(token: str) -> List[str]:
 
 
 def _instance_state(home: Path, run_ids: List[str]) -> Dict[str, Any]:
-    """What the instance holds of ``run_ids``: statuses, event counts by type, the latest
-    materialization of each asset and partition."""
+    """What the instance holds of ``run_ids``: statuses, event counts by type, every
+    materialization of each asset (run, partition, storage id)."""
     with dg.DagsterInstance.from_config(str(home)) as instance:
         state: Dict[str, Any] = {}
         for run_id in run_ids:
@@ -182,11 +185,43 @@ def _instance_state(home: Path, run_ids: List[str]) -> Dict[str, Any]:
         keys = instance.get_asset_keys()
         state["assets"] = sorted(k.to_user_string() for k in keys)
         for key in keys:
-            for day in DAYS:
-                event = instance.get_latest_materialization_event(key, partition=day)
-                if event is not None:
-                    state[f"{key.to_user_string()}@{day}"] = event.run_id
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key), limit=1000
+            ).records
+            state[key.to_user_string()] = sorted(
+                (r.run_id, r.partition_key or "", r.storage_id) for r in records
+            )
     return state
+
+
+# a read of each storage the webserver holds a pooled connection to: runs, event log, and
+# schedules/daemon heartbeats
+PROBE = """
+query($id: ID!) {
+  runOrError(runId: $id) { ... on Run { status } }
+  logsForRun(runId: $id, limit: 1) { ... on EventConnection { cursor } }
+  instance { daemonHealth { allDaemonStatuses { daemonType healthy } } }
+}"""
+
+
+def _until_the_webserver_reconnects(url: str, run_id: str, tries: int = 10) -> int:
+    """Read each storage through the webserver until none fails; the failed reads.
+
+    dagster-webserver holds one pooled connection per storage without SQLAlchemy's pre-ping
+    (dagster-postgres's ``optimize_for_webserver``): after Postgres restarts, the first
+    request on each fails ("server closed the connection unexpectedly") and drops it
+    (dagster-io/dagster#3812, #33879). A mutation meeting one can half-happen (a run row
+    without its enqueued event, never launched), so reads go first."""
+    import requests
+
+    for attempt in range(tries):
+        body = requests.post(
+            f"{url}/graphql", json={"query": PROBE, "variables": {"id": run_id}}, timeout=60
+        ).json()
+        data = body.get("data") or {}
+        if "errors" not in body and all(data.get(k) for k in ("runOrError", "logsForRun")):
+            return attempt
+    raise AssertionError(f"the webserver still fails after {tries} reads: {body}")
 
 
 def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node_and_a_db_crash(
@@ -314,11 +349,12 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
         nodes.name(worker2.node_id, "worker-2")
 
         deadline = time.monotonic() + 600
-        while True:
+        while True:  # the backfill's runs ended (the daemon marks it done in its next loop)
             backfill = web.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
-            if backfill["status"] != "REQUESTED" and all(
-                r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in backfill["runs"]
-            ):
+            ended = [
+                r for r in backfill["runs"] if r["status"] in ("SUCCESS", "FAILURE", "CANCELED")
+            ]
+            if len(ended) == len(DAYS):
                 break
             assert time.monotonic() < deadline, backfill
             assert daemon.poll() is None, (home / "daemon.log").read_text()[-3000:]
@@ -328,7 +364,6 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
             {t["key"]: t["value"] for t in r["tags"]}["dagster/partition"]: r
             for r in backfill["runs"]
         }
-        assert backfill["status"] == "COMPLETED_SUCCESS", backfill
         assert sorted(runs) == list(DAYS)
         assert {day: r["status"] for day, r in runs.items()} == dict.fromkeys(DAYS, "SUCCESS")
         run_ids = [runs[day]["runId"] for day in DAYS]
@@ -345,11 +380,9 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
         ran = {
             (k[0], where) for k, v in shard_jobs.items() for _, where, s in v if s == "SUCCEEDED"
         }
-        assert any(
-            {(r, "head"), (r, "worker")} <= ran or {(r, "head"), (r, "worker-2")} <= ran
-            for r in run_ids
-        ), jobs  # a run with shards on both nodes
-        assert {where for _, where in ran} >= {"head", "worker"}
+        # runs whose shards succeeded on both nodes (the new worker's: the first one's shard
+        # was killed)
+        assert [r for r in run_ids if {(r, "head"), (r, "worker-2")} <= ran], jobs
         # the killed shard: its Ray job failed with the node, the retry's job succeeded
         attempts = jobs[(killed["run"], killed["step"])]
         assert [(j, w) for j, w, _ in attempts][0] == (killed["job"], "worker"), attempts
@@ -379,8 +412,16 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
         pg.stop("immediate")
         pg.start()
         assert _instance_state(home, run_ids) == before
+        stale = _until_the_webserver_reconnects(web.url, run_ids[0])
         again = web.launch(parts.JOB, {}, tags={"dagster/partition": DAYS[0]})
         web.expect_success(again, timeout_s=400)
+        deadline = time.monotonic() + 120  # the daemon's backfill loop runs every 30 s
+        while (
+            web.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]["status"]
+            != "COMPLETED_SUCCESS"
+        ):
+            assert time.monotonic() < deadline, "the backfill was never marked completed"
+            time.sleep(1)
         assert daemon.poll() is None
         fourth_done = time.monotonic()
 
@@ -444,6 +485,7 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
         f"\nrehearsal: one-box days {started - began:.0f} s, parts up {ready - started:.0f} s, "
         f"backfill {backfill_done - launched_at:.0f} s (launch to first shard start "
         f"{first_shard_s:.0f} s), Postgres crash + 4th run "
-        f"{fourth_done - backfill_done:.0f} s, checks {done - fourth_done:.0f} s, parts stopped "
+        f"{fourth_done - backfill_done:.0f} s ({stale} failed reads before the webserver "
+        "reconnected), checks {done - fourth_done:.0f} s, parts stopped "
         f"in {time.monotonic() - done:.0f} s; total {time.monotonic() - began:.0f} s"
     )
