@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -248,13 +250,16 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
     one_box.instance.dispose()
 
     started = time.monotonic()
-    tmp = tmp_path / "tmp"  # the parts' TMPDIR: where files bound for the bucket are staged
-    tmp.mkdir()
+    # the parts' TMPDIR, where files bound for the bucket are staged; short: the processes
+    # make sockets in it (a forkserver's: 107 characters at most)
+    tmp = Path(tempfile.mkdtemp(prefix="gbtmp"))
     home = tmp_path / "home"
     home.mkdir()
-    part_temps: List[str] = []
+    part_temps: List[str] = [str(tmp)]
     with contextlib.ExitStack() as stack:
         import s3fs
+
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
 
         endpoint = stack.enter_context(moto_server())
         s3_env(monkeypatch, endpoint)
@@ -473,7 +478,7 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
 
         # 6. nothing of the notes on local disk: not in the instance's folder, the Ray nodes'
         # and Postgres's folders, nor the staging folder of files bound for the bucket
-        for folder in [home, tmp, *part_temps]:
+        for folder in [home, *part_temps]:
             written = [p for p in Path(folder).rglob("*") if p.suffix in (".pkl", ".parquet")]
             assert written == [], written
         done = time.monotonic()
