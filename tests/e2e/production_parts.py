@@ -481,7 +481,7 @@ def nightly_spec(
     from dagster_graphbook import GraphbookWorkflow, daily_partitions
 
     if ray_address is None:
-        executor: Any = "in_process"
+        executor: Any = None  # graphbook_executor: in process, or multiprocess by run config
     else:
         from dagster_graphbook.integrations.ray import ray_executor
 
@@ -506,6 +506,12 @@ def nightly_definitions(workflow: str, notes_dir: str, **kwargs: Any) -> Any:
     return build_definitions([nightly_spec(workflow, notes_dir, **kwargs)])
 
 
+def nightly_job(workflow: str, notes_dir: str, **kwargs: Any) -> Any:
+    """The job of ``nightly_definitions(workflow, notes_dir, **kwargs)``, rebuilt in each step
+    process (``dg.build_reconstructable_job``)."""
+    return nightly_definitions(workflow, notes_dir, **kwargs).resolve_job_def(JOB)
+
+
 def write_code_location(folder: Path, **kwargs: Any) -> Path:
     """A workspace.yaml (location ``graphbook``) and the definitions file it loads into
     ``folder``: ``nightly_definitions(**kwargs)``, written out as literals (the daemon's and
@@ -524,3 +530,73 @@ def write_code_location(folder: Path, **kwargs: Any) -> Path:
         f"      working_directory: {REPO}\n"
     )
     return workspace
+
+
+# ---------------------------------------------------------------------------------------------
+# A backfill of the job's days through the webserver's GraphQL (the UI's "Launch backfill")
+
+LAUNCH_BACKFILL = """
+mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+  __typename
+  ... on LaunchBackfillSuccess { backfillId }
+  ... on PythonError { message }
+} }"""
+
+BACKFILL = """
+query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill {
+  status
+  runs(limit: 100) { runId status tags { key value } }
+} } }"""
+
+
+def launch_backfill(web: Any, days: Sequence[str]) -> str:
+    """``launchPartitionBackfill`` of the job's partition set (location ``graphbook``) for
+    ``days`` through ``web`` (tests/conftest.py's ``Webserver``); the backfill's id."""
+    launched = web.graphql(
+        LAUNCH_BACKFILL,
+        {
+            "p": {
+                "selector": {
+                    "partitionSetName": f"{JOB}_partition_set",
+                    "repositorySelector": {
+                        "repositoryLocationName": "graphbook",
+                        "repositoryName": "__repository__",
+                    },
+                },
+                "partitionNames": list(days),
+            }
+        },
+    )["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    return launched["backfillId"]
+
+
+def backfill(web: Any, backfill_id: str) -> Dict[str, Any]:
+    """The backfill's status and runs (``runId``, ``status``, ``partition``)."""
+    found = web.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
+    for run in found["runs"]:
+        run["partition"] = {t["key"]: t["value"] for t in run.pop("tags")}.get("dagster/partition")
+    return found
+
+
+def wait_backfill_runs(
+    web: Any,
+    backfill_id: str,
+    count: int,
+    timeout_s: float,
+    alive: Optional[Callable[[], None]] = None,
+) -> List[Dict[str, Any]]:
+    """The backfill's ``count`` runs once all have ended (the daemon marks the backfill
+    itself done in its next loop, up to 30 s later); ``alive()`` is called while waiting
+    (it raises when a part died)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = backfill(web, backfill_id)["runs"]
+        ended = [r for r in runs if r["status"] in ("SUCCESS", "FAILURE", "CANCELED")]
+        if len(ended) == count:
+            return sorted(ended, key=lambda r: r["partition"] or "")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"backfill {backfill_id}: {runs} after {timeout_s:g} s")
+        if alive is not None:
+            alive()
+        time.sleep(1)

@@ -10,13 +10,14 @@ restarted before one more run. Parts: tests/e2e/production_parts.py."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import dagster as dg
 import pandas as pd
@@ -26,26 +27,19 @@ import pytest
 from tests.conftest import Bucket, _shapes_data, moto_server, s3_env, serve_webserver
 from tests.e2e import production_parts as parts
 
-pytestmark = [pytest.mark.rehearsal, pytest.mark.xdist_group("rehearsal")]
+# one group: its parts are started once, on one worker; 4 runs on Ray take 4-7 minutes on a
+# loaded 2-core machine (the suite's timeout is 600 s)
+pytestmark = [
+    pytest.mark.rehearsal,
+    pytest.mark.xdist_group("rehearsal"),
+    pytest.mark.timeout(900),
+]
 
 DAYS = ("2026-04-01", "2026-04-02", "2026-04-03")
 IMAGES = 8  # a day: 4 shards of 2 images
 SHARDS = 4
 KEEP = 1  # notes_keep: the last run of day 1 prunes the first one's versions
 SHARD_OP = "nightly_shapes__ClassifyShapes.nightly_shapes__ClassifyShapes__shard"
-
-LAUNCH_BACKFILL = """
-mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
-  __typename
-  ... on LaunchBackfillSuccess { backfillId }
-  ... on PythonError { message }
-} }"""
-
-BACKFILL = """
-query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill {
-  status
-  runs(limit: 10) { runId status tags { key value } }
-} } }"""
 
 
 def _require_parts() -> None:
@@ -226,80 +220,72 @@ def _until_the_webserver_reconnects(url: str, run_id: str, tries: int = 10) -> i
     raise AssertionError(f"the webserver still fails after {tries} reads: {body}")
 
 
-def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node_and_a_db_crash(
-    project, tmp_path, monkeypatch
-):
-    _require_parts()
-    began = time.monotonic()
-    token = uuid.uuid4().hex
-    monkeypatch.setenv("GRAPHBOOK_REHEARSAL", token)
-    checkpoint = str(project["root"] / "models" / "shapes_cnn.pt")
-    # the same days on one box, local storage: what each rehearsal day must give
-    local_root = tmp_path / "local"
-    for day in DAYS:
-        _shapes_data().make_day(local_root / "incoming", day, IMAGES)
-    one_box = _OneBox(local_root, checkpoint)
-    local = {day: one_box.run(day) for day in DAYS}
-    local_again = one_box.run(DAYS[0])
-    local_notes_files = sorted(
-        str(p.relative_to(local_root / "notes"))
-        for p in (local_root / "notes").rglob("*")
-        if p.is_file()
-    )
-    local_run_ids = list(one_box.run_ids)
-    one_box.instance.dispose()
+@dataclasses.dataclass
+class _Parts:
+    """The rehearsal's running parts."""
 
-    started = time.monotonic()
+    bucket: Bucket
+    pg: parts.Postgres
+    head: parts.RayNode
+    worker: parts.RayNode
+    daemon: Any
+    web: Any
+    home: Path
+    env: Dict[str, str]  # what every part and step adds to its environment (AWS_*, TMPDIR)
+    nodes: _ShardNodes
+    temps: List[str]  # the parts' folders
+
+    def alive(self) -> None:
+        assert self.daemon.poll() is None, (self.home / "daemon.log").read_text()[-3000:]
+
+
+@contextlib.contextmanager
+def _started(
+    tmp_path: Path, token: str, images: Path, checkpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[_Parts]:
+    """The parts, on 127.0.0.1, stopped on exit: moto's S3 server with a bucket holding the
+    days' ``images``; Postgres; a Ray head and a worker node (one logical GPU each); the code
+    location (the nightly demo reading and writing the bucket, on Ray); the daemon and the
+    webserver on the Postgres instance."""
+    import s3fs
+
     # the parts' TMPDIR, where files bound for the bucket are staged; short: the processes
     # make sockets in it (a forkserver's: 107 characters at most)
     tmp = Path(tempfile.mkdtemp(prefix="gbtmp"))
     home = tmp_path / "home"
     home.mkdir()
-    part_temps: List[str] = [str(tmp)]
     with contextlib.ExitStack() as stack:
-        import s3fs
-
         stack.callback(shutil.rmtree, tmp, ignore_errors=True)
-
         endpoint = stack.enter_context(moto_server())
         s3_env(monkeypatch, endpoint)
         name = f"rehearsal-{token[:12]}"
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         fs.mkdir(name)
-        bucket = Bucket(name, endpoint, fs)
         for day in DAYS:
-            for image in (local_root / "incoming" / day).iterdir():
+            for image in (images / day).iterdir():
                 fs.put_file(str(image), f"{name}/incoming/{day}/{image.name}")
-        inputs = set(bucket.objects())
 
         pg = stack.enter_context(parts.postgres_cluster())
-        part_temps.append(str(pg.folder))
         (home / "dagster.yaml").write_text(
             parts.postgres_instance_yaml(pg.url, max_concurrent_runs=1)
         )
-        aws = {k: os.environ[k] for k in os.environ if k.startswith("AWS_")}
-        env = {**aws, "TMPDIR": str(tmp)}
+        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+        env["TMPDIR"] = str(tmp)
         # the head notices a dead node after 3 missed 1 s health checks (Ray: 5 of 3 s)
-        head_env = {
-            **env,
-            "RAY_health_check_period_ms": "1000",
-            "RAY_health_check_failure_threshold": "3",
-        }
-        head = stack.enter_context(parts.ray_node(1, env=head_env))
+        fast = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+        head = stack.enter_context(parts.ray_node(1, env={**env, **fast}))
         nodes = _ShardNodes(head)
         nodes.name(head.node_id, "head")
         worker = stack.enter_context(parts.ray_node(1, head=head, env=env))
         nodes.name(worker.node_id, "worker")
-        part_temps += [head.temp, worker.temp]
         assert head.dashboard is not None
 
-        bucket_root = f"s3://{name}"
         code = tmp_path / "code"
-        workflow = parts.nightly_workflow(code, bucket_root, checkpoint, IMAGES // SHARDS)
+        workflow = parts.nightly_workflow(code, f"s3://{name}", checkpoint, IMAGES // SHARDS)
         workspace = parts.write_code_location(
             code,
             workflow=str(workflow),
-            notes_dir=f"{bucket_root}/notes",
+            notes_dir=f"s3://{name}/notes",
             ray_address=head.dashboard,
             env_vars=[f"{k}={v}" for k, v in env.items()],
             notes_keep=KEEP,
@@ -308,189 +294,201 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
         daemon_env = {**env, "DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS": "0.2"}
         daemon = stack.enter_context(parts.dagster_daemon(workspace, home, env=daemon_env))
         web = stack.enter_context(serve_webserver(workspace, home, instance_yaml=None, env=env))
-        ready = time.monotonic()
-
-        # 1. a 3-day backfill through the webserver's GraphQL, run by the daemon
-        launched = web.graphql(
-            LAUNCH_BACKFILL,
-            {
-                "p": {
-                    "selector": {
-                        "partitionSetName": f"{parts.JOB}_partition_set",
-                        "repositorySelector": {
-                            "repositoryLocationName": "graphbook",
-                            "repositoryName": "__repository__",
-                        },
-                    },
-                    "partitionNames": list(DAYS),
-                }
-            },
-        )["launchPartitionBackfill"]
-        assert launched["__typename"] == "LaunchBackfillSuccess", launched
-        backfill_id = launched["backfillId"]
-        launched_at, launched_wall = time.monotonic(), time.time()
-
-        # 3. the worker node killed (all its processes, SIGKILL) while a shard's job runs there
-        killed: Dict[str, Any] = {}
-        deadline = time.monotonic() + 400
-        while not killed:
-            assert time.monotonic() < deadline, f"no shard ran on the worker: {nodes.jobs()}"
-            assert daemon.poll() is None, (home / "daemon.log").read_text()[-3000:]
-            for (run_id, step), jobs in nodes.jobs().items():
-                running = [j for j in jobs if j[1] == "worker" and j[2] == "RUNNING"]
-                if SHARD_OP in step and running:
-                    killed = {"run": run_id, "step": step, "job": running[0][0]}
-                    killed["groups"] = worker.kill()
-                    break
-            else:
-                time.sleep(0.3)
-        assert parts.group_pids(killed["groups"]) == []
-        deadline = time.monotonic() + 120  # a new node for the next runs, once the head
-        while worker.node_id in parts.alive_nodes(head):  # counts the dead one out
-            assert time.monotonic() < deadline, "the head never saw the worker node die"
-            time.sleep(0.5)
-        worker2 = stack.enter_context(parts.ray_node(1, head=head, env=env))
-        part_temps.append(worker2.temp)
-        nodes.name(worker2.node_id, "worker-2")
-
-        deadline = time.monotonic() + 600
-        while True:  # the backfill's runs ended (the daemon marks it done in its next loop)
-            backfill = web.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
-            ended = [
-                r for r in backfill["runs"] if r["status"] in ("SUCCESS", "FAILURE", "CANCELED")
-            ]
-            if len(ended) == len(DAYS):
-                break
-            assert time.monotonic() < deadline, backfill
-            assert daemon.poll() is None, (home / "daemon.log").read_text()[-3000:]
-            time.sleep(1)
-        backfill_done = time.monotonic()
-        runs = {
-            {t["key"]: t["value"] for t in r["tags"]}["dagster/partition"]: r
-            for r in backfill["runs"]
-        }
-        assert sorted(runs) == list(DAYS)
-        assert {day: r["status"] for day, r in runs.items()} == dict.fromkeys(DAYS, "SUCCESS")
-        run_ids = [runs[day]["runId"] for day in DAYS]
-
-        # 2. which node ran which shard (Ray's job info: the node of its driver)
-        jobs = nodes.jobs()
-        print("\nshard -> [(Ray job, node, status)] by day:")
-        for day, run_id in zip(DAYS, run_ids):
-            for (rid, step), where in sorted(jobs.items()):
-                if rid == run_id and SHARD_OP in step:
-                    print(f"  {day} {step.rsplit('__', 1)[1]}: {where}")
-        shard_jobs = {k: v for k, v in jobs.items() if SHARD_OP in k[1] and k[0] in run_ids}
-        assert len(shard_jobs) == SHARDS * len(DAYS)
-        ran = {
-            (k[0], where) for k, v in shard_jobs.items() for _, where, s in v if s == "SUCCEEDED"
-        }
-        # runs whose shards succeeded on both nodes (the new worker's: the first one's shard
-        # was killed)
-        assert [r for r in run_ids if {(r, "head"), (r, "worker-2")} <= ran], jobs
-        # the killed shard: its Ray job failed with the node, the retry's job succeeded
-        attempts = jobs[(killed["run"], killed["step"])]
-        assert [(j, w) for j, w, _ in attempts][0] == (killed["job"], "worker"), attempts
-        assert [s for *_, s in attempts] == ["FAILED", "SUCCEEDED"], attempts
-        assert attempts[1][0] == f"{killed['job']}-1"
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            retried = instance.get_records_for_run(
-                killed["run"], of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY
-            ).records
-            starts = instance.get_records_for_run(
-                run_ids[0], of_type=dg.DagsterEventType.STEP_START
-            ).records
-        assert [r.event_log_entry.step_key for r in retried] == [killed["step"]]
-        first_shard_s = (
-            min(
-                r.event_log_entry.timestamp
-                for r in starts
-                if SHARD_OP in r.event_log_entry.step_key
-            )
-            - launched_wall
+        yield _Parts(
+            bucket=Bucket(name, endpoint, fs),
+            pg=pg,
+            head=head,
+            worker=worker,
+            daemon=daemon,
+            web=web,
+            home=home,
+            env=env,
+            nodes=nodes,
+            temps=[str(tmp), str(pg.folder), head.temp, worker.temp],
         )
 
-        # 4. Postgres crashed (stop -m immediate: WAL recovery at start) and started between
-        # two runs: nothing lost, and the next run, launched through the webserver and
-        # dequeued by the daemon, succeeds
-        before = _instance_state(home, run_ids)
-        pg.stop("immediate")
-        pg.start()
-        assert _instance_state(home, run_ids) == before
-        stale = _until_the_webserver_reconnects(web.url, run_ids[0])
-        again = web.launch(parts.JOB, {}, tags={"dagster/partition": DAYS[0]})
-        web.expect_success(again, timeout_s=400)
+
+def _kill_the_worker_mid_shard(p: _Parts, stack: contextlib.ExitStack) -> Dict[str, Any]:
+    """SIGKILL the worker node (every process of it) once a shard's Ray job runs there; start
+    a new worker node (``worker-2``) once the head counts the dead one out. The killed job's
+    run, step and submission id."""
+    deadline = time.monotonic() + 400
+    while True:
+        assert time.monotonic() < deadline, f"no shard ran on the worker: {p.nodes.jobs()}"
+        p.alive()
+        for (run_id, step), jobs in p.nodes.jobs().items():
+            running = [j for j in jobs if j[1] == "worker" and j[2] == "RUNNING"]
+            if SHARD_OP in step and running:
+                groups = p.worker.kill()
+                assert parts.group_pids(groups) == []
+                killed = {"run": run_id, "step": step, "job": running[0][0]}
+                deadline = time.monotonic() + 120
+                while p.worker.node_id in parts.alive_nodes(p.head):
+                    assert time.monotonic() < deadline, "the head never saw the worker die"
+                    time.sleep(0.5)
+                worker2 = stack.enter_context(parts.ray_node(1, head=p.head, env=p.env))
+                p.temps.append(worker2.temp)
+                p.nodes.name(worker2.node_id, "worker-2")
+                return killed
+        time.sleep(0.3)
+
+
+def _check_shards(p: _Parts, run_ids: List[str], killed: Dict[str, Any]) -> None:
+    """Shards ran on both nodes; the killed shard's Ray job failed with its node and its
+    retry's job succeeded (Dagster's retry after the failed health check)."""
+    jobs = p.nodes.jobs()
+    print("\nshard -> [(Ray job, node, status)] by run:")
+    for run_id in run_ids:
+        for (rid, step), where in sorted(jobs.items()):
+            if rid == run_id and SHARD_OP in step:
+                print(f"  {run_id[:8]} {step.rsplit('__', 1)[1]}: {where}")
+    shard_jobs = {k: v for k, v in jobs.items() if SHARD_OP in k[1] and k[0] in run_ids}
+    assert len(shard_jobs) == SHARDS * len(run_ids)
+    ran = {(k[0], where) for k, v in shard_jobs.items() for _, where, s in v if s == "SUCCEEDED"}
+    # runs whose shards succeeded on both nodes (the new worker's: the first one's shard died)
+    assert [r for r in run_ids if {(r, "head"), (r, "worker-2")} <= ran], jobs
+    attempts = jobs[(killed["run"], killed["step"])]
+    assert [(j, w) for j, w, _ in attempts][0] == (killed["job"], "worker"), attempts
+    assert [s for *_, s in attempts] == ["FAILED", "SUCCEEDED"], attempts
+    assert attempts[1][0] == f"{killed['job']}-1"
+    with dg.DagsterInstance.from_config(str(p.home)) as instance:
+        retried = instance.get_records_for_run(
+            killed["run"], of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY
+        ).records
+    assert [r.event_log_entry.step_key for r in retried] == [killed["step"]]
+
+
+def _first_shard_start(home: Path, run_id: str) -> float:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        starts = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START)
+    return min(
+        r.event_log_entry.timestamp
+        for r in starts.records
+        if SHARD_OP in (r.event_log_entry.step_key or "")
+    )
+
+
+def _stored_by_run(keys: List[str], run_ids: List[str]) -> List[str]:
+    """``keys`` with each run's id spelled as its place in ``run_ids`` (r1, r2, ...)."""
+    out = []
+    for key in keys:
+        for n, run_id in enumerate(run_ids):
+            key = key.replace(run_id, f"r{n + 1}")
+        out.append(key)
+    return sorted(out)
+
+
+def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node_and_a_db_crash(
+    project, tmp_path, monkeypatch
+):
+    """The scenario of the module docstring; each day's notes, tables and files as the same
+    day's on one box with local storage, nothing of them on local disk, the bucket holding
+    what retention keeps, and no process of the rehearsal left afterwards."""
+    from dagster_graphbook.defs.definitions import build_workflow
+    from dagster_graphbook.plan.translator import GraphbookTranslator
+    from dagster_graphbook.runner.run import _load_notes
+
+    _require_parts()
+    began = time.monotonic()
+    token = uuid.uuid4().hex  # in every part's environment (_rehearsal_processes)
+    monkeypatch.setenv("GRAPHBOOK_REHEARSAL", token)
+    checkpoint = str(project["root"] / "models" / "shapes_cnn.pt")
+    # the days on one box with local storage (day 1 twice, as below): what each must give
+    local_root = tmp_path / "local"
+    for day in DAYS:
+        _shapes_data().make_day(local_root / "incoming", day, IMAGES)
+    one_box = _OneBox(local_root, checkpoint)
+    local = {day: one_box.run(day) for day in DAYS}
+    local_again = one_box.run(DAYS[0])
+    local_notes = [
+        str(f.relative_to(local_root / "notes"))
+        for f in (local_root / "notes").rglob("*")
+        if f.is_file()
+    ]
+    one_box.instance.dispose()
+
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        p = stack.enter_context(
+            _started(tmp_path, token, local_root / "incoming", checkpoint, monkeypatch)
+        )
+        ready = time.monotonic()
+        inputs = set(p.bucket.objects())
+        # 1. a 3-day backfill through the webserver's GraphQL, run by the daemon
+        launched_wall = time.time()
+        backfill = parts.launch_backfill(p.web, DAYS)
+        # 3. the worker node killed while a shard runs there
+        killed = _kill_the_worker_mid_shard(p, stack)
+        runs = parts.wait_backfill_runs(p.web, backfill, len(DAYS), 600, p.alive)
+        backfill_s, backfill_done = time.time() - launched_wall, time.monotonic()
+        assert [(r["partition"], r["status"]) for r in runs] == [(d, "SUCCESS") for d in DAYS]
+        run_ids = [r["runId"] for r in runs]
+        # 2. which node ran which shard (Ray's job info: the node of its driver)
+        _check_shards(p, run_ids, killed)
+        first_shard_s = _first_shard_start(p.home, run_ids[0]) - launched_wall
+
+        # 4. Postgres crashed (stop -m immediate: WAL recovery at start) between two runs:
+        # nothing lost; the next run, launched through the webserver and dequeued by the
+        # daemon, succeeds
+        before = _instance_state(p.home, run_ids)
+        p.pg.stop("immediate")
+        p.pg.start()
+        assert _instance_state(p.home, run_ids) == before
+        stale = _until_the_webserver_reconnects(p.web.url, run_ids[0])
+        again = p.web.launch(parts.JOB, {}, tags={"dagster/partition": DAYS[0]})
+        p.web.expect_success(again, timeout_s=400)
         deadline = time.monotonic() + 120  # the daemon's backfill loop runs every 30 s
-        while (
-            web.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]["status"]
-            != "COMPLETED_SUCCESS"
-        ):
+        while parts.backfill(p.web, backfill)["status"] != "COMPLETED_SUCCESS":
             assert time.monotonic() < deadline, "the backfill was never marked completed"
             time.sleep(1)
-        assert daemon.poll() is None
+        p.alive()
         fourth_done = time.monotonic()
 
-        # 5. each day's notes, tables and files as on one box with local storage
-        from dagster_graphbook.defs.definitions import build_workflow
-        from dagster_graphbook.plan.translator import GraphbookTranslator
-        from dagster_graphbook.runner.run import _load_notes
-
-        spec = parts.nightly_spec(str(workflow), f"{bucket_root}/notes", notes_keep=KEEP)
-        wdefs = build_workflow(spec)
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            # day 1's first run: its notes were pruned by the 4th run (KEEP); the 4th's
-            notes = _load_notes(again, wdefs, GraphbookTranslator(), instance)
-            assert _localized(notes, bucket_root, str(local_root)) == local_again[0]
-            tables = _tables(instance, again)
-            assert _localized(tables, bucket_root, str(local_root)) == local_again[1]
-            for day, run_id in zip(DAYS[1:], run_ids[1:]):
+        # 5. each day's notes, tables and files as on one box with local storage (day 1's
+        # first run's notes were pruned by the 4th run, KEEP: the 4th's)
+        root = p.bucket.url
+        workflow = str(tmp_path / "code" / "nightly_shapes.json")
+        wdefs = build_workflow(parts.nightly_spec(workflow, f"{root}/notes"))
+        expected = {DAYS[0]: local_again, **{day: local[day] for day in DAYS[1:]}}
+        with dg.DagsterInstance.from_config(str(p.home)) as instance:
+            for day, run_id in zip(DAYS, [again, *run_ids[1:]]):
                 notes = _load_notes(run_id, wdefs, GraphbookTranslator(), instance)
-                assert _localized(notes, bucket_root, str(local_root)) == local[day][0], day
-                assert (
-                    _localized(_tables(instance, run_id), bucket_root, str(local_root))
-                    == (local[day][1])
-                ), day
-        objects = bucket.objects()
+                assert _localized(notes, root, str(local_root)) == expected[day][0], day
+                tables = _tables(instance, run_id)
+                assert _localized(tables, root, str(local_root)) == expected[day][1], day
+        objects = p.bucket.objects()
         for day in DAYS:
             files = {
-                k[len(f"outputs/{day}/") :]: fs.cat_file(f"{name}/{k}")
+                k[len(f"outputs/{day}/") :]: p.bucket.fs.cat_file(f"{p.bucket.name}/{k}")
                 for k in objects
                 if k.startswith(f"outputs/{day}/")
             }
             assert files == local[day][2] and files, day
 
-        # 7. the bucket holds what retention keeps, as the local notes folder does: the same
-        # objects, run by run (the one-box runs in the same order), no temporaries
-        order = dict(zip(run_ids + [again], ("r1", "r2", "r3", "r4")))
-        local_order = dict(zip(local_run_ids, ("r1", "r2", "r3", "r4")))
-
-        def by_run(key: str, ids: Dict[str, str]) -> str:
-            for run_id, label in ids.items():
-                key = key.replace(run_id, label)
-            return key
-
-        stored = sorted(
-            by_run(k[len("notes/") :], order) for k in objects if k.startswith("notes/")
+        # 7. the bucket holds what retention keeps, as the local notes folder does after the
+        # same runs: the same objects, run by run; nothing else, no temporaries
+        stored = [k[len("notes/") :] for k in objects if k.startswith("notes/")]
+        assert _stored_by_run(stored, [*run_ids, again]) == _stored_by_run(
+            local_notes, one_box.run_ids
         )
-        assert stored == sorted(by_run(k, local_order) for k in local_notes_files)
         assert set(objects) - inputs == {k for k in objects if k.startswith(("notes/", "outputs/"))}
-        assert not [k for k in objects if "/.tmp-" in k or k.split("/")[-1].startswith(".tmp-")]
+        assert not [k for k in objects if k.split("/")[-1].startswith(".tmp-")]
 
         # 6. nothing of the notes on local disk: not in the instance's folder, the Ray nodes'
         # and Postgres's folders, nor the staging folder of files bound for the bucket
-        for folder in [home, *part_temps]:
-            written = [p for p in Path(folder).rglob("*") if p.suffix in (".pkl", ".parquet")]
+        temps = list(p.temps)
+        for folder in [p.home, *temps]:
+            written = [f for f in Path(folder).rglob("*") if f.suffix in (".pkl", ".parquet")]
             assert written == [], written
         done = time.monotonic()
 
-    # 7. no process of the rehearsal left, and no folder of its parts
+    # 7. no process of the rehearsal left, and none of its parts' folders
     assert _rehearsal_processes(token) == []
-    assert [t for t in part_temps if os.path.exists(t)] == []
+    assert [t for t in temps if os.path.exists(t)] == []
     print(
         f"\nrehearsal: one-box days {started - began:.0f} s, parts up {ready - started:.0f} s, "
-        f"backfill {backfill_done - launched_at:.0f} s (launch to first shard start "
-        f"{first_shard_s:.0f} s), Postgres crash + 4th run "
-        f"{fourth_done - backfill_done:.0f} s ({stale} failed reads before the webserver "
-        "reconnected), checks {done - fourth_done:.0f} s, parts stopped "
-        f"in {time.monotonic() - done:.0f} s; total {time.monotonic() - began:.0f} s"
+        f"backfill {backfill_s:.0f} s (launch to the first shard's start {first_shard_s:.0f} "
+        f"s), Postgres crash + 4th run {fourth_done - backfill_done:.0f} s ({stale} "
+        f"failed reads before the webserver reconnected), checks {done - fourth_done:.0f} s, "
+        f"parts stopped in {time.monotonic() - done:.0f} s; total {time.monotonic() - began:.0f} s"
     )
