@@ -18,7 +18,9 @@ Three modes, interleaved repeat by repeat, each the nightly job with ``ClassifyS
   dequeued by the daemon and recorded in Postgres, each step a Ray job on the two-node cluster
   (each shard asks for a GPU: two run at once, one a node), notes in the bucket.
 
-Read from each run's events: wall (RUN_START to RUN_SUCCESS, the same in every mode), items/s;
+Read from each run's events: wall (RUN_START to RUN_SUCCESS, the same in every mode), items/s,
+the steps' start-up (a step's launch to its STEP_START: a process, imports, the job rebuilt;
+a Ray job's placement too) and own seconds (STEP_START to STEP_SUCCESS), summed over steps;
 the per-item overhead of the bucket (one box, bucket less one box) and of Ray (two nodes less one
 box, bucket); for the backfill, launch to the run's creation (the daemon's backfill loop, every
 30 s: Dagster's DEFAULT_DAEMON_INTERVAL_SECONDS), to RUN_START (the queue, the run worker) and
@@ -82,11 +84,21 @@ def _events(instance: dg.DagsterInstance, run_id: str) -> Dict[str, float]:
     """The run's RUN_START, RUN_SUCCESS and first shard STEP_START times (epoch seconds) and
     its creation time."""
     found: Dict[str, float] = {}
+    launched: Dict[str, float] = {}
+    started: Dict[str, float] = {}
+    startup = own = 0.0
     for entry in instance.all_logs(run_id):
         event = entry.dagster_event
         if event is None:
             continue
-        kind = event.event_type_value
+        kind, step = event.event_type_value, entry.step_key or ""
+        if kind == "STEP_WORKER_STARTING":
+            launched[step] = entry.timestamp
+        elif kind == "STEP_START":
+            started[step] = entry.timestamp
+            startup += entry.timestamp - launched.get(step, entry.timestamp)
+        elif kind == "STEP_SUCCESS":
+            own += entry.timestamp - started[step]
         if kind in ("PIPELINE_START", "RUN_START"):
             found["start"] = entry.timestamp
         elif kind in ("PIPELINE_SUCCESS", "RUN_SUCCESS"):
@@ -96,6 +108,7 @@ def _events(instance: dg.DagsterInstance, run_id: str) -> Dict[str, float]:
     record = instance.get_run_record_by_id(run_id)
     assert record is not None and "end" in found, f"run {run_id} did not succeed"
     found["created"] = record.create_timestamp.timestamp()
+    found["startup"], found["own"] = startup, own
     return found
 
 
@@ -127,7 +140,12 @@ def _one_box(
             raise SystemExit(f"the one-box run {result.run_id} failed: see {home}")
         times = _events(instance, result.run_id)
     wall = times["end"] - times["start"]
-    return {"wall": wall, "items_s": images / wall}
+    return {
+        "wall": wall,
+        "items_s": images / wall,
+        "startup": times["startup"],
+        "own": times["own"],
+    }
 
 
 def _two_nodes(web: Any, home: Path, images: int) -> Dict[str, float]:
@@ -143,6 +161,8 @@ def _two_nodes(web: Any, home: Path, images: int) -> Dict[str, float]:
     return {
         "wall": wall,
         "items_s": images / wall,
+        "startup": times["startup"],
+        "own": times["own"],
         "to_created": times["created"] - launched,
         "to_start": times["start"] - launched,
         "to_first_shard": times["first_shard"] - launched,
@@ -247,11 +267,17 @@ def _report(
 ) -> None:
     base = _median(runs["one box"], "wall")
     print()
-    print("| mode | wall s (median, RUN_START to RUN_SUCCESS) | items/s | vs one box |")
-    print("| --- | --- | --- | --- |")
+    print(
+        "| mode | wall s (median, RUN_START to RUN_SUCCESS) | items/s | vs one box "
+        "| steps' start-up s (sum) | steps' own s (sum) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
     for mode, rs in runs.items():
         wall = _median(rs, "wall")
-        print(f"| {mode} | {wall:.1f} | {args.images / wall:.1f} | {wall / base:.2f}x |")
+        print(
+            f"| {mode} | {wall:.1f} | {args.images / wall:.1f} | {wall / base:.2f}x "
+            f"| {_median(rs, 'startup'):.1f} | {_median(rs, 'own'):.1f} |"
+        )
     bucket = _median(runs["one box, bucket"], "wall")
     ray = _median(runs["two nodes, bucket"], "wall")
     print(

@@ -39,19 +39,20 @@ DAYS = ("2026-04-01", "2026-04-02", "2026-04-03")
 IMAGES = 8  # a day: 4 shards of 2 images
 SHARDS = 4
 KEEP = 1  # notes_keep: the last run of day 1 prunes the first one's versions
+
+# skip, saying why, where a part cannot run here (before the session's checkpoint is trained)
+pytest.importorskip("dagster_postgres", reason="needs dagster-postgres (the postgres extra)")
+pytest.importorskip("psycopg2", reason="needs psycopg2 (dagster-postgres brings it)")
+pytest.importorskip("dagster_ray", reason="needs dagster-ray (the distributed extra)")
+pytest.importorskip("ray.dashboard", reason="needs ray[default] (the distributed extra)")
+pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
+pytest.importorskip("s3fs", reason="needs s3fs (the s3 extra)")
+try:
+    parts.postgres_bin()
+except parts.PartUnavailable as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
 SHARD_OP = "nightly_shapes__ClassifyShapes.nightly_shapes__ClassifyShapes__shard"
-
-
-def _require_parts() -> None:
-    """Skip, saying why, where a part cannot run here."""
-    pytest.importorskip("dagster_postgres", reason="needs dagster-postgres (the postgres extra)")
-    pytest.importorskip("psycopg2", reason="needs psycopg2 (dagster-postgres brings it)")
-    pytest.importorskip("dagster_ray", reason="needs dagster-ray (the distributed extra)")
-    pytest.importorskip("ray.dashboard", reason="needs ray[default] (the distributed extra)")
-    try:
-        parts.postgres_bin()
-    except parts.PartUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _localized(value: Any, bucket_root: str, local_root: str) -> Any:
@@ -388,7 +389,6 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
     from dagster_graphbook.plan.translator import GraphbookTranslator
     from dagster_graphbook.runner.run import _load_notes
 
-    _require_parts()
     began = time.monotonic()
     token = uuid.uuid4().hex  # in every part's environment (_rehearsal_processes)
     monkeypatch.setenv("GRAPHBOOK_REHEARSAL", token)
