@@ -38,7 +38,7 @@ if ! have_postgres; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "[test] installing postgresql (apt-get) for the production rehearsal"
         log="$(mktemp)"
-        # the package's own cluster is not wanted (the rehearsal makes one in a temporary folder)
+        # the rehearsal makes a cluster of its own in a temporary folder (not the package's default one)
         if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
                 postgresql; } >"$log" 2>&1; then
             echo "[test] could not install postgresql; the rehearsal will be skipped. apt-get said:"

@@ -1,9 +1,10 @@
 """The parts of a production deployment, started on 127.0.0.1 and stopped afterwards: a
 PostgreSQL cluster of its own, Ray nodes (a head and workers joining it), ``dagster-daemon run``
-(and, from tests/conftest.py, ``dagster-webserver``). Shared by the rehearsal
+(``dagster-webserver``: tests/conftest.py's ``serve_webserver``); the nightly demo's code
+location for them, and a backfill through the webserver's GraphQL. Shared by the rehearsal
 (tests/e2e/test_production_rehearsal.py), the Ray tests (tests/e2e/test_deploy_distributed.py)
-and benchmarks/bench_deploy.py. Each part runs in process groups of its own; what it could not
-start raises ``PartUnavailable`` naming why (a test turns that into a skip)."""
+and benchmarks/bench_deploy.py. Each part runs in process groups of its own; one that cannot
+run here raises ``PartUnavailable`` naming why (a test turns that into a skip)."""
 
 from __future__ import annotations
 
