@@ -27,6 +27,29 @@ if ! have_chromium; then
     fi
 fi
 
+# tests/e2e/test_production_rehearsal.py starts a PostgreSQL cluster of its own from Debian's postgresql
+# package (initdb, pg_ctl: on PATH or in /usr/lib/postgresql/N/bin). Install it when missing and we can
+# (root with apt-get); otherwise the rehearsal skips and says why.
+have_postgres() {
+    { command -v initdb >/dev/null && command -v pg_ctl >/dev/null; } ||
+        ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1
+}
+if ! have_postgres; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "[test] installing postgresql (apt-get) for the production rehearsal"
+        log="$(mktemp)"
+        # the rehearsal makes a cluster of its own in a temporary folder (not the package's default one)
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                postgresql; } >"$log" 2>&1; then
+            echo "[test] could not install postgresql; the rehearsal will be skipped. apt-get said:"
+            tail -n 5 "$log"
+        fi
+        rm -f "$log"
+    else
+        echo "[test] no PostgreSQL server binaries, and no root apt-get to install them: the rehearsal will be skipped"
+    fi
+fi
+
 # Dagster's formatter and linter settings (ruff, 100 columns; [tool.ruff] in pyproject.toml).
 .venv/bin/ruff format --check --quiet . || { echo "[test] ruff format: run .venv/bin/ruff format ."; exit 1; }
 .venv/bin/ruff check --quiet . || { echo "[test] ruff check failed (see above)"; exit 1; }

@@ -332,9 +332,15 @@ def webserver(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
+def serve_webserver(
+    workspace: Path,
+    home: Path,
+    instance_yaml: Optional[str] = WEBSERVER_INSTANCE_YAML,
+    env: Optional[Dict[str, str]] = None,
+) -> Iterator[Webserver]:
     """``dagster-webserver -w WORKSPACE`` (run from the repository root) with its instance in
-    ``home``, on a free loopback port; stopped on exit."""
+    ``home``, on a free loopback port; stopped on exit. ``instance_yaml`` is written as the
+    instance's ``dagster.yaml`` (None: keep the one there); ``env`` adds to its environment."""
     import os
     import signal
     import subprocess
@@ -343,7 +349,8 @@ def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
 
     import requests
 
-    (home / "dagster.yaml").write_text(WEBSERVER_INSTANCE_YAML)
+    if instance_yaml is not None:
+        (home / "dagster.yaml").write_text(instance_yaml)
     port = _free_port()
     log_path = home / "webserver.log"
     # the checkout first: the code servers run in their location's working directory, where an
@@ -367,7 +374,7 @@ def serve_webserver(workspace: Path, home: Path) -> Iterator[Webserver]:
                 str(port),
             ],
             cwd=REPO,
-            env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": pythonpath},
+            env={**os.environ, **(env or {}), "DAGSTER_HOME": str(home), "PYTHONPATH": pythonpath},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -187,104 +187,18 @@ def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, da
 # Ray: a head node on 127.0.0.1 with its job server; dagster-ray runs each step as a Ray job
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _ray_head(gpus: int) -> Iterator[str]:
-    """``ray start --head --block`` with ``gpus`` logical GPUs, in its own process group (stopped
-    by killing that group); yields its job server's address."""
-    import signal
-    import tempfile
-    import time
+    """A Ray head with ``gpus`` logical GPUs (``production_parts.ray_node``: its own process
+    group, temporary folder and ports); yields its job server's address."""
+    from tests.e2e.production_parts import PartUnavailable, ray_node
 
-    pytest.importorskip(
-        "dagster_ray", reason="needs the distributed extra: pip install -e '.[distributed]'"
-    )
-    pytest.importorskip(
-        "ray.dashboard", reason="needs ray[default] (the job server) from the distributed extra"
-    )
-    ray = Path(sys.executable).with_name("ray")
-    temp = tempfile.mkdtemp(prefix="gbray")  # short: Ray's socket paths must fit in 107 characters
-    dashboard = _free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "RAY_USAGE_STATS_ENABLED": "0",
-        # Ray 2.60 turns token auth on for a cluster when ~/.ray/auth_token exists (a local
-        # `ray.init()` writes one): the readiness probe below would then never get in
-        "RAY_AUTH_MODE": "disabled",
-        "PATH": os.pathsep.join([str(ray.parent), os.environ.get("PATH", "")]),
-    }  # the step's entrypoint is `dagster api ...`
-    cmd = [
-        str(ray),
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address=127.0.0.1",
-        f"--port={_free_port()}",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard}",
-        # ports of their own, not Ray's defaults: two heads at once (tests running side by side)
-        # would share the job agent's, and one of them would take no jobs
-        *(
-            f"--{name}-port={_free_port()}"
-            for name in (
-                "dashboard-agent-listen",
-                "dashboard-agent-grpc",
-                "runtime-env-agent",
-                "metrics-export",
-                "ray-client-server",
-            )
-        ),
-        "--num-cpus=2",
-        f"--num-gpus={gpus}",  # logical GPUs: Ray schedules and hands out ids, none is touched
-        "--include-dashboard=true",
-        f"--temp-dir={temp}",
-    ]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    address = f"http://127.0.0.1:{dashboard}"
     try:
-        import requests
-
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"{address}/api/version", timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the Ray head did not start (exit {proc.poll()})")
-            time.sleep(1)
-        from ray.job_submission import JobSubmissionClient
-
-        while True:  # its job agent takes jobs a while after the job server answers
-            try:
-                JobSubmissionClient(address).submit_job(entrypoint="true")
-                break
-            except RuntimeError:  # "No available agent to submit job, please try again later"
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
-        yield address
-    finally:
-        # `ray start --block` takes 35-60 s to stop gracefully; the tests are done with it, and
-        # SIGKILL to the group after a short grace leaves no Ray process and nothing in /dev/shm
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+        with ray_node(gpus) as head:
+            assert head.dashboard is not None
+            yield head.dashboard
+    except PartUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")

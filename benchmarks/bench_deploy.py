@@ -1,0 +1,307 @@
+"""By-hand benchmark: one day of the nightly demo on one box with local storage, and the same day
+on the production rehearsal's parts (issue 34).
+
+    .venv/bin/python benchmarks/bench_deploy.py [--images 64] [--repeats 1] [--shards 4]
+
+Not a test. The day's images and the demo's CNN are made once into benchmarks/.data/deploy/
+(ignored by git). The parts are those of tests/e2e/test_production_rehearsal.py
+(tests/e2e/production_parts.py): moto's S3 server, a PostgreSQL cluster of its own, a Ray head
+and a worker node on 127.0.0.1 (one logical GPU each), ``dagster-daemon`` and
+``dagster-webserver``; all are up for the whole benchmark (idle while the one-box modes run).
+Three modes, interleaved repeat by repeat, each the nightly job with ``ClassifyShapes`` in
+``--shards`` shards:
+
+- one box: graphbook_executor's multiprocess mode (a process per step, forked from a server),
+  a sqlite instance, images, notes and outputs on local disk;
+- one box, bucket: the same with the images, notes and outputs in the bucket (s3fs);
+- two nodes, bucket: a one-day backfill launched through the webserver's GraphQL, its run
+  dequeued by the daemon and recorded in Postgres, each step a Ray job on the two-node cluster
+  (each shard asks for a GPU: two run at once, one a node), notes in the bucket.
+
+Read from each run's events: wall (RUN_START to RUN_SUCCESS, the same in every mode), items/s,
+the steps' start-up (a step's launch to its STEP_START: a process, imports, the job rebuilt;
+a Ray job's placement too) and own seconds (STEP_START to STEP_SUCCESS), summed over steps;
+the per-item overhead of the bucket (one box, bucket less one box) and of Ray (two nodes less one
+box, bucket); for the backfill, launch to the run's creation (the daemon's backfill loop, every
+30 s: Dagster's DEFAULT_DAEMON_INTERVAL_SECONDS), to RUN_START (the queue, the run worker) and
+to the first shard's STEP_START. Prints medians and the ratio of the two-node bucket day's wall
+to the one-box day's (the issue's goal: at most 1.3x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import dagster as dg
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))  # the parts module and the tests' servers
+
+from tests.conftest import moto_server, serve_webserver  # noqa: E402
+from tests.e2e import production_parts as parts  # noqa: E402
+
+CACHE = HERE / ".data" / "deploy"
+DAY = "2026-04-01"
+MODES = ("one box", "one box, bucket", "two nodes, bucket")
+QUIET = {"console": {"config": {"log_level": "WARNING"}}}
+
+
+def _inputs(images: int) -> Dict[str, Path]:
+    """The day's images (``<root>/incoming/<DAY>``) and the CNN, made by the demo's own
+    scripts when missing."""
+    scripts = REPO / "examples" / "nightly"
+    root = CACHE / f"images_{images}"
+    if not (root / "incoming" / DAY).is_dir():
+        print(f"[bench] writing {images} images into {root / 'incoming' / DAY}", flush=True)
+        subprocess.run(
+            [sys.executable, str(scripts / "shapes_data.py"), "--root", str(root / "incoming")]
+            + ["--date", DAY, "--count", str(images)],
+            check=True,
+        )
+    checkpoint = CACHE / "shapes_cnn.pt"
+    if not checkpoint.is_file():
+        print(f"[bench] training the shapes CNN into {checkpoint}", flush=True)
+        subprocess.run(
+            [sys.executable, str(scripts / "train_shapes_cnn.py"), "--out", str(checkpoint)]
+            + ["--train-count", "2000", "--epochs", "8"],
+            check=True,
+        )
+    return {"root": root, "checkpoint": checkpoint}
+
+
+def _events(instance: dg.DagsterInstance, run_id: str) -> Dict[str, float]:
+    """The run's RUN_START, RUN_SUCCESS and first shard STEP_START times (epoch seconds) and
+    its creation time."""
+    found: Dict[str, float] = {}
+    launched: Dict[str, float] = {}
+    started: Dict[str, float] = {}
+    startup = own = 0.0
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None:
+            continue
+        kind, step = event.event_type_value, entry.step_key or ""
+        if kind == "STEP_WORKER_STARTING":
+            launched[step] = entry.timestamp
+        elif kind == "STEP_START":
+            started[step] = entry.timestamp
+            startup += entry.timestamp - launched.get(step, entry.timestamp)
+        elif kind == "STEP_SUCCESS":
+            own += entry.timestamp - started[step]
+        if kind in ("PIPELINE_START", "RUN_START"):
+            found["start"] = entry.timestamp
+        elif kind in ("PIPELINE_SUCCESS", "RUN_SUCCESS"):
+            found["end"] = entry.timestamp
+        elif kind == "STEP_START" and "__shard[" in (entry.step_key or ""):
+            found.setdefault("first_shard", entry.timestamp)
+    record = instance.get_run_record_by_id(run_id)
+    assert record is not None and "end" in found, f"run {run_id} did not succeed"
+    found["created"] = record.create_timestamp.timestamp()
+    found["startup"], found["own"] = startup, own
+    return found
+
+
+def _one_box(
+    home: Path, workflow: Path, notes_dir: str, shards: int, images: int
+) -> Dict[str, float]:
+    """The day on one box: the job on graphbook_executor's multiprocess mode."""
+    from dagster_graphbook.defs.executor import MULTIPROCESS
+
+    recon = dg.build_reconstructable_job(
+        "tests.e2e.production_parts",
+        "nightly_job",
+        reconstructable_kwargs={
+            "workflow": str(workflow),
+            "notes_dir": notes_dir,
+            "shards": shards,
+        },
+        reconstructor_working_directory=str(REPO),
+    )
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        result = dg.execute_job(
+            recon,
+            instance=instance,
+            run_config={"execution": {"config": dict(MULTIPROCESS)}, "loggers": QUIET},
+            tags={"dagster/partition": DAY},
+            raise_on_error=False,
+        )
+        if not result.success:
+            raise SystemExit(f"the one-box run {result.run_id} failed: see {home}")
+        times = _events(instance, result.run_id)
+    wall = times["end"] - times["start"]
+    return {
+        "wall": wall,
+        "items_s": images / wall,
+        "startup": times["startup"],
+        "own": times["own"],
+    }
+
+
+def _two_nodes(web: Any, home: Path, images: int) -> Dict[str, float]:
+    """The day as a one-day backfill through the webserver, run by the daemon on Ray."""
+    launched = time.time()
+    backfill = parts.launch_backfill(web, [DAY])
+    (run,) = parts.wait_backfill_runs(web, backfill, 1, timeout_s=900)
+    if run["status"] != "SUCCESS":
+        raise SystemExit(f"the two-node run {run['runId']} ended {run['status']}: see {home}")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        times = _events(instance, run["runId"])
+    wall = times["end"] - times["start"]
+    return {
+        "wall": wall,
+        "items_s": images / wall,
+        "startup": times["startup"],
+        "own": times["own"],
+        "to_created": times["created"] - launched,
+        "to_start": times["start"] - launched,
+        "to_first_shard": times["first_shard"] - launched,
+        "launch_to_end": times["end"] - launched,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=64, help="images in the day")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of each mode")
+    parser.add_argument("--shards", type=int, default=4, help="shards of ClassifyShapes")
+    args = parser.parse_args()
+    # the step processes import the parts module (the job rebuilt in each)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
+    inputs = _inputs(args.images)
+    batch = min(64, math.ceil(args.images / args.shards))  # a shard's notes in one batch
+    load_before = os.getloadavg()
+    print(
+        f"[bench] {args.images} images, {args.shards} shards (batches of {batch}), "
+        f"{args.repeats} repeats, {os.cpu_count()} cores, load average {load_before[0]:.2f}",
+        flush=True,
+    )
+    runs: Dict[str, List[Dict[str, float]]] = {mode: [] for mode in MODES}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gbbench")))
+        endpoint = stack.enter_context(moto_server())
+        aws = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+        }
+        os.environ.update(aws)  # this process and the one-box step processes
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        fs.mkdir("bench")
+        day = inputs["root"] / "incoming" / DAY
+        for image in day.iterdir():
+            for prefix in ("onebox", "ray"):
+                fs.put_file(str(image), f"bench/{prefix}/incoming/{DAY}/{image.name}")
+
+        pg = stack.enter_context(parts.postgres_cluster())
+        head = stack.enter_context(parts.ray_node(1, env=aws))
+        stack.enter_context(parts.ray_node(1, head=head, env=aws))
+        assert head.dashboard is not None
+        ray_home, local_home = tmp / "ray_home", tmp / "local_home"
+        for home in (ray_home, local_home):
+            home.mkdir()
+        (ray_home / "dagster.yaml").write_text(parts.postgres_instance_yaml(pg.url))
+        (local_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        checkpoint = str(inputs["checkpoint"])
+        code = tmp / "code"
+        ray_workflow = parts.nightly_workflow(code, "s3://bench/ray", checkpoint, batch)
+        workspace = parts.write_code_location(
+            code,
+            workflow=str(ray_workflow),
+            notes_dir="s3://bench/ray/notes",
+            shards=args.shards,
+            ray_address=head.dashboard,
+            env_vars=[f"{k}={v}" for k, v in aws.items()],
+        )
+        daemon_env = {**aws, "DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS": "0.2"}
+        stack.enter_context(parts.dagster_daemon(workspace, ray_home, env=daemon_env))
+        web = stack.enter_context(serve_webserver(workspace, ray_home, None, env=aws))
+
+        local_root = tmp / "local"  # the day's images linked in, outputs written there
+        (local_root / "incoming").mkdir(parents=True)
+        os.symlink(day, local_root / "incoming" / DAY)
+        local_workflow = parts.nightly_workflow(local_root, str(local_root), checkpoint, batch)
+        bucket_workflow = parts.nightly_workflow(
+            tmp / "bucket", "s3://bench/onebox", checkpoint, batch
+        )
+        for repeat in range(args.repeats):
+            for mode in MODES:
+                if mode == "one box":
+                    notes = str(tmp / "notes")
+                    run = _one_box(local_home, local_workflow, notes, args.shards, args.images)
+                elif mode == "one box, bucket":
+                    notes = "s3://bench/onebox/notes"
+                    run = _one_box(local_home, bucket_workflow, notes, args.shards, args.images)
+                else:
+                    run = _two_nodes(web, ray_home, args.images)
+                runs[mode].append(run)
+                print(
+                    f"[bench] repeat {repeat + 1}: {mode} {run['wall']:.1f} s "
+                    f"({run['items_s']:.1f} items/s)",
+                    flush=True,
+                )
+    _report(args, runs, load_before)
+
+
+def _median(runs: List[Dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def _report(
+    args: argparse.Namespace, runs: Dict[str, List[Dict[str, float]]], load_before: Any
+) -> None:
+    base = _median(runs["one box"], "wall")
+    print()
+    print(
+        "| mode | wall s (median, RUN_START to RUN_SUCCESS) | items/s | vs one box "
+        "| steps' start-up s (sum) | steps' own s (sum) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for mode, rs in runs.items():
+        wall = _median(rs, "wall")
+        print(
+            f"| {mode} | {wall:.1f} | {args.images / wall:.1f} | {wall / base:.2f}x "
+            f"| {_median(rs, 'startup'):.1f} | {_median(rs, 'own'):.1f} |"
+        )
+    bucket = _median(runs["one box, bucket"], "wall")
+    ray = _median(runs["two nodes, bucket"], "wall")
+    print(
+        f"\nper-item overhead: the bucket {(bucket - base) / args.images * 1000:.1f} ms "
+        f"(one box, bucket less one box), Ray {(ray - bucket) / args.images * 1000:.1f} ms "
+        "(two nodes, bucket less one box, bucket)"
+    )
+    two = runs["two nodes, bucket"]
+    print(
+        f"backfill launch to: the run created {_median(two, 'to_created'):.1f} s (the daemon's "
+        f"backfill loop, every 30 s), RUN_START {_median(two, 'to_start'):.1f} s, the first "
+        f"shard's STEP_START {_median(two, 'to_first_shard'):.1f} s, RUN_SUCCESS "
+        f"{_median(two, 'launch_to_end'):.1f} s"
+    )
+    ratio = ray / base
+    verdict = "PASS" if ratio <= 1.3 else "MISS"
+    print(f"goal: the two-node bucket day within 1.3x of the one-box day: {ratio:.2f}x: {verdict}")
+    load_after = os.getloadavg()
+    print(
+        f"{args.images} images, {args.shards} shards, {args.repeats} repeats, "
+        f"{os.cpu_count()} cores, load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after"
+    )
+
+
+if __name__ == "__main__":
+    main()
