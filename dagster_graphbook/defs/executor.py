@@ -41,9 +41,7 @@ _MAPPING_EXECUTORS = (
 # tables) too: without them each step process spent about 1 s of CPU importing them.
 PRELOAD = ["dagster_graphbook", "torch", "dagster._core.storage.sqlite_storage", "pandas"]
 MULTIPROCESS: Dict[str, Any] = {
-    "multiprocess": {
-        "start_method": {"forkserver": {"preload_modules": PRELOAD}}
-    }
+    "multiprocess": {"start_method": {"forkserver": {"preload_modules": PRELOAD}}}
 }
 
 
