@@ -46,14 +46,6 @@ NIGHTLY = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _step_polls_of_a_fifth_of_a_second(monkeypatch):
-    """dagster-ray's executor (Dagster's step-delegating executor) looks for ended steps every
-    0.2 s, not every 1 s, in this process and in the programs it starts: a step's Ray job is
-    followed as before, the next step starts sooner."""
-    monkeypatch.setenv("DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS", "0.2")
-
-
 @pytest.fixture(scope="module")
 def dask_cluster():
     """Two worker processes, one thread each, scheduler and workers on 127.0.0.1."""
@@ -600,7 +592,7 @@ class _StepGpus:
 
 @ON_RAY
 def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
-    project, ray_cluster, tmp_path, run_wf
+    project, ray_cluster, tmp_path, run_wf, monkeypatch
 ):
     """The nightly demo with ``ClassifyShapes`` in 4 shards, ``gpus={"ClassifyShapes": 1}``, on
     dagster-ray's executor: each shard a Ray job holding one of the head's 4 logical
@@ -611,6 +603,8 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     batch of other images changes the CNN's last bits, docs/sharding.md)."""
     from ray.job_submission import JobSubmissionClient
 
+    # the run's executor (in this process) looks for ended steps every 0.2 s, not every 1 s
+    monkeypatch.setenv("DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS", "0.2")
     images, shards = 64, 4
     folder = _shapes_data().make_day(tmp_path / "incoming", "2026-04-01", images)
     out = tmp_path / "outputs"
