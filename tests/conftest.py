@@ -279,7 +279,7 @@ class Webserver:
             status = self.graphql(RUN_STATUS, {"id": run_id})["runOrError"]["status"]
             if status in ("SUCCESS", "FAILURE", "CANCELED"):
                 return status
-            time.sleep(1)
+            time.sleep(0.25)  # a launched run of the sample ends in seconds
         raise TimeoutError(f"run {run_id} still running after {timeout_s} s")
 
     def expect_success(self, run_id: str, timeout_s: float = 240) -> None:

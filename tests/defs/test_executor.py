@@ -272,3 +272,50 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     finally:
         os.environ.pop("GRAPHBOOK_FORKSERVER_TEST_VAR", None)
     assert seen == "after", f"the step process saw GRAPHBOOK_FORKSERVER_TEST_VAR={seen!r}"
+
+
+MAPS_NODES = """
+    import os
+
+    from graphbook import param, source, step
+
+
+    @step("M/Maps")
+    @source()
+    @param("out", "string")
+    def maps(ctx):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\\0", b" ").decode()
+        with open(f"/proc/{os.getppid()}/maps") as f:
+            mapped = f.read()
+        with open(ctx.out, "w") as f:
+            f.write(parent + "\\n" + mapped)
+        yield {"out": {"pid": os.getpid()}}
+"""
+
+
+def test_multiprocess_step_processes_fork_with_the_instance_storage_and_pandas_loaded(
+    tmp_path, run_wf, monkeypatch
+):
+    """Every step process opens the instance (SQLAlchemy, alembic, sqlite3) and a sink step
+    writes its table with pandas: the forkserver the step processes fork from has imported them
+    once, so no step process spends its first second importing them. Seen from a step: the
+    extension modules mapped in its parent, the forkserver."""
+    from dagster_graphbook.defs import executor
+
+    monkeypatch.setattr(executor, "_FORKSERVER_ENV", None)  # a forkserver of this run's own
+    nodes = write_nodes(tmp_path / "nodes", "maps_nodes.py", MAPS_NODES)
+    out = tmp_path / "maps.txt"
+    wf = write_workflow(
+        tmp_path, "maps", [step_node("1", "Maps", {"out": str(out)}, source=True)], []
+    )
+    run = run_wf(wf, [nodes], executor="multiprocess")
+    assert run.success, run.failure
+    parent, mapped = out.read_text().split("\n", 1)
+    assert "from multiprocessing.forkserver import main" in parent, parent
+    libraries = {
+        os.path.basename(line.split()[-1]) for line in mapped.splitlines() if ".so" in line
+    }
+    assert any(name.startswith("_sqlite3.") for name in libraries), sorted(libraries)
+    assert any("/sqlalchemy/" in line for line in mapped.splitlines()), sorted(libraries)
+    assert any("/pandas/_libs/" in line for line in mapped.splitlines()), sorted(libraries)

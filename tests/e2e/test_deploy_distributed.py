@@ -34,6 +34,11 @@ pytest.importorskip(
     "dagster_dask", reason="needs the distributed extra: pip install -e '.[distributed]'"
 )
 
+# Two xdist groups, not one for the module: the Dask tests share the module's Dask cluster, the
+# Ray tests its Ray head (one Ray head at a time), each group on one worker (tests/conftest.py)
+ON_DASK = pytest.mark.xdist_group("deploy_distributed_dask")
+ON_RAY = pytest.mark.xdist_group("deploy_distributed_ray")
+
 SAMPLE = (str(REPO / "workflows" / "sample.json"), (str(REPO / "custom_nodes" / "sample"),))
 NIGHTLY = (
     str(REPO / "workflows" / "nightly_shapes.json"),
@@ -82,6 +87,7 @@ def _run_on(
         return _load_notes(result.run_id, wdefs, GraphbookTranslator(), instance)
 
 
+@ON_DASK
 def test_sample_workflow_on_dask_matches_one_process(dask_cluster, tmp_path, dagster_home):
     params = {"GenerateNumbers.amount": 40, "GenerateNumbers.seed": 7}
     notes = _run_on("dask", dask_cluster, SAMPLE, dagster_home, str(tmp_path / "notes"), params)
@@ -96,6 +102,7 @@ def test_sample_workflow_on_dask_matches_one_process(dask_cluster, tmp_path, dag
     assert len(notes["GenerateNumbers"]["out"]) == 40
 
 
+@ON_DASK
 def test_two_runs_at_once_on_one_dask_cluster_both_run_their_steps(
     dask_cluster, tmp_path, dagster_home
 ):
@@ -133,7 +140,9 @@ def test_two_runs_at_once_on_one_dask_cluster_both_run_their_steps(
     )
 
 
-@pytest.mark.parametrize("executor", ["dask", "ray"])
+@pytest.mark.parametrize(
+    "executor", [pytest.param("dask", marks=ON_DASK), pytest.param("ray", marks=ON_RAY)]
+)
 def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, dagster_home):
     """A daily partition (dagster-dask failed on partitioned runs) with absolute paths: the images
     classified, the confident ones resized into the output folder."""
@@ -208,6 +217,7 @@ def ray_cluster():
         yield address
 
 
+@ON_RAY
 def test_sample_workflow_on_ray_matches_one_process(ray_cluster, tmp_path, dagster_home):
     params = {"GenerateNumbers.amount": 40, "GenerateNumbers.seed": 7}
     notes = _run_on("ray", ray_cluster, SAMPLE, dagster_home, str(tmp_path / "notes"), params)
@@ -263,6 +273,7 @@ if __name__ == "__main__":
 """
 
 
+@ON_RAY
 def test_graphbook_ray_program_runs_unchanged_on_the_cluster(ray_cluster, tmp_path, dagster_home):
     """``python app.py`` runs the workflow through Dagster with dagster-ray's executor: each step
     a Ray job, the ``options(num_gpus=1)`` step's job holding one of the cluster's GPUs."""
@@ -310,6 +321,7 @@ def _ray_jobs(address: str, run_id: Optional[str] = None) -> Dict[str, str]:
     }
 
 
+@ON_RAY  # its own Ray head: not beside the module's on another worker
 def test_a_step_asking_for_gpus_a_cluster_without_them_cannot_give_fails_at_once(
     tmp_path, dagster_home
 ):
@@ -341,6 +353,7 @@ def test_a_step_asking_for_gpus_a_cluster_without_them_cannot_give_fails_at_once
     assert [r.event_log_entry.step_key for r in failed] == ["ray_app__Predict"]
 
 
+@ON_RAY
 def test_a_step_whose_ray_job_waits_past_the_placement_timeout_fails_and_its_job_stops(
     ray_cluster, tmp_path, dagster_home
 ):
@@ -386,6 +399,7 @@ def test_a_step_whose_ray_job_waits_past_the_placement_timeout_fails_and_its_job
     assert [r.event_log_entry.step_key for r in started] == ["ray_app__Numbers"]
 
 
+@ON_RAY
 def test_a_program_killed_while_its_step_waits_for_gpus_leaves_its_run_failed(
     ray_cluster, tmp_path, dagster_home
 ):
@@ -490,6 +504,7 @@ class _StepGpus:
         return seen, together
 
 
+@ON_RAY
 def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     project, ray_cluster, tmp_path, run_wf, monkeypatch
 ):

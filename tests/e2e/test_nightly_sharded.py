@@ -24,17 +24,6 @@ WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
 IMAGES = 256
 DAY = "2026-04-01"
-# step processes forked from a server that imported these once: seconds per process, not the
-# spawn default's import of torch and dagster in each (what this test checks is the same)
-FORKSERVER = {
-    "execution": {
-        "config": {
-            "multiprocess": {
-                "start_method": {"forkserver": {"preload_modules": ["torch", "dagster_graphbook"]}}
-            }
-        }
-    }
-}
 # per-run timings and settings: not expected to match
 TIMINGS = {"seconds", "items_per_s", "loader_wait_s", "on_item_batch_s", "details", "dagster/uri"}
 
@@ -72,8 +61,7 @@ def test_classify_shapes_in_4_shards_gives_the_unsharded_results(project, tmp_pa
             WORKFLOW,
             [NODES],
             params,
-            executor="multiprocess",
-            run_config=FORKSERVER,
+            executor="multiprocess",  # step processes forked from the preloaded forkserver
             shards={"ClassifyShapes": shards} if shards > 1 else None,
             notes_dir=str(tmp_path / "notes"),
         )
