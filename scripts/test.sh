@@ -62,10 +62,13 @@ mypy_pid=$!
 
 # In parallel (pytest-xdist): most tests wait on subprocesses, runs and worker processes, so more
 # workers than the CI machine's 2 cores pay. --dist loadgroup keeps each xdist_group on one
-# worker (tests/conftest.py says which tests share a fixture or must not run beside another).
+# worker (tests/conftest.py says which tests share a fixture or must not run beside another);
+# --no-loadscope-reorder hands the groups out in the order tests/conftest.py sorts them (the
+# tests of minutes first) instead of the largest groups first.
 # PYTEST_WORKERS=0 runs everything in this one process.
 status=0
-.venv/bin/python -m pytest -q --durations=20 -n "${PYTEST_WORKERS:-4}" --dist loadgroup "$@" || status=$?
+.venv/bin/python -m pytest -q --durations=20 -n "${PYTEST_WORKERS:-4}" --dist loadgroup \
+    --no-loadscope-reorder "$@" || status=$?
 if ! wait "$mypy_pid"; then
     cat "$mypy_log"; echo "[test] mypy failed (see above)"; status=1
 fi
