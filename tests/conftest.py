@@ -732,20 +732,22 @@ def s3_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def moto_server() -> Iterator[str]:
+def moto_server(log: Optional[Path] = None) -> Iterator[str]:
     """A moto server of its own (``python -m moto.server``) on a free port of 127.0.0.1, stopped
-    at the end; its endpoint URL."""
+    at the end; its endpoint URL. ``log``: a file for its output, a line per request served."""
     pytest.importorskip("moto.server", reason="moto[server] (dev extra) is not installed")
     pytest.importorskip("s3fs", reason="s3fs (the s3 extra) is not installed")
     import requests
 
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with contextlib.ExitStack() as files:  # the server keeps its own copy of the log's fd
+        err = files.enter_context(log.open("w")) if log else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,  # werkzeug's access log: a line per request
+        )
     try:
         deadline = time.monotonic() + 60
         while True:

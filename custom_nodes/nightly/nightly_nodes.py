@@ -304,7 +304,8 @@ class ReviewSplit(Split):
 
 
 def open_image(path):
-    """A PIL image of the file at ``path``, a local path or a URL (``s3://...``, read whole)."""
+    """A PIL image of the file at ``path``, a local path or a URL (``s3://...``, read whole in
+    one request: no HEAD first, no ranged reads)."""
     from PIL import Image
 
     if not is_url(path):
@@ -313,16 +314,17 @@ def open_image(path):
 
     import fsspec
 
-    with fsspec.open(path, "rb") as f:
-        return Image.open(io.BytesIO(f.read()))
+    fs, key = fsspec.core.url_to_fs(path)  # the process's cached filesystem: one client
+    # start=0: one GET of the whole object (without a range, s3fs first HEADs it for its size)
+    return Image.open(io.BytesIO(fs.cat_file(key, start=0)))
 
 
 def write_resized(src, dst, size):
     """Dump worker side: a ``size`` x ``size`` copy of ``src`` at ``dst``, written under a hidden
     temporary name (``.tmp-<pid>-<name>.part``, never taken for an image) and renamed, so a
     retried or killed run never leaves half a file under an image's name; returns ``dst``. A
-    ``dst`` in a bucket (``s3://...``) is uploaded in one piece once encoded: the object appears
-    whole or not at all."""
+    ``dst`` in a bucket (``s3://...``) is uploaded in one piece once encoded (one PUT, no folders
+    made: a bucket has none): the object appears whole or not at all."""
     from PIL import Image
 
     if is_url(dst):
@@ -333,8 +335,11 @@ def write_resized(src, dst, size):
         with open_image(src) as image:
             encoded = io.BytesIO()
             image.convert("RGB").resize((size, size), Image.BILINEAR).save(encoded, format="PNG")
-        with fsspec.open(dst, "wb") as f:  # one write of the whole file: one upload on close
-            f.write(encoded.getvalue())
+        fs, key = fsspec.core.url_to_fs(dst)
+        try:
+            fs.pipe_file(key, encoded.getvalue())
+        except Exception as exc:
+            raise OSError(f"cannot write {dst}: {type(exc).__name__}: {exc}") from exc
         return dst
     folder = os.path.dirname(dst)
     os.makedirs(folder, exist_ok=True)

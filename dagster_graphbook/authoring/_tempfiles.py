@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 TMP_PREFIX = ".tmp-"
 
@@ -95,10 +95,24 @@ def staged_upload(url: str, fs: Any = None, rpath: Optional[str] = None) -> Iter
             os.unlink(tmp)
 
 
-def url_size(url: str) -> int:
-    """The size in bytes of the object at ``url``, read from its store (not a cached listing)."""
+def url_sizes(urls: Iterable[str]) -> Dict[str, int]:
+    """The sizes in bytes of the objects at ``urls`` that exist, read from their store: one
+    fresh listing per folder (not a cached one, nor a request per object)."""
     import fsspec
 
-    fs, rpath = fsspec.core.url_to_fs(url)
-    fs.invalidate_cache(rpath)
-    return int(fs.info(rpath)["size"])
+    folders: Dict[Tuple[Any, str], Dict[str, str]] = {}
+    for url in urls:
+        fs, rpath = fsspec.core.url_to_fs(url)
+        folders.setdefault((fs, fs._parent(rpath)), {})[rpath] = url
+    sizes: Dict[str, int] = {}
+    for (fs, folder), wanted in folders.items():
+        fs.invalidate_cache(folder)
+        try:
+            listing = fs.ls(folder, detail=True)
+        except FileNotFoundError:
+            continue
+        for entry in listing:
+            found = wanted.get(entry["name"].rstrip("/"))
+            if found is not None:
+                sizes[found] = int(entry.get("size") or 0)
+    return sizes

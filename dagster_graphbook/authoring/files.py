@@ -12,21 +12,24 @@ import contextlib
 import contextvars
 import os
 import tempfile
-from typing import Iterator, List, Optional, Set, Union
+from typing import Iterator, List, Optional, Set, Tuple, Union
 
 from ._tempfiles import is_url, own_prefix, staged_upload, sweep_local_temporaries
 
 _SWEPT: Set[str] = set()
-# paths completed by atomic_path in this thread's current dump call (None outside one)
-_RECORDED: contextvars.ContextVar[Optional[List[str]]] = contextvars.ContextVar(
+# (path, bytes) completed by atomic_path in this thread's current dump call (None outside one);
+# bytes is the size of the file uploaded to a URL (None for a local path: stat'ed where recorded)
+Recorded = List[Tuple[str, Optional[int]]]
+_RECORDED: contextvars.ContextVar[Optional[Recorded]] = contextvars.ContextVar(
     "dagster_graphbook_files_written", default=None
 )
 
 
 @contextlib.contextmanager
-def recording_files() -> Iterator[List[str]]:
-    """Collect the paths ``atomic_path`` completes inside the block (one ``dump_fn`` call)."""
-    written: List[str] = []
+def recording_files() -> Iterator[Recorded]:
+    """Collect the paths ``atomic_path`` completes inside the block (one ``dump_fn`` call), each
+    with the size of what it uploaded to a bucket (None for a local file)."""
+    written: Recorded = []
     token = _RECORDED.set(written)
     try:
         yield written
@@ -41,13 +44,15 @@ def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     A retried or killed op then never leaves a half-written file under the final name; the
     temporary name carries the writer's pid, so a later write here removes what a ``kill -9`` left.
     An fsspec URL (``s3://...``) yields a temporary local path, uploaded to the URL once the
-    block succeeds (the object appears whole or not at all; a failed upload names the URL).
+    block succeeds (the object appears whole or not at all; a failed upload names the URL); its
+    size is the local file's, so recording it asks the store nothing.
     """
     if is_url(path):
         url = str(path)
         with staged_upload(url) as tmp:
             yield tmp
-        _record(url)
+            size = os.path.getsize(tmp)
+        _record(url, size)
         return
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -67,7 +72,7 @@ def atomic_path(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
             os.unlink(tmp)
 
 
-def _record(path: str) -> None:
+def _record(path: str, size: Optional[int] = None) -> None:
     recorded = _RECORDED.get()
     if recorded is not None:
-        recorded.append(path)
+        recorded.append((path, size))

@@ -25,6 +25,7 @@ from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr, skip_hint
 from .pools.batch_pools import BatchPools
+from .pools.dump_pool import with_sizes
 from .pools.priority import AutoPriority
 from .pools.workers import shm_free_bytes, start_method_problem
 from .progress import Progress
@@ -153,7 +154,7 @@ class _BatchRun:
         self.offset = offset  # the step's number of this run's first note (a stream's chunks)
         self.out = Pins(pins, label, lambda msg: emit("warning", msg), dropped)
         self.errors: List[ItemError] = []
-        self.files: List[Tuple[str, int]] = []
+        self.files: List[Tuple[str, Optional[int]]] = []
         self.items: List[Any] = []
         self.owner: List[int] = []  # note index of each item
         self.position: List[int] = []  # index of each item inside its note
@@ -353,7 +354,8 @@ def run_batch_step(
         "items_skipped": len(run.errors),
     }
     stats.update(run.out.dropped_stats())
-    return StepResult(run.out.notes, stats, run.errors, run.files, items_in=len(run.items))
+    files = with_sizes(run.files)  # sizes of URLs dump_fn returned: one listing per folder
+    return StepResult(run.out.notes, stats, run.errors, files, items_in=len(run.items))
 
 
 def _usable_settings(settings: BatchRuntime, label: Label, emit: Emit) -> BatchRuntime:

@@ -123,11 +123,12 @@ def thumbnail(source: Any, size: int) -> bytes:
 def _from_file(source: Any, size: int) -> bytes:
     from PIL import Image
 
-    if is_url(source):  # an image in a bucket (s3://...): read whole through fsspec
+    if is_url(source):  # an image in a bucket (s3://...): read whole, in one request
         import fsspec
 
-        with fsspec.open(str(source), "rb") as f:
-            source = io.BytesIO(f.read())
+        fs, key = fsspec.core.url_to_fs(str(source))
+        # start=0: one GET of the whole object (without a range, s3fs first HEADs it for its size)
+        source = io.BytesIO(fs.cat_file(key, start=0))
     with Image.open(source if isinstance(source, io.BytesIO) else str(source)) as image:
         image.draft("RGB", (size, size))  # JPEG: decode at a fraction of the size
         return _jpeg(image, size)

@@ -13,8 +13,8 @@ from dagster_graphbook.execution.pools.dump_pool import _written
 
 def test_atomic_path_uploads_to_a_bucket_once_the_file_is_complete(bucket):
     """The block writes a local file; the object appears only once the block succeeds, is
-    recorded as the call's file with its size read from the bucket, and a failed block uploads
-    nothing (an earlier object stays)."""
+    recorded as the call's file with the size it uploaded (the bucket's, asked nothing more),
+    and a failed block uploads nothing (an earlier object stays)."""
     url = f"{bucket.url}/outputs/circle/img_0001.png"
     with recording_files() as written:
         with atomic_path(url) as tmp:
@@ -24,7 +24,7 @@ def test_atomic_path_uploads_to_a_bucket_once_the_file_is_complete(bucket):
                 assert bucket.objects() == {}  # nothing in the bucket while it is written
                 f.write(b"second half")
         assert not os.path.exists(tmp)
-    assert written == [url]
+    assert written == [(url, 22)]
     assert bucket.objects() == {"outputs/circle/img_0001.png": 22}
     assert _written(None, written) == [(url, 22)]  # files_written, files_bytes
 

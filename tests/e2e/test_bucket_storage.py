@@ -6,9 +6,11 @@ nothing of its notes is written to local disk."""
 
 from __future__ import annotations
 
+import collections
 import json
+import re
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Counter, Dict
 
 import dagster as dg
 import pandas as pd
@@ -16,6 +18,7 @@ import pandas as pd
 from tests.conftest import (
     CHAIN_NODES,
     REPO,
+    Bucket,
     _free_port,
     _shapes_data,
     chain_workflow,
@@ -131,6 +134,62 @@ def test_nightly_day_in_a_bucket_gives_the_local_days_notes_and_files(
     home = Path(in_bucket.dagster_home or "")
     assert not [p for p in home.rglob("*") if p.suffix in (".pkl", ".parquet")]
     assert not [k for k in objects if ".tmp-" in k]  # no temporary objects: uploads are whole
+
+
+_REQUEST = re.compile(r"(GET|PUT|HEAD|POST|DELETE) /\S* HTTP/1\.1")
+
+
+def _requests(log: Path) -> Counter[str]:
+    """The requests moto's server logged (werkzeug's access log), by method."""
+    return collections.Counter(m.group(1) for m in _REQUEST.finditer(log.read_text()))
+
+
+def test_a_bucketed_nightly_day_costs_three_requests_per_image(
+    project, tmp_path, run_wf, monkeypatch
+):
+    """Per image, the demo reads it twice (ClassifyShapes' loader, SaveResized's dump) and
+    writes its resized copy once, each in one request: no HEAD before a read, no folder made or
+    object looked up before or after a write (the copy's size comes from one listing of its
+    folder). Counted by the server, as the difference between a day of 12 images and one of
+    36 (the steps' own requests, notes and previews, are the same in both)."""
+    checkpoint = str(project["root"] / "models" / "shapes_cnn.pt")
+    log = tmp_path / "moto.log"
+    with moto_server(log) as endpoint:
+        s3_env(monkeypatch, endpoint)
+        import s3fs
+
+        bucket = Bucket("nightly", endpoint, s3fs.S3FileSystem(skip_instance_cache=True))
+        bucket.fs.mkdir(bucket.name)
+        counted = {}
+        for images in (12, 36):
+            day = f"2026-05-{images // 12:02d}"
+            folder = _shapes_data().make_day(tmp_path / "incoming", day, images)
+            for image in folder.iterdir():
+                bucket.fs.put_file(str(image), f"{bucket.name}/incoming/{day}/{image.name}")
+            before = _requests(log)
+            result = run_wf(
+                WORKFLOW,
+                [NODES],
+                {
+                    "IncomingImages.folder": f"{bucket.url}/incoming/{day}",
+                    "ShapesModel.checkpoint": checkpoint,
+                    "ReviewSplit.threshold": 0.0,  # every image on to SaveResized
+                    "SaveResized.output_dir": f"{bucket.url}/outputs/{day}",
+                },
+                notes_dir=f"{bucket.url}/notes/{day}",
+            )
+            assert result.success, result.failure
+            assert len(result["SaveResized"]["out"]) == images
+            counted[images] = _requests(log) - before
+        per_image = {
+            method: (counted[36][method] - counted[12][method]) / 24
+            for method in set(counted[36]) | set(counted[12])
+        }
+        assert {m: n for m, n in per_image.items() if n} == {"GET": 2.0, "PUT": 1.0}, counted
+        # the copies recorded with their sizes as the bucket holds them
+        saved = _materialized(result)["nightly_shapes/SaveResized"]
+        assert saved["files_written"] == 36
+        assert saved["files_bytes"] == sum(bucket.objects(f"outputs/{day}").values()) > 0
 
 
 def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_loses_nothing(

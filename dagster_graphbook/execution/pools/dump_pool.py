@@ -22,7 +22,7 @@ from concurrent.futures import (
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ...authoring._tempfiles import is_url, url_size
+from ...authoring._tempfiles import is_url, url_sizes
 from ...authoring.files import recording_files
 from ...errors import Label
 from ...plan.settings import BatchRuntime
@@ -39,7 +39,9 @@ DEATH_WAIT_S = 2.0  # how long a broken pool's dead worker may take to be reaped
 class DumpDone(NamedTuple):
     key: Any  # what the caller attached (note and item index)
     error: Optional[str]  # traceback when dump_fn raised
-    files: List[Tuple[str, int]]  # (path, bytes) of files dump_fn says it wrote
+    # (path, bytes) of files dump_fn says it wrote; bytes None: a URL dump_fn returned, its size
+    # read from the store once the step's dumps are done (``with_sizes``)
+    files: List[Tuple[str, Optional[int]]]
 
 
 def _init(
@@ -56,9 +58,14 @@ def _init(
     _CALL_TIMEOUT_S = call_timeout_s
 
 
-def _written(result: Any, through_helper: Sequence[str] = ()) -> List[Tuple[str, int]]:
+def _written(
+    result: Any, through_helper: Sequence[Tuple[str, Optional[int]]] = ()
+) -> List[Tuple[str, Optional[int]]]:
     """Graphbook ignores dump_fn's return value; a path (or list of paths) returned is recorded,
-    and so is every file the call wrote through ``atomic_path`` (each file once)."""
+    and so is every file the call wrote through ``atomic_path`` (each file once). A URL
+    ``atomic_path`` uploaded has the size it uploaded; another URL's size is left to
+    ``with_sizes`` (None): one listing of its folder for all the step's files there, not a
+    request per file here."""
     paths = (
         [result]
         if isinstance(result, (str, os.PathLike))
@@ -66,17 +73,15 @@ def _written(result: Any, through_helper: Sequence[str] = ()) -> List[Tuple[str,
         if isinstance(result, (list, tuple))
         else []
     )
-    out, seen = [], set()
-    for p in [*paths, *through_helper]:
-        if is_url(p):  # an object in a bucket: its size as the store reports it
+    uploaded = {path: size for path, size in through_helper if size is not None}
+    out: List[Tuple[str, Optional[int]]] = []
+    seen = set()
+    for p in [*paths, *(path for path, _ in through_helper)]:
+        if is_url(p):  # an object in a bucket
             url = str(p)
             if url not in seen:
-                try:
-                    size = url_size(url)
-                except FileNotFoundError:
-                    continue
                 seen.add(url)
-                out.append((url, size))
+                out.append((url, uploaded.get(url)))
         elif isinstance(p, (str, os.PathLike)) and os.path.isfile(p):
             key = os.path.abspath(p)
             if key not in seen:
@@ -85,9 +90,20 @@ def _written(result: Any, through_helper: Sequence[str] = ()) -> List[Tuple[str,
     return out
 
 
+def with_sizes(files: Sequence[Tuple[str, Optional[int]]]) -> List[Tuple[str, int]]:
+    """``files`` with the sizes left unknown read from their store (the objects not there are
+    left out, as a local path that is no file is)."""
+    sizes = url_sizes(path for path, size in files if size is None)
+    return [
+        (path, size if size is not None else sizes[path])
+        for path, size in files
+        if size is not None or path in sizes
+    ]
+
+
 def _call(
     args: Tuple[Any, ...], fn: Optional[Callable[..., Any]] = None
-) -> Tuple[Optional[str], List[Tuple[str, int]]]:
+) -> Tuple[Optional[str], List[Tuple[str, Optional[int]]]]:
     from .call_timeout import time_limit
 
     try:
