@@ -36,7 +36,6 @@ import contextlib
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +47,9 @@ import dagster as dg
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))  # the parts module and the tests' servers
+sys.path.insert(0, str(HERE))  # bench_sharding's inputs
+
+from bench_sharding import day_inputs  # noqa: E402
 
 from tests.conftest import moto_server, serve_webserver  # noqa: E402
 from tests.e2e import production_parts as parts  # noqa: E402
@@ -57,29 +59,6 @@ DAY = "2026-04-01"
 MODES = ("one box", "one box, bucket", "two nodes, bucket")
 _FLAGS = dict(zip(("one-box", "one-box-bucket", "two-nodes"), MODES))
 QUIET = {"console": {"config": {"log_level": "WARNING"}}}
-
-
-def _inputs(images: int) -> Dict[str, Path]:
-    """The day's images (``<root>/incoming/<DAY>``) and the CNN, made by the demo's own
-    scripts when missing."""
-    scripts = REPO / "examples" / "nightly"
-    root = CACHE / f"images_{images}"
-    if not (root / "incoming" / DAY).is_dir():
-        print(f"[bench] writing {images} images into {root / 'incoming' / DAY}", flush=True)
-        subprocess.run(
-            [sys.executable, str(scripts / "shapes_data.py"), "--root", str(root / "incoming")]
-            + ["--date", DAY, "--count", str(images)],
-            check=True,
-        )
-    checkpoint = CACHE / "shapes_cnn.pt"
-    if not checkpoint.is_file():
-        print(f"[bench] training the shapes CNN into {checkpoint}", flush=True)
-        subprocess.run(
-            [sys.executable, str(scripts / "train_shapes_cnn.py"), "--out", str(checkpoint)]
-            + ["--train-count", "2000", "--epochs", "8"],
-            check=True,
-        )
-    return {"root": root, "checkpoint": checkpoint}
 
 
 def _events(instance: dg.DagsterInstance, run_id: str) -> Dict[str, float]:
@@ -141,6 +120,11 @@ def _one_box(
         if not result.success:
             raise SystemExit(f"the one-box run {result.run_id} failed: see {home}")
         times = _events(instance, result.run_id)
+    return _figures(times, images)
+
+
+def _figures(times: Dict[str, float], images: int) -> Dict[str, float]:
+    """A run's wall (RUN_START to RUN_SUCCESS), items/s and its steps' start-up and own seconds."""
     wall = times["end"] - times["start"]
     return {
         "wall": wall,
@@ -159,12 +143,8 @@ def _two_nodes(web: Any, home: Path, images: int) -> Dict[str, float]:
         raise SystemExit(f"the two-node run {run['runId']} ended {run['status']}: see {home}")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         times = _events(instance, run["runId"])
-    wall = times["end"] - times["start"]
     return {
-        "wall": wall,
-        "items_s": images / wall,
-        "startup": times["startup"],
-        "own": times["own"],
+        **_figures(times, images),
         "to_created": times["created"] - launched,
         "to_start": times["start"] - launched,
         "to_first_shard": times["first_shard"] - launched,
@@ -188,7 +168,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
     )
-    inputs = _inputs(args.images)
+    inputs = day_inputs(args.images, CACHE, DAY)
     batch = min(64, math.ceil(args.images / args.shards))  # a shard's notes in one batch
     load_before = os.getloadavg()
     print(
@@ -211,8 +191,7 @@ def main() -> None:
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         fs.mkdir("bench")
-        day = inputs["root"] / "incoming" / DAY
-        for image in day.iterdir():
+        for image in inputs["folder"].iterdir():
             for prefix in ("onebox", "ray"):
                 fs.put_file(str(image), f"bench/{prefix}/incoming/{DAY}/{image.name}")
 
@@ -244,7 +223,7 @@ def main() -> None:
 
         local_root = tmp / "local"  # the day's images linked in, outputs written there
         (local_root / "incoming").mkdir(parents=True)
-        os.symlink(day, local_root / "incoming" / DAY)
+        os.symlink(inputs["folder"], local_root / "incoming" / DAY)
         local_workflow = parts.nightly_workflow(local_root, str(local_root), checkpoint, batch)
         bucket_workflow = parts.nightly_workflow(
             tmp / "bucket", "s3://bench/onebox", checkpoint, batch

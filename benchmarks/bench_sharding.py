@@ -69,18 +69,19 @@ def nightly_job(shards: int, notes_dir: str) -> dg.JobDefinition:
     return definitions(shards, notes_dir).resolve_job_def(JOB)
 
 
-def _inputs(images: int) -> Dict[str, Path]:
-    """The day's images and the CNN, made by the demo's own scripts when missing."""
+def day_inputs(images: int, cache: Path = CACHE, day: str = DAY) -> Dict[str, Path]:
+    """The ``day``'s images (its ``folder``) and the CNN (``checkpoint``) under ``cache``, made by
+    the demo's own scripts when missing (benchmarks/bench_deploy.py uses them too)."""
     scripts = REPO / "examples" / "nightly"
-    root = CACHE / f"images_{images}"
-    if not (root / DAY).is_dir():
-        print(f"[bench] writing {images} images into {root / DAY}", flush=True)
+    root = cache / f"images_{images}"
+    if not (root / day).is_dir():
+        print(f"[bench] writing {images} images into {root / day}", flush=True)
         subprocess.run(
             [sys.executable, str(scripts / "shapes_data.py"), "--root", str(root)]
-            + ["--date", DAY, "--count", str(images)],
+            + ["--date", day, "--count", str(images)],
             check=True,
         )
-    checkpoint = CACHE / "shapes_cnn.pt"
+    checkpoint = cache / "shapes_cnn.pt"
     if not checkpoint.is_file():
         print(f"[bench] training the shapes CNN into {checkpoint}", flush=True)
         subprocess.run(
@@ -88,7 +89,7 @@ def _inputs(images: int) -> Dict[str, Path]:
             + ["--train-count", "2000", "--epochs", "8"],
             check=True,
         )
-    return {"folder": root / DAY, "checkpoint": checkpoint}
+    return {"folder": root / day, "checkpoint": checkpoint}
 
 
 def _execution(start_method: str) -> Dict[str, Any]:
@@ -198,7 +199,7 @@ def main() -> None:
     if args.threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the step processes inherit it
     counts = sorted(set(args.shards) | {1})
-    inputs = _inputs(args.images)
+    inputs = day_inputs(args.images)
     load_before = os.getloadavg()
     free = _free_cores()
     print(

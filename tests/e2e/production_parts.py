@@ -98,6 +98,21 @@ def kill_tree(pid: int) -> List[int]:
             raise RuntimeError(f"processes {left} outlived SIGKILL to their groups")
 
 
+def stop(proc: subprocess.Popen, first: int, grace_s: float) -> None:
+    """Stop a part started in a process group of its own: ``first`` (a signal) to its group, up
+    to ``grace_s`` for it to end, then SIGKILL to what it and its group left (``kill_tree``)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, first)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_tree(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 # ---------------------------------------------------------------------------------------------
 # PostgreSQL: a cluster of its own (Debian's postgresql package), on loopback
 
@@ -337,16 +352,7 @@ def ray_node(
         (node.node_id,) = set(alive_nodes(head or node)) - before
         yield node
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        kill_tree(proc.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop(proc, signal.SIGTERM, 5)
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -424,14 +430,7 @@ def dagster_daemon(
             _wait("dagster-daemon", beating, proc, 180, log)
         yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        kill_tree(proc.pid)
-        proc.wait()
+        stop(proc, signal.SIGINT, 30)
 
 
 # ---------------------------------------------------------------------------------------------
