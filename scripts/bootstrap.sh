@@ -15,12 +15,48 @@ quiet_pip() {
     rm -f "$log"
 }
 
+# uv reads no pip configuration: hand it pip's indexes, find-links, constraints and certificate,
+# the last value of each as `pip config list` prints them (files, then PIP_* variables), and
+# pip's index strategy (every index is searched for the best version).
+uv_install() {
+    quiet_pip install --quiet "uv>=0.5" || return 1
+    local conf
+    conf="$(.venv/bin/python - <<'EOF'
+import ast, shlex, subprocess, sys
+
+listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                        capture_output=True, text=True, check=True).stdout
+conf = {}
+for line in listed.splitlines():
+    key, _, value = line.partition("=")
+    conf[key.rsplit(".", 1)[-1]] = ast.literal_eval(value)
+args = ["--index-strategy", "unsafe-best-match"]
+if "index-url" in conf:
+    args += ["--index-url", conf["index-url"]]
+for flag, key in (("--extra-index-url", "extra-index-url"), ("--find-links", "find-links"),
+                  ("-c", "constraint")):
+    for value in conf.get(key, "").split():
+        args += [flag, value]
+print(shlex.join(args))
+print(conf.get("cert", ""))
+EOF
+)" || return 1
+    local cert="${conf#*$'\n'}"
+    eval "set -- ${conf%%$'\n'*} \"\$@\""
+    if [ -n "$cert" ]; then export SSL_CERT_FILE="$cert"; fi
+    .venv/bin/uv pip install --quiet --python .venv/bin/python "$@"
+}
+
 stamp=.venv/.installed
 want="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "[bootstrap] installing dagster-graphbook and its dependencies into .venv (first time: a few minutes)"
+    echo "[bootstrap] installing dagster-graphbook and its dependencies into .venv"
     quiet_pip install --upgrade pip
-    quiet_pip install -c constraints.txt -e '.[dev,distributed]'
+    # uv installs the same set in seconds where pip takes over a minute (most of it unpacking
+    # torch's CUDA libraries again); BOOTSTRAP_PIP=1, or uv failing, installs with pip.
+    if [ -n "${BOOTSTRAP_PIP:-}" ] || ! uv_install -c constraints.txt -e '.[dev,distributed]'; then
+        quiet_pip install -c constraints.txt -e '.[dev,distributed]'
+    fi
     .venv/bin/python -c "import dagster, torch, torchvision, dagster_graphbook"
     echo "$want" > "$stamp"
 fi

@@ -32,7 +32,8 @@ class ModelBound(BatchStep):
         return torch.full((2,), float(item))
 
     def on_item_batch(self, outputs, items, notes):
-        time.sleep(0.02)
+        # well over the loaders' share even when the machine's other work delays them
+        time.sleep(0.06)
         self.nice_seen.append(
             (os.getpriority(os.PRIO_PROCESS, 0), _thread_nice(threading.get_native_id()))
         )
