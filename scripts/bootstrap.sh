@@ -44,7 +44,9 @@ EOF
     local cert="${conf#*$'\n'}"
     eval "set -- ${conf%%$'\n'*} \"\$@\""
     if [ -n "$cert" ]; then export SSL_CERT_FILE="$cert"; fi
-    .venv/bin/uv pip install --quiet --python .venv/bin/python "$@"
+    # --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set, nothing else would,
+    # and every process would compile dagster's and torch's sources again
+    .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python "$@"
 }
 
 stamp=.venv/.installed
