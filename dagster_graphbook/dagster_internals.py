@@ -11,10 +11,13 @@ has no equivalent, and a Dagster upgrade that moves one breaks this module only.
 - the step handler types and step events: the Ray executor checks that a step's Ray job can be
   placed before and while it waits (``integrations/ray``);
 - the deep merge of dicts: the runner sets ``--set`` params over the caller's run config as
-  Dagster merges config layers.
+  Dagster merges config layers;
+- the wait between claims of a pool's slot: ``sleep_between_slot_claims`` fixes Dagster's.
 """
 
 from __future__ import annotations
+
+import time
 
 from dagster._config.config_type import ConfigScalar, ConfigScalarKind, ConfigTypeKind
 from dagster._config.errors import (
@@ -28,6 +31,7 @@ from dagster._config.stack import EvaluationStackListItemEntry, EvaluationStackP
 from dagster._core.errors import raise_execution_interrupts
 from dagster._core.execution.api import create_execution_plan
 from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 from dagster._core.execution.plan.objects import StepFailureData
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.executor.step_delegating import (
@@ -75,4 +79,23 @@ __all__ = [
     "deep_merge_dicts",
     "iterate_with_context",
     "raise_execution_interrupts",
+    "sleep_between_slot_claims",
 ]
+
+
+def _until_next_claim(self: InstanceConcurrencyContext) -> float:
+    """Seconds until a pending claim of a pool's slot is tried again (0: one is due now)."""
+    timeouts = self._pending_timeouts.values() if self._pending_claims else ()
+    return max(0.0, min(timeouts, default=time.time()) - time.time())
+
+
+def sleep_between_slot_claims() -> None:
+    """Make a run waiting for a pool's slot sleep until its next claim.
+
+    Dagster 1.13's ``interval_to_next_pending_claim_check`` returns ``min(0, ...)``, never more
+    than 0, so its in-process executor never slept while a step waited for a slot (a ``gpu``
+    pool limited to 1, held by another run): the waiting run spun a core, taking it from the
+    run that held the slot (dagster-io/dagster#20367, closed unmerged). This is the time to
+    the earliest retry Dagster itself set (its back-off, 1 s growing to 15 s), so claims are
+    tried exactly when they were before."""
+    InstanceConcurrencyContext.interval_to_next_pending_claim_check = _until_next_claim  # type: ignore[method-assign]

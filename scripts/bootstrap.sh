@@ -53,10 +53,10 @@ stamp=.venv/.installed
 want="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[bootstrap] installing dagster-graphbook and its dependencies into .venv"
-    quiet_pip install --upgrade pip
     # uv installs the same set in seconds where pip takes over a minute (most of it unpacking
     # torch's CUDA libraries again); BOOTSTRAP_PIP=1, or uv failing, installs with pip.
     if [ -n "${BOOTSTRAP_PIP:-}" ] || ! uv_install -c constraints.txt -e '.[dev,distributed]'; then
+        quiet_pip install --upgrade pip
         quiet_pip install -c constraints.txt -e '.[dev,distributed]'
     fi
     .venv/bin/python -c "import dagster, torch, torchvision, dagster_graphbook"

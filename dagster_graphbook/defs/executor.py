@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import dagster as dg
 
+from ..dagster_internals import sleep_between_slot_claims
 from ..execution.ownership.dead_runs import own_run
 from ..model.workflow import WorkflowError
 from ..plan.job_steps import job_source, placeholder_message, runtime_problems, unfilled_in_job
@@ -27,6 +28,7 @@ from ..store.io_manager import NOTES_DIR_META, in_process_memory
 from .reexecution import complete_plan
 
 _DAGSTER_DEFAULT = dg.multi_or_in_process_executor  # multiprocess unless the run config says
+sleep_between_slot_claims()  # a run waiting for a pool's slot: no busy loop (dagster_internals)
 # executors that never run mapped steps (dagster-dask skips them silently): no sharded step there
 _NO_MAPPED_STEPS = frozenset({"dask"})
 _MAPPING_EXECUTORS = (

@@ -16,6 +16,7 @@ import sys
 import time
 
 import dagster as dg
+import psutil
 import pytest
 
 from tests.conftest import (
@@ -297,10 +298,11 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_ctrl_c_ends_a_run_waiting_for_a_pool_slot(tmp_path, dagster_home):
-    """A run waiting for the ``gpu`` pool's one slot, held by a live run, ignored SIGINT and
-    SIGTERM (Dagster delays them to points inside steps) and spun at full CPU; now it is marked
-    failed and its process exits soon after the signal. The slot holder is untouched."""
+def test_a_run_waiting_for_a_pool_slot_sleeps_and_ctrl_c_ends_it(tmp_path, dagster_home):
+    """A run waiting for the ``gpu`` pool's one slot, held by a live run, sleeps between its
+    claims (Dagster's in-process executor spun a core there) and, though Dagster delays SIGINT
+    and SIGTERM to points inside steps, is marked failed and exits soon after the signal. The
+    slot holder is untouched."""
     nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
     wf = write_workflow(
         tmp_path,
@@ -334,6 +336,13 @@ def test_ctrl_c_ends_a_run_waiting_for_a_pool_slot(tmp_path, dagster_home):
                 info = instance.event_log_storage.get_concurrency_info("gpu")
                 blocked = bool(info.pending_step_count)
         assert blocked, "the second run never waited for the pool"
+        # waiting costs a few claims a second, not a core (a spinning run: 1 s or more here,
+        # even on a loaded machine)
+        waiting = psutil.Process(waiter.pid)
+        before = sum(waiting.cpu_times()[:2])
+        time.sleep(4)
+        spent = sum(waiting.cpu_times()[:2]) - before
+        assert spent < 0.6, f"the waiting run used {spent:.2f} s of CPU in 4 s"
         start = time.monotonic()
         waiter.send_signal(signal.SIGINT)
         try:
@@ -673,6 +682,7 @@ def test_a_step_process_starting_when_its_coordinator_is_killed_does_not_run_onc
 SWEEPER_KILLED_BETWEEN_WRITES = """
 import os, signal, sys
 import dagster as dg
+import psutil
 from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
 
 with dg.DagsterInstance.from_config(sys.argv[1]) as instance:
