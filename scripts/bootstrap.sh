@@ -15,32 +15,12 @@ quiet_pip() {
     rm -f "$log"
 }
 
-# uv reads no pip configuration: hand it pip's indexes, find-links, constraints and certificate,
-# the last value of each as `pip config list` prints them (files, then PIP_* variables), and
-# pip's index strategy (every index is searched for the best version).
+# uv reads no pip configuration: scripts/uv_args.py hands it pip's indexes, find-links,
+# constraints and certificate.
 uv_install() {
     quiet_pip install --quiet "uv>=0.5" || return 1
     local conf
-    conf="$(.venv/bin/python - <<'EOF'
-import ast, shlex, subprocess, sys
-
-listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                        capture_output=True, text=True, check=True).stdout
-conf = {}
-for line in listed.splitlines():
-    key, _, value = line.partition("=")
-    conf[key.rsplit(".", 1)[-1]] = ast.literal_eval(value)
-args = ["--index-strategy", "unsafe-best-match"]
-if "index-url" in conf:
-    args += ["--index-url", conf["index-url"]]
-for flag, key in (("--extra-index-url", "extra-index-url"), ("--find-links", "find-links"),
-                  ("-c", "constraint")):
-    for value in conf.get(key, "").split():
-        args += [flag, value]
-print(shlex.join(args))
-print(conf.get("cert", ""))
-EOF
-)" || return 1
+    conf="$(.venv/bin/python scripts/uv_args.py)" || return 1
     local cert="${conf#*$'\n'}"
     eval "set -- ${conf%%$'\n'*} \"\$@\""
     if [ -n "$cert" ]; then export SSL_CERT_FILE="$cert"; fi
