@@ -632,11 +632,11 @@ def can_make_read_only(tmp_path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Parallel runs: scripts/test.sh runs ``pytest -n 4 --dist loadgroup``. Tests that must not be
-# spread over workers carry ``@pytest.mark.xdist_group(name)``: one worker runs a group's tests
-# one after another. ``heavy_or_timed`` keeps the heaviest load (the soak) apart from the tests
-# that time the machine (worker priority, a 0.5 s bound); a module whose tests write into one
-# shared folder names its own group (tests/e2e/test_nightly.py).
+# Parallel runs: scripts/test.sh runs ``pytest -n <cores + 1> --dist loadgroup``. Tests that must
+# not be spread over workers carry ``@pytest.mark.xdist_group(name)``: one worker runs a group's
+# tests one after another. ``heavy_or_timed`` keeps the heaviest load (the soak) apart from the
+# tests that time the machine (worker priority, a 0.5 s bound); a module whose tests write into
+# one shared folder names its own group (tests/e2e/test_nightly.py).
 
 
 @pytest.hookimpl(wrapper=True)
