@@ -480,6 +480,43 @@ def nightly_inputs(tmp_path_factory) -> Dict[str, Any]:
     }
 
 
+# A step that writes what started its process: the parent's command line, then its memory map
+# (which process a step process forked from, and what that one had loaded)
+PARENT_NODES = """
+    import os
+
+    from graphbook import param, source, step
+
+
+    @step("P/Parent")
+    @source()
+    @param("out", "string")
+    def parent(ctx):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\\0", b" ").decode()
+        with open(f"/proc/{os.getppid()}/maps") as f:
+            mapped = f.read()
+        with open(ctx.out, "w") as f:
+            f.write(cmd + "\\n" + mapped)
+        yield {"out": {"pid": os.getpid()}}
+"""
+
+
+def parent_of_a_step(tmp_path: Path, run_wf: Any, **run: Any) -> Tuple[Any, str, str]:
+    """Run a one-step workflow of ``PARENT_NODES`` (``run`` goes to ``run_wf``): the run, and
+    the step process's parent's command line and memory map."""
+    nodes = write_nodes(tmp_path / "nodes", "parent_nodes.py", PARENT_NODES)
+    out = tmp_path / "parent.txt"
+    wf = write_workflow(
+        tmp_path, "parent", [step_node("1", "Parent", {"out": str(out)}, source=True)], []
+    )
+    result = run_wf(wf, [nodes], **run)
+    if not result.success:
+        return result, "", ""
+    cmd, mapped = out.read_text().split("\n", 1)
+    return result, cmd, mapped
+
+
 # A chain of steps: a source and N-1 steps each reading the one before (building and depth tests)
 CHAIN_NODES = """
 from graphbook.steps import SourceStep, Step

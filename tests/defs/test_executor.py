@@ -16,7 +16,7 @@ import pytest
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.integrations.dask import dask_executor
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.conftest import edge, parent_of_a_step, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook.steps import BatchStep, SourceStep
@@ -274,26 +274,6 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     assert seen == "after", f"the step process saw GRAPHBOOK_FORKSERVER_TEST_VAR={seen!r}"
 
 
-MAPS_NODES = """
-    import os
-
-    from graphbook import param, source, step
-
-
-    @step("M/Maps")
-    @source()
-    @param("out", "string")
-    def maps(ctx):
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            parent = f.read().replace(b"\\0", b" ").decode()
-        with open(f"/proc/{os.getppid()}/maps") as f:
-            mapped = f.read()
-        with open(ctx.out, "w") as f:
-            f.write(parent + "\\n" + mapped)
-        yield {"out": {"pid": os.getpid()}}
-"""
-
-
 def test_multiprocess_step_processes_fork_with_the_instance_storage_and_pandas_loaded(
     tmp_path, run_wf, monkeypatch
 ):
@@ -304,14 +284,8 @@ def test_multiprocess_step_processes_fork_with_the_instance_storage_and_pandas_l
     from dagster_graphbook.defs import executor
 
     monkeypatch.setattr(executor, "_FORKSERVER_ENV", None)  # a forkserver of this run's own
-    nodes = write_nodes(tmp_path / "nodes", "maps_nodes.py", MAPS_NODES)
-    out = tmp_path / "maps.txt"
-    wf = write_workflow(
-        tmp_path, "maps", [step_node("1", "Maps", {"out": str(out)}, source=True)], []
-    )
-    run = run_wf(wf, [nodes], executor="multiprocess")
+    run, parent, mapped = parent_of_a_step(tmp_path, run_wf, executor="multiprocess")
     assert run.success, run.failure
-    parent, mapped = out.read_text().split("\n", 1)
     assert "from multiprocessing.forkserver import main" in parent, parent
     libraries = {
         os.path.basename(line.split()[-1]) for line in mapped.splitlines() if ".so" in line

@@ -15,7 +15,15 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions, run_workflow
 from dagster_graphbook.cli.main import main
-from tests.conftest import REPO, edge, resource_node, step_node, write_nodes, write_workflow
+from tests.conftest import (
+    REPO,
+    edge,
+    parent_of_a_step,
+    resource_node,
+    step_node,
+    write_nodes,
+    write_workflow,
+)
 
 K = dg.AssetKey
 
@@ -487,43 +495,19 @@ def test_multiprocess_executor_sample(repo, run_wf, dagster_home):
     )
 
 
-PARENT_NODES = """
-    import os
-
-    from graphbook import param, source, step
-
-
-    @step("P/Parent")
-    @source()
-    @param("out", "string")
-    def parent(ctx):
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\\0", b" ").decode()
-        with open(ctx.out, "w") as f:
-            f.write(cmd)
-        yield {"out": {"pid": os.getpid()}}
-"""
-
-
 @pytest.mark.parametrize("chosen", [{}, {"start_method": {"spawn": {}}}], ids=["plain", "spawn"])
 def test_multiprocess_picked_in_the_launchpad_forks_steps_from_the_preloaded_server(
     tmp_path, run_wf, chosen
 ):
     """``execution: {config: {multiprocess: {}}}`` (the launchpad's choice) starts step processes
     from the forkserver that preloaded torch and the package; a start_method the run names wins."""
-    nodes = write_nodes(tmp_path / "nodes", "parent_nodes.py", PARENT_NODES)
-    out = tmp_path / "parent.txt"
-    wf = write_workflow(
-        tmp_path, "parent", [step_node("1", "Parent", {"out": str(out)}, source=True)], []
-    )
-    run = run_wf(
-        wf,
-        [nodes],
+    run, parent, _ = parent_of_a_step(
+        tmp_path,
+        run_wf,
         executor="multiprocess",
         run_config={"execution": {"config": {"multiprocess": chosen}}},
     )
     assert run.success, run.failure
-    parent = out.read_text()
     if chosen:
         assert "forkserver" not in parent, parent  # spawned by the run's own process
     else:
