@@ -85,8 +85,9 @@ __all__ = [
 
 def _until_next_claim(self: InstanceConcurrencyContext) -> float:
     """Seconds until a pending claim of a pool's slot is tried again (0: one is due now)."""
+    now = time.time()
     timeouts = self._pending_timeouts.values() if self._pending_claims else ()
-    return max(0.0, min(timeouts, default=time.time()) - time.time())
+    return max(0.0, min(timeouts, default=now) - now)
 
 
 def sleep_between_slot_claims() -> None:
