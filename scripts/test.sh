@@ -58,11 +58,22 @@ fi
 .venv/bin/ruff format --check --quiet . || { echo "[test] ruff format: run .venv/bin/ruff format ."; exit 1; }
 .venv/bin/ruff check --quiet . || { echo "[test] ruff check failed (see above)"; exit 1; }
 # The type checker on the package ([tool.mypy] in pyproject.toml; the package ships py.typed), in
-# the background while the tests run (a cold mypy takes most of a minute); its verdict is read
-# after them.
+# the background while the tests run; its verdict is read after them. Its incremental cache lives
+# outside the checkout (MYPY_CACHE_DIR to move it): mypy checks each cached module against its
+# source's hash, so a fresh clone of the same code takes 1 s instead of 24 CPU-seconds.
 mypy_log="$(mktemp)"
-.venv/bin/python -m mypy >"$mypy_log" 2>&1 &
+mypy_cache="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dagster-graphbook/mypy}"
+.venv/bin/python -m mypy --cache-dir "$mypy_cache" >"$mypy_log" 2>&1 &
 mypy_pid=$!
+
+# The suite starts some 1,500 interpreters, most of which import torch and Dagster. With CPython's
+# default cyclic-GC threshold (700 new objects), collections that free almost nothing take about a
+# fifth of each such import. While the tests run, every interpreter of .venv starts with the first
+# threshold at 50,000 (mypy, Dask's workers and Ray Serve raise theirs alike): pytest 752 s -> 682 s
+# on the 2-core CI machine. No code path changes; the file is removed when this script ends.
+gc_pth="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_test_suite_gc.pth"
+echo "import gc; gc.set_threshold(50_000, 20, 20)" >"$gc_pth"
+trap 'rm -f "$gc_pth"' EXIT
 
 # In parallel (pytest-xdist): most tests wait on subprocesses, runs and worker processes, so one
 # worker more than the machine's cores pays; more than that loses to contention (on the 2-core CI
