@@ -682,7 +682,6 @@ def test_a_step_process_starting_when_its_coordinator_is_killed_does_not_run_onc
 SWEEPER_KILLED_BETWEEN_WRITES = """
 import os, signal, sys
 import dagster as dg
-import psutil
 from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
 
 with dg.DagsterInstance.from_config(sys.argv[1]) as instance:
