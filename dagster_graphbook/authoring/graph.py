@@ -51,6 +51,14 @@ class GraphStepWrapper(GraphNodeWrapper):
     def __init__(self, node: type, id: str):
         super().__init__(node, id)
         self.deps: List[Tuple[str, GraphStepWrapper]] = []
+        self.runtime_settings: Dict[str, Any] = {}
+
+    def runtime(self, **settings: Any) -> GraphStepWrapper:
+        """This step's run settings (``on_item_error="skip"``, ``num_workers=4``, ...: the
+        launchpad's ``runtime`` block), which its schedule, sensor, backfill and launchpad runs
+        start from; a run's config still changes them. Over the graph's ``g.runtime(...)``."""
+        self.runtime_settings.update(settings)
+        return self
 
     def bind(self, src: GraphStepWrapper, key: str = "out") -> GraphStepWrapper:
         """Feed this step with the notes of ``src``'s pin ``key``."""
@@ -75,6 +83,13 @@ class Graph:
         self.doc = ""
         self.module_name: Optional[str] = None
         self.name: Optional[str] = None
+        self.runtime_settings: Dict[str, Any] = {}
+
+    def runtime(self, **settings: Any) -> None:
+        """Run settings for every step that has them (``on_item_error="skip"`` for all steps,
+        ``num_workers=4`` for the batch steps), which runs start from unless their config
+        changes them; ``node.runtime(...)`` sets one step's."""
+        self.runtime_settings.update(settings)
 
     def _add(self, wrapper_cls: type, node: type) -> Any:
         if not isinstance(node, type):
@@ -129,6 +144,7 @@ class Graph:
         sub = Graph()
         sub.nodes = {i: n for i, n in self.nodes.items() if i in keep}
         sub.doc, sub.module_name, sub.name = self.doc, self.module_name, self.name
+        sub.runtime_settings = dict(self.runtime_settings)
         return sub
 
     def serialize(self) -> dict:

@@ -219,8 +219,13 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         }
     )
 
+    # graph_multi_asset drops each AssetOut's group (the assets landed in `default`): give it the
+    # step's group (its pins' groups differ only if a translator's get_group_name says so)
+    groups = {out.group_name for out in args["outs"].values()}
+
     @dg.graph_multi_asset(
         name=args["name"],
+        group_name=groups.pop() if len(groups) == 1 else None,
         outs=args["outs"],
         ins=ins,
         partitions_def=args["partitions_def"],

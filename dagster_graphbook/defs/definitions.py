@@ -26,6 +26,7 @@ from ..model.workflow import (
 from ..plan.checks import EmptySource, StepCheck, bind_checks
 from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
+from ..plan.settings import RUNTIME_SETTINGS, resolve_runtime
 from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
 from ..store.io_manager import in_process_memory, notes_io_manager, notes_metadata
@@ -108,6 +109,10 @@ class GraphbookWorkflow:
     # "warn" (a failed warning check on the source's asset, and a warning in the run's log),
     # "blocking" (the run fails) or "ignore" (docs/nightly.md)
     empty_source: EmptySource = "warn"
+    # the steps' run settings that runs start from (schedule, sensor, backfill, launchpad), as
+    # the launchpad's runtime block: {"on_item_error": "skip"} for every step that has the
+    # setting, {step: {"num_workers": 4}} per step (plan/settings.py resolve_runtime)
+    runtime: Optional[Mapping[str, Any]] = None
 
 
 def load(
@@ -140,30 +145,36 @@ def load(
         if notice not in _SAID:
             _SAID.add(notice)
             logger.warning("%s: %s", workflow.source, notice)
+    names = (translator or GraphbookTranslator()).step_names(workflow)
     gpus = workflow.gpus
     if spec.gpus is not None:
         from ..plan.gpus import resolve_gpus
 
-        names = (translator or GraphbookTranslator()).step_names(workflow)
         gpus = resolve_gpus(workflow, spec.gpus, names)
     shards = workflow.shards
     if spec.shards is not None:
         from ..plan.shards import resolve_shards
 
-        names = (translator or GraphbookTranslator()).step_names(workflow)
         shards = resolve_shards(workflow, spec.shards, names)
     previews = workflow.previews
     if spec.preview is not None:
         from ..plan.previews import resolve_previews
 
-        names = (translator or GraphbookTranslator()).step_names(workflow)
         previews = resolve_previews(workflow, spec.preview, names)
+    # a Graph's settings for a step left out at load (idle: never run) go with the step
+    given = {
+        k: v
+        for k, v in workflow.runtime_given.items()
+        if k in RUNTIME_SETTINGS or k in workflow.nodes
+    }
+    runtime = resolve_runtime(workflow, [given, spec.runtime], names)
     return replace(
         workflow,
         overridable_functions=tuple(spec.overridable_functions),
         gpus=gpus,
         shards=shards,
         previews=previews,
+        runtime=runtime,
     )
 
 

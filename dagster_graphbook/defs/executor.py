@@ -270,9 +270,10 @@ def resolve_executor(
     sharded: Sequence[str] = (),
 ) -> dg.ExecutorDefinition:
     """The executor a workflow's job gets: ``None`` -> ``graphbook_executor`` (multiprocess by
-    default when the job has ``sharded`` steps), a name -> Dagster's executor of that name, an
-    ``ExecutorDefinition`` (e.g. ``k8s_job_executor``) as given; with sharded steps, each runs
-    never-run shards on a re-execution from failure.
+    default when the job has ``sharded`` steps), a name -> Dagster's executor of that name,
+    ``MODULE:ATTR`` -> the ``ExecutorDefinition`` it names, an ``ExecutorDefinition`` (e.g.
+    ``k8s_job_executor``) as given; with sharded steps, each runs never-run shards on a
+    re-execution from failure.
 
     Raises ``WorkflowError`` naming the workflow file ``source`` for an unknown name, and for an
     executor that cannot run a sharded step's mapped shard ops.
@@ -280,9 +281,18 @@ def resolve_executor(
     if choice is None:
         return _SHARDED_DEFAULT if sharded else graphbook_executor
     executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
+    if isinstance(choice, str) and ":" in choice:  # module:attr (YAML's way to name Ray's)
+        try:
+            choice = import_executor(choice)
+        except ValueError as exc:
+            raise WorkflowError(source, [str(exc)]) from exc
     if isinstance(choice, str) and choice not in executors:
         raise WorkflowError(
-            source, [f"executor must be one of {', '.join(executors)}, got {choice!r}"]
+            source,
+            [
+                f"executor must be one of {', '.join(executors)} or MODULE:ATTR naming an "
+                f"ExecutorDefinition, got {choice!r}"
+            ],
         )
     chosen = executors[choice] if isinstance(choice, str) else choice
     if not sharded or chosen is graphbook_executor:

@@ -110,6 +110,11 @@ class Workflow:
     shards: Dict[str, Dict[str, int]] = field(default_factory=dict)
     # node id -> the step's image preview settings (plan/previews.py); steps left out: defaults
     previews: Dict[str, Any] = field(default_factory=dict)
+    # runtime settings the source gives (a Graph's ``g.runtime(...)``, ``node.runtime(...)``), in
+    # ``GraphbookWorkflow(runtime=)``'s shape: setting -> value for every step, node id -> settings
+    runtime_given: Dict[str, Any] = field(default_factory=dict)
+    # node id -> the runtime settings its launchpad starts from (plan/settings.py resolve_runtime)
+    runtime: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     # (node id, pin) -> the nodes reading it, built on the first ``children`` call: asked per node
     # and pin, a walk over all nodes each time made building a long chain quadratic
     _readers: Optional[Dict[Tuple[str, str], List[WorkflowNode]]] = field(
@@ -492,7 +497,12 @@ def _from_graph(graph: Graph, name: str, *, path: Optional[Path] = None) -> Work
         if isinstance(wrapper, GraphStepWrapper):
             node.inputs = [(src.id, pin) for pin, src in wrapper.deps]
         nodes[node.id] = node
-    return _validated(Workflow(workflow_name(name), nodes, doc=graph.doc, path=path), problems)
+    runtime: Dict[str, Any] = dict(getattr(graph, "runtime_settings", {}))
+    for wrapper in graph.get_steps():
+        if getattr(wrapper, "runtime_settings", None):
+            runtime[wrapper.id] = dict(wrapper.runtime_settings)
+    workflow = Workflow(workflow_name(name), nodes, doc=graph.doc, path=path, runtime_given=runtime)
+    return _validated(workflow, problems)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .checks import BoundCheck, EmptySource, SourceHasNotes, StepCheck
 from .gpus import merged_tags
-from .job_steps import NOTES_IO_MANAGER_KEY
+from .job_steps import NOTES_IO_MANAGER_KEY, PARTITION_PLACEHOLDER
 from .previews import PreviewSettings
 from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
@@ -307,9 +307,12 @@ class _Wiring:
 def _step_config(
     workflow: Workflow, node: WorkflowNode, shard: Optional[ShardPlan] = None
 ) -> Dict[str, Any]:
-    """A step's launchpad fields: its parameters and its ``runtime`` block (a sharded step's
-    ``shards``/``shard_size`` default to what its workflow set)."""
-    defaults = shard.runtime_defaults() if shard is not None else None
+    """A step's launchpad fields: its parameters and its ``runtime`` block, whose defaults are
+    what its workflow set (``runtime=``; a sharded step's ``shards``/``shard_size``)."""
+    defaults = {
+        **workflow.runtime.get(node.id, {}),  # the workflow's runtime= for this step
+        **(shard.runtime_defaults() if shard is not None else {}),
+    }
     return {**param_fields(workflow, node), RUNTIME_KEY: runtime_field(node.step_kind, defaults)}
 
 
@@ -352,6 +355,11 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
         value = node.values.get(key)
         if value is None:
             value = ptypes.unset_value(node.cls, key, spec)
+        if value is None:
+            # the class's own __init__ default: a run fills its {partition_key} (passed as a
+            # kwarg, filled) and a run without a key is refused, as for a workflow's value
+            own = ptypes.default_value(node.cls, key, spec)
+            value = own if isinstance(own, str) and PARTITION_PLACEHOLDER in own else None
         fields[key] = ptypes.config_field(spec, value, has_default=value is not None)
     return fields
 

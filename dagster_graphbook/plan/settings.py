@@ -8,10 +8,26 @@ these objects, never a dict with defaults of its own.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Mapping, Optional, Type, Union, get_args, get_origin
+from typing import (
+    Any,
+    Dict,
+    List,
+    Literal,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    Type,
+    Union,
+    get_args,
+    get_origin,
+)
 
 import dagster as dg
 from pydantic import Field, model_validator
+
+from ..model.workflow import Workflow, WorkflowError, WorkflowNode
+from .refs import resolve_refs, step_refs_of
 
 RUNTIME_KEY = "runtime"  # a step's settings, beside its parameters
 STREAM_KEY = "streaming"  # a streaming op's own settings, beside its steps
@@ -234,3 +250,99 @@ def runtime_problem(exc: Exception) -> str:
         message = str(errors()[0].get("msg", exc))
         return message.removeprefix("Value error, ")
     return str(exc)
+
+
+RUNTIME_SETTINGS_ORDER = tuple(BatchRuntime.model_fields)  # every step's, then a batch step's
+RUNTIME_SETTINGS = frozenset(RUNTIME_SETTINGS_ORDER)
+# set where the workflow is defined (GraphbookWorkflow(shards=)): the op graph's shape depends on it
+_SHARD_SETTINGS = ("shards", "shard_size")
+
+
+def resolve_runtime(
+    workflow: Workflow, given: Sequence[Optional[Mapping[str, Any]]], step_names: Mapping[str, str]
+) -> Dict[str, Dict[str, Any]]:
+    """Node id -> the ``runtime`` settings a step's launchpad (so its schedule, sensor and
+    backfill runs) starts from, for a workflow's ``runtime=`` option(s) (``given``: the Graph's,
+    then ``GraphbookWorkflow``'s or the YAML's, later ones winning). A setting's name as a key
+    applies to every step that has the setting (``on_item_error: skip``; ``num_workers`` reaches
+    batch steps only); a step as a key (step name, label, class or node id) holds that step's
+    own settings, over the workflow-wide ones. Unknown settings, a batch step's setting for
+    another step, and values the setting refuses are load errors naming the step."""
+    steps = workflow.steps()
+    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in steps)
+    out: Dict[str, Dict[str, Any]] = {n.id: {} for n in steps}
+    per_step: Dict[str, Dict[str, Any]] = {}
+    for option in given:
+        if option is None:
+            continue
+        if not isinstance(option, Mapping):
+            _refuse(workflow, [f"runtime must be a mapping of setting -> value or step -> "
+                               f"settings, got {option!r}"])  # fmt: skip
+        for key, value in option.items():
+            if key in RUNTIME_SETTINGS:
+                _refuse_sharding(workflow, "runtime", [key])
+                for node in steps:
+                    if key in runtime_class(node.step_kind).model_fields:
+                        out[node.id][key] = value
+                continue
+            node = refs.get(str(key))
+            if node is None:
+                _refuse(workflow, [_unknown(key, steps, step_names)])
+            where = f"runtime[{key!r}] (step {step_names[node.id]})"
+            if not isinstance(value, Mapping):
+                _refuse(workflow, [f"{where} must be a mapping of setting -> value, got {value!r}"])
+            _check_names(workflow, where, node.step_kind, value)
+            per_step.setdefault(node.id, {}).update(value)
+    for node_id, settings in per_step.items():
+        out[node_id].update(settings)
+    for node in steps:
+        try:
+            runtime_class(node.step_kind)(**out[node.id])
+        except ValueError as exc:  # pydantic's ValidationError is one
+            loc = ".".join(str(p) for p in exc.errors()[0].get("loc", ()))  # type: ignore[attr-defined]
+            _refuse(
+                workflow,
+                [f"runtime of step {step_names[node.id]}: {loc}: {runtime_problem(exc)}"],
+            )
+    return {k: v for k, v in out.items() if v}
+
+
+def _check_names(workflow: Workflow, where: str, kind: str, settings: Mapping[str, Any]) -> None:
+    """Refuse settings ``where`` (one step's) that its kind of step does not have."""
+    _refuse_sharding(workflow, where, list(settings))
+    own = [n for n in runtime_class(kind).model_fields if n not in _SHARD_SETTINGS]
+    for name in settings:
+        if name in own:
+            continue
+        if name in RUNTIME_SETTINGS:
+            _refuse(
+                workflow,
+                [f"{where} sets {name!r}, a batch step's setting, but it is not a batch step"],
+            )
+        _refuse(
+            workflow,
+            [f"{where} sets {name!r}, which is not a runtime setting (settings: {', '.join(own)})"],
+        )
+
+
+def _refuse_sharding(workflow: Workflow, where: str, names: Sequence[str]) -> None:
+    for name in names:
+        if name in _SHARD_SETTINGS:
+            _refuse(
+                workflow,
+                [f"{where} sets {name!r}: a workflow shards a step with shards= (YAML: shards:), "
+                 "which builds the step's shard ops; runtime.shards then changes how many"],
+            )  # fmt: skip
+
+
+def _unknown(key: Any, steps: Sequence[WorkflowNode], step_names: Mapping[str, str]) -> str:
+    settings = ", ".join(n for n in RUNTIME_SETTINGS_ORDER if n not in _SHARD_SETTINGS)
+    names = ", ".join(step_names[n.id] for n in steps)
+    return (
+        f"runtime names {key!r}, which is neither a runtime setting ({settings}) nor a step of "
+        f"the workflow ({names})"
+    )
+
+
+def _refuse(workflow: Workflow, problems: List[str]) -> NoReturn:
+    raise WorkflowError(workflow.source, problems)

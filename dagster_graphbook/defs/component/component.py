@@ -17,6 +17,9 @@ attributes:
   translation: {owners: [team:vision], tags: {step: "{{ node.step }}"}}  # asset attributes
   retry_policy: {max_retries: 2, delay: 10}          # every step op (dg.RetryPolicy)
   pool: vision                                       # every step op's concurrency pool
+  runtime: {on_item_error: skip}                     # runs start from these step settings
+  executor: dagster_graphbook.integrations.ray:ray_executor  # steps as Ray jobs
+  executor_config: {ray: {address: "http://ray-head:8265"}}
   strict: true                                       # fail the load if the workflow does not
 ```
 
@@ -31,8 +34,10 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 import dagster as dg
 
+from ...model.workflow import WorkflowError
 from ...plan.checks import StepCheck
 from ..definitions import GraphbookWorkflow, NameClaims, build_definitions
+from ..executor import import_executor
 from ..schedules import FolderSensor, daily_partitions
 from .scaffold import GraphbookWorkflowScaffolder
 from .translation import TRANSLATION_RESOLVER, TranslationFn, translator_for
@@ -156,11 +161,30 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
         List[str], _doc("function parameters whose code run config may replace", ["load_fn"])
     ] = []
     executor: Annotated[
-        Optional[Literal["in_process", "multiprocess"]],
+        Optional[str],
         _doc(
             "default: in one process unless a run's execution config picks multiprocess; "
-            "multiprocess: one process per step by default",
+            "multiprocess: one process per step by default; MODULE:ATTR: the ExecutorDefinition "
+            "it names (Ray's, dagster-k8s's), with executor_config",
             "multiprocess",
+            "dagster_graphbook.integrations.ray:ray_executor",
+        ),
+    ] = None
+    executor_config: Annotated[
+        Optional[Dict[str, Any]],
+        _doc(
+            "the MODULE:ATTR executor's config (its .configured(...)), e.g. the Ray head's address",
+            {"ray": {"address": "http://ray-head:8265"}},
+        ),
+    ] = None
+    runtime: Annotated[
+        Optional[Dict[str, Any]],
+        _doc(
+            "the steps' run settings that runs start from (schedule, sensor, backfill, "
+            "launchpad), as the launchpad's runtime block: setting: value for every step that "
+            "has it, or step: {setting: value}",
+            {"on_item_error": "skip", "max_skipped_fraction": 0.05},
+            {"ClassifyShapes": {"num_workers": 4, "on_item_error": "skip"}},
         ),
     ] = None
     notes_dir: Annotated[
@@ -306,7 +330,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset)
             if self.sensor_folder
             else None,
-            executor=self.executor,
+            executor=self._executor(),
             streaming=self.streaming,
             gpus=self.gpus,
             shards=self.shards,
@@ -320,7 +344,24 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             retry_policy=self.retry_policy.policy() if self.retry_policy else None,
             pool=self.pool,
             automation=self.automation,
+            runtime=self.runtime,
         )
+
+    def _executor(self) -> Union[None, str, dg.ExecutorDefinition]:
+        """``executor:`` as ``GraphbookWorkflow`` takes it; ``executor_config:`` configures a
+        ``MODULE:ATTR`` one (a name of Dagster's own takes its config from each run)."""
+        if self.executor_config is None:
+            return self.executor
+        if self.executor is None or ":" not in self.executor:
+            raise WorkflowError(
+                self.workflow,
+                ["executor_config needs executor: MODULE:ATTR (the executor it configures)"],
+            )
+        try:
+            executor = import_executor(self.executor)
+        except ValueError as exc:
+            raise WorkflowError(self.workflow, [str(exc)]) from exc
+        return executor.configured(self.executor_config)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         spec = self.workflow_spec(Path(context.path))
