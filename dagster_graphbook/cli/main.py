@@ -95,6 +95,82 @@ def _say_error(command: str, exc: BaseException, limit: int = 500) -> None:
     print(f"dagster-graphbook {command}: " + "\n".join(lines), file=sys.stderr)
 
 
+DATABASE_RETRY_LOG = "Retrying failed database connection"  # dagster-postgres's, on the root logger
+
+
+class _NoDatabaseRetries:
+    """Drops dagster-postgres's log line per retry of a failed connection (4 lines each, 6
+    before it gives up): a database that stays down is said once (``_database_error``)."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(DATABASE_RETRY_LOG)
+
+
+def _instance_home(args: argparse.Namespace) -> Optional[str]:
+    """The instance folder the command opened (as ``cmd_run``, ``cmd_materialize`` pick it)."""
+    if args.command == "run":
+        return _run_home(args)
+    if args.command == "materialize":
+        return location_home(args.dagster_home)
+    return None
+
+
+def _database_error(exc: BaseException, home: Optional[str]) -> Optional[str]:
+    """One line for an instance whose Postgres database could not be used (down, unreachable,
+    refusing the user): the database as ``user@host:port/db`` from ``home``'s dagster.yaml (no
+    password), why, and what to do; None for any other error."""
+    import sqlalchemy.exc
+
+    chain: List[BaseException] = []
+    seen: Optional[BaseException] = exc
+    while seen is not None and len(chain) < 20:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    failed = [
+        e
+        for e in chain
+        if isinstance(e, sqlalchemy.exc.OperationalError)
+        or type(e).__name__ == "DagsterPostgresException"
+    ]
+    if not failed or home is None:
+        return None
+    address = _postgres_address(home)
+    if address is None:  # not a Postgres instance (SQLite's "database is locked": traceback)
+        return None
+    config = os.path.join(home, "dagster.yaml")
+    driver = [e for e in chain if type(e).__module__.startswith("psycopg")]
+    why = str(driver[-1] if driver else failed[-1]).strip().splitlines()[0]
+    why = why.rsplit(" failed: ", 1)[-1]  # 'connection to server at "h", port p failed: ...'
+    return (
+        f"could not connect to the instance's database {address} ({why}; storage: postgres: in "
+        f"{config}): start the database or correct that address, then run the command again"
+    )
+
+
+def _postgres_address(home: str) -> Optional[str]:
+    """``user@host:port/db`` of the Postgres storage ``home``'s dagster.yaml names (its
+    ``{env: ...}`` values read from the environment, as the instance did); None for another
+    storage or one that cannot be read."""
+    try:
+        from dagster._config import process_config, resolve_to_config_type
+        from dagster._core.instance.ref import InstanceRef
+        from dagster_postgres.utils import pg_config, pg_url_from_config
+        from sqlalchemy.engine import make_url
+
+        ref = InstanceRef.from_dir(home)
+        for data in (ref.storage_data, ref.run_storage_data, ref.event_storage_data):
+            if data is None or not data.module_name.startswith("dagster_postgres"):
+                continue
+            result = process_config(resolve_to_config_type(pg_config()), data.config_dict)
+            if not result.success or result.value is None:
+                return None
+            url = make_url(pg_url_from_config(result.value))
+            return f"{url.username}@{url.host}:{url.port or 5432}/{url.database}"
+    except Exception:  # an unreadable dagster.yaml: the error is said as it came
+        return None
+    return None
+
+
 class LiveDisplay:
     """Prints the run's events (step starts and ends, progress lines, warnings) as they land."""
 
@@ -231,6 +307,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             translator=translator,
             run_config=_console_config(args),
             from_failure=args.from_failure,
+            say=_say,
         )
     print(_summary(run))
     print(_instance_line(run, instance.root_directory))
@@ -241,6 +318,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     print(f"Notes: {instance_notes_dir(instance)}")
     return 0 if run.success else 1
+
+
+def _say(line: str) -> None:
+    """Where a run's steps run, before it starts (stderr, beside the progress display)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _progress(args: argparse.Namespace, instance: Any, token: str) -> Any:
@@ -278,6 +360,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
             tags={RUN_TOKEN_TAG: token},
             run_config=_console_config(args),
             from_failure=args.from_failure,
+            say=_say,
         )
     print(_summary(run))
     for key, meta in run.metadata.items():
@@ -434,15 +517,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    import logging
+
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    root = logging.getLogger()
+    if not debug and not any(isinstance(f, _NoDatabaseRetries) for f in root.filters):
+        root.addFilter(_NoDatabaseRetries())
     try:
         code = args.func(args)
-    except Exception as exc:  # bad workflow, --set value, partition or job: no traceback
+    except Exception as exc:  # bad workflow, --set value, partition, job, database: no traceback
         found = _user_error(exc)
-        if found is None or args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        database = _database_error(exc, _instance_home(args)) if found is None else None
+        if (found is None and database is None) or debug:
             raise
         what = getattr(args, "workflow", None) or getattr(args, "job", None)
-        _say_error(" ".join(str(w) for w in (args.command, what) if w), found)
+        command = " ".join(str(w) for w in (args.command, what) if w)
+        if database is not None:
+            print(f"dagster-graphbook {command}: {database}", file=sys.stderr)
+        else:
+            assert found is not None
+            _say_error(command, found)
         code = 1
     _exit_past_stuck_threads(code)
     return code

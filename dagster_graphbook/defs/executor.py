@@ -144,10 +144,14 @@ _SHARDED_DEFAULT = _graphbook_executor(MULTIPROCESS)
 
 
 def default_mode(executor_def: dg.ExecutorDefinition) -> str:
-    """``in_process`` or ``multiprocess``: how a run that names no executor runs a job with
-    this executor (``graphbook_executor``'s default mode; in process for any other)."""
-    if executor_def.name != "graphbook_executor":
+    """How a run that names no executor runs a job with this executor: ``in_process`` or
+    ``multiprocess`` (``graphbook_executor``'s default mode; ``in_process`` for Dagster's
+    in-process executor), else ``job``: the executor itself (multiprocess, Ray, k8s, Dask), as
+    the UI and the schedule run it; never quietly in the caller's process instead."""
+    if executor_def.name == "in_process":
         return "in_process"
+    if executor_def.name != "graphbook_executor":
+        return "job"
     default = executor_def.config_schema.as_field().default_value
     return "multiprocess" if "multiprocess" in default else "in_process"
 

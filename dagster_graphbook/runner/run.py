@@ -273,6 +273,7 @@ def run_workflow(
     shards: Any = None,
     executor_config: Optional[Mapping[str, Any]] = None,
     preview: Any = None,
+    say: Optional[Callable[[str], None]] = None,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
@@ -299,7 +300,8 @@ def run_workflow(
     ``partition_key`` or ``run_config``); the workflow and its flags must build the same job.
 
     ``quiet``: the console shows warnings, not the run's failure, which the caller reads from
-    ``WorkflowRun.failure`` and says once (Dagster's console logger printed it twice).
+    ``WorkflowRun.failure`` and says once (Dagster's console logger printed it twice). ``say``
+    is told, before the run, where its steps run when that is not this process.
     """
     if instance is None:
         home = dagster_home if dagster_home is not None or record else tryout_home()
@@ -327,7 +329,15 @@ def run_workflow(
             workflow, spec, name, notes_dir, streaming, translator, executor
         ),
         request=_Request(
-            params, partition_key, run_config, tags, quiet, from_failure, executor, executor_config
+            params,
+            partition_key,
+            run_config,
+            tags,
+            quiet,
+            from_failure,
+            executor,
+            executor_config,
+            say,
         ),
     )
     if run.success:
@@ -349,6 +359,8 @@ class _Request:
     # in_process, multiprocess, or the module:attr of an ExecutorDefinition
     executor: Optional[str] = None
     executor_config: Optional[Mapping[str, Any]] = None  # the latter's execution config
+    # told where the steps run when that is not this process (the CLI prints it)
+    say: Optional[Callable[[str], None]] = None
 
 
 # run_workflow's own executors (graphbook_executor's modes); any other is a module:attr
@@ -373,6 +385,7 @@ def _run(
     if request.from_failure is not None:
         _no_new_inputs(what, request.params, request.partition_key, request.run_config)
         parent = _parent_run(instance, request.from_failure, job, what)
+        _say_where(request, what, job, _resumed_mode(job, parent))
         run_id, success = _resume(recon(), instance, parent, request.tags)
         return _finished_run(instance, run_id, success, start)
     run_config = config()
@@ -381,6 +394,7 @@ def _run(
     run_tags = _run_tags(request.tags)
     partition_key = request.partition_key
     mode = request.executor or default_mode(job.executor_def)
+    _say_where(request, what, job, mode)
     if mode == "in_process":
         if job.executor_def.name == "graphbook_executor":  # recorded, so a resume is in process too
             run_config.setdefault("execution", {"config": {"in_process": {}}})
@@ -389,12 +403,11 @@ def _run(
         job_recon = recon()
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
-        execution = (
-            dict(MULTIPROCESS)  # graphbook_executor's mode
-            if mode == "multiprocess"
-            else dict(request.executor_config or {})  # the job's own executor (dagster-ray's)
-        )
-        run_config.setdefault("execution", {"config": execution})
+        if mode == "multiprocess":  # graphbook_executor's mode
+            run_config.setdefault("execution", {"config": dict(MULTIPROCESS)})
+        elif request.executor_config is not None:  # a module:attr executor's run config
+            run_config.setdefault("execution", {"config": dict(request.executor_config)})
+        # else the job's own executor with the config it was defined with (.configured(...))
         with _backstop(instance, run_tags):
             result = dg.execute_job(
                 job_recon,
@@ -404,6 +417,29 @@ def _run(
                 raise_on_error=False,
             )
     return _finished_run(instance, result.run_id, result.success, start)
+
+
+def _resumed_mode(job: dg.JobDefinition, parent: dg.DagsterRun) -> str:
+    """Where a re-execution of ``parent`` runs its steps: ``graphbook_executor``'s mode as the
+    parent's run config picked it, else the job's executor."""
+    if job.executor_def.name != "graphbook_executor":
+        return default_mode(job.executor_def)
+    picked = ((parent.run_config or {}).get("execution") or {}).get("config") or {}
+    return next(iter(picked), None) or default_mode(job.executor_def)
+
+
+def _say_where(request: _Request, what: str, job: dg.JobDefinition, mode: str) -> None:
+    """Tell ``request.say`` where the steps run, unless in this process (the default): a run on
+    the job's Ray or k8s executor must not look like a local one, nor the other way round."""
+    if request.say is None or mode == "in_process":
+        return
+    if mode == "multiprocess":
+        where = "a process per step (the multiprocess executor)"
+    elif mode == "job":
+        where = f"the job's executor {job.executor_def.name!r}"
+    else:
+        where = f"executor {mode}"
+    request.say(f"{what}: steps run on {where}")
 
 
 register_runner(run_workflow)  # Graph.run runs through it (the authoring API imports no runner)
@@ -699,14 +735,18 @@ def run_job(
     quiet: bool = True,
     run_config: Optional[Mapping[str, Any]] = None,
     from_failure: Optional[str] = None,
+    say: Optional[Callable[[str], None]] = None,
 ) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` (default: the one ``dg`` loads for
-    the project here, `code_location_module`) in this process (a partition of a partitioned
+    the project here, `code_location_module`) (a partition of a partitioned
     job), as a run of the instance the UI shows; params are ``{"Step.param": value}``, set over
     ``run_config``. ``quiet``: as in `run_workflow`.
 
     ``from_failure``: the id of a failed (or killed) run of this job to resume, as the UI's
     "Re-execute from failure" (see ``run_workflow``); its run config and partition are kept.
+    The steps run where the job's executor puts them, as in the UI (a Ray or k8s executor's
+    jobs or pods; ``say`` is told so before the run), except ``graphbook_executor``'s
+    in-process mode: here.
     """
     instance = instance or get_instance(dagster_home)
     target = code_location_module(module)
@@ -724,7 +764,7 @@ def run_job(
             reconstructable_args=(target.module, job_name),  # type: ignore[arg-type]  # as above
             reconstructor_working_directory=str(target.root),
         ),
-        request=_Request(params, partition_key, run_config, tags, quiet, from_failure),
+        request=_Request(params, partition_key, run_config, tags, quiet, from_failure, say=say),
     )
     found = _materializations(instance, run.run_id)
     for key, m in found.items():
