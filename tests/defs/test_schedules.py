@@ -246,3 +246,86 @@ def test_partition_key_reaches_steps(tmp_path, wf_builders):
         ).read_bytes()
     )
     assert notes == [{"path": "in/2026-02-03/x", "other": "set-2026-02-03", "key": "2026-02-03"}]
+
+
+DEFAULT_DAY_NODES = """
+from graphbook.steps import SourceStep, Step
+
+class DaySource(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"path": {"type": "string", "default": "in/{partition_key}/x"}}
+
+    def __init__(self, path="in/{partition_key}/x"):
+        super().__init__()
+        self.path = path
+
+    def load(self):
+        return {"out": [{"path": self.path}]}
+
+class DayWriter(Step):
+    Parameters = {"out_dir": {"type": "string"}}  # no declared default: the __init__'s
+
+    def __init__(self, out_dir="out/{partition_key}"):
+        super().__init__()
+        self.out_dir = out_dir
+
+    def on_data(self, data):
+        data["out_dir"] = self.out_dir
+"""
+
+
+@pytest.mark.parametrize("source", ["json", "graph"])
+def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_key(
+    tmp_path, wf_builders, source
+):
+    """A parameter the workflow leaves at the class's default (its ``Parameters`` default, or
+    only its ``__init__`` default) holding ``{partition_key}``: a run of a day gets the day, the
+    launchpad shows the placeholder as the default, and a run with no key is refused naming
+    ``STEP.PARAM`` instead of reading and writing a literal ``{partition_key}`` folder."""
+    from dagster_graphbook import run_workflow
+    from dagster_graphbook.errors import RequestError
+
+    b = wf_builders
+    nodes = b["write_nodes"](tmp_path / "nodes", "day_nodes.py", DEFAULT_DAY_NODES)
+    if source == "json":
+        wf = b["write_workflow"](
+            tmp_path,
+            "days",
+            [b["step_node"]("0", "DaySource", {}, source=True), b["step_node"]("1", "DayWriter")],
+            [b["edge"]("0", "out", "1")],
+        )
+    else:
+        wf = tmp_path / "days.py"
+        wf.write_text(
+            "from graphbook import Graph\nfrom day_nodes import DaySource, DayWriter\n\n"
+            "g = Graph()\n\n\n@g()\ndef _():\n    s = g.step(DaySource)\n"
+            "    w = g.step(DayWriter)\n    w.bind(s)\n"
+        )
+    spec = GraphbookWorkflow(
+        wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01")
+    )
+    defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"))
+    job = defs.resolve_job_def("days")
+    fields = job.graph.node_named("days__DayWriter").definition.config_schema.config_type.fields
+    assert fields["out_dir"].default_value == "out/{partition_key}"  # the launchpad shows it
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, partition_key="2026-02-03")
+        assert result.success
+        notes = result.output_for_node("days__DayWriter", "out")
+    assert notes == [{"path": "in/2026-02-03/x", "out_dir": "out/2026-02-03"}]
+
+    unpartitioned = GraphbookWorkflow(wf, custom_nodes=[nodes])
+    with pytest.raises(RequestError, match=r"DaySource\.path 'in/\{partition_key\}/x'"):
+        run_workflow(wf, [nodes], instance=None, dagster_home=str(tmp_path / "home"))
+    plain = build_definitions([unpartitioned], notes_dir=str(tmp_path / "notes2"))
+    with dg.instance_for_test() as instance:
+        refused = plain.resolve_job_def("days").execute_in_process(
+            instance=instance, raise_on_error=False
+        )
+    assert not refused.success
+    failure = refused.failure_data_for_node("days__DaySource") or refused.failure_data_for_node(
+        "days__DayWriter"
+    )
+    said = str(failure.error.message) if failure else str(refused.all_events)
+    assert "{partition_key}" in said and "no partition key" in said, said
