@@ -341,12 +341,7 @@ def _outputs(
         context.log.warning(f"{plan.label}: skipped {error.headline()}")
     meta = step_metadata(result.stats, result.files, result.errors, figures)
     if result.files and not op.streamed:  # which files this materialization wrote (issue 11.5)
-        from ..store.manifests import write_manifest
-
-        storage = context.instance.storage_directory()
-        manifest = write_manifest(result.files, storage, op.name, context.run_id)
-        if manifest is not None:  # None only without files
-            meta["files_manifest"] = dg.MetadataValue.path(manifest)
+        meta["files_manifest"] = _store_manifest(context, op, plan, result.files)
     for pin in plan.pins:
         stored = (plan.node_id, pin) in op.stored
         pin_meta = meta
@@ -363,3 +358,26 @@ def _outputs(
         if isinstance(notes, PinNotes):
             notes.source = plan.node_id  # children fed by several of its pins merge by emission
         yield dg.Output(notes, output_name=op.outputs[(plan.node_id, pin)], metadata=pin_meta)
+
+
+def _store_manifest(
+    context: dg.AssetExecutionContext, op: OpPlan, plan: StepPlan, files: List[Tuple[str, Any]]
+) -> dg.MetadataValue:
+    """The manifest of the files the step wrote, beside the notes of its first pin (where the
+    IO manager puts them: the bucket when notes_dir is one), pruned with them."""
+    from ..store.io_manager import NOTES_DIR_META, instance_notes_dir
+    from ..store.manifests import manifest_path, write_manifest
+
+    notes_dir = op.storage.get(NOTES_DIR_META) or instance_notes_dir(context.instance)
+    key = context.asset_key_for_output(op.outputs[(plan.node_id, plan.pins[0])])
+    partitioned = context.assets_def.partitions_def is not None and context.has_partition_key
+    partition = context.partition_key if partitioned else None
+    path = manifest_path(notes_dir, key, partition, context.run_id)
+    try:
+        return dg.MetadataValue.path(write_manifest(files, path, op.name, context.run_id))
+    except Exception as exc:
+        raise StepFailure(
+            plan.label,
+            f"the manifest of the {len(files)} files it wrote cannot be stored at {path}: "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc

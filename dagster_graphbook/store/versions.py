@@ -1,10 +1,11 @@
 """Where each materialization's notes live, and which version a step reads.
 
 Layout: ``<base>/<asset key path>/[<partition>/]<run id>.pkl`` (and ``<run id>.parquet`` for sink
-tables). A version is written once by one run and never changed, so two runs of one partition
-never see each other's data. A step reads its parent's notes from its own run when the parent ran
-in it (or in the run it re-executes), else the version that the parent's latest materialization
-of the partition recorded in its ``dagster/uri`` metadata.
+tables, ``<run id>.files.json`` for the files a batch step wrote, see ``manifests``). A version
+is written once by one run and never changed, so two runs of one partition never see each
+other's data. A step reads its parent's notes from its own run when the parent ran in it (or in
+the run it re-executes), else the version that the parent's latest materialization of the
+partition recorded in its ``dagster/uri`` metadata.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from . import codec as notes_codec
 
 NOTES_SUFFIX = ".pkl"
 TABLE_SUFFIX = ".parquet"
+MANIFEST_SUFFIX = ".files.json"  # the files a batch step's dump_fn wrote in the run (manifests)
 
 
 def version_folder(base: UPath, key: dg.AssetKey, partition: Optional[str]) -> UPath:
@@ -261,7 +263,7 @@ def prune(
     versions = {p.name[: -len(NOTES_SUFFIX)]: p for p in folder.iterdir() if _is_version(p.name)}
     deleted = _stale(versions, keep, instance, protect)
     for run_id in deleted:
-        for suffix in (NOTES_SUFFIX, TABLE_SUFFIX):
+        for suffix in (NOTES_SUFFIX, TABLE_SUFFIX, MANIFEST_SUFFIX):
             try:
                 (folder / f"{run_id}{suffix}").unlink()
             except FileNotFoundError:

@@ -108,7 +108,10 @@ def test_nightly_day_in_a_bucket_gives_the_local_days_notes_and_files(
     saved = meta["nightly_shapes/SaveResized"]
     assert saved["files_written"] == len(copies)
     assert saved["files_bytes"] == sum(objects[f"outputs/{name}"] for name in copies)
-    manifest = json.loads(Path(saved["files_manifest"]).read_text())
+    # the manifest is beside the step's notes in the bucket (before: on the node that ran it)
+    assert saved["files_manifest"] == f"{saved['dagster/uri'].removesuffix('.pkl')}.files.json"
+    assert saved["files_manifest"].startswith(f"{bucket.url}/notes/nightly_shapes/SaveResized/")
+    manifest = json.loads(bucket.fs.cat_file(saved["files_manifest"]))
     assert manifest["root"] == f"{bucket.url}/outputs"
     assert {e["path"]: e["bytes"] for e in manifest["files"]} == {
         name: objects[f"outputs/{name}"] for name in copies
@@ -132,7 +135,7 @@ def test_nightly_day_in_a_bucket_gives_the_local_days_notes_and_files(
     assert any(k.startswith("notes/.step_outputs/") for k in stored)  # the shards' results
     # ... and nothing of them on local disk: no notes, tables or intermediates in the instance
     home = Path(in_bucket.dagster_home or "")
-    assert not [p for p in home.rglob("*") if p.suffix in (".pkl", ".parquet")]
+    assert not [p for p in home.rglob("*") if p.suffix in (".pkl", ".parquet", ".json")]
     assert not [k for k in objects if ".tmp-" in k]  # no temporary objects: uploads are whole
 
 

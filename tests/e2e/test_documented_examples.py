@@ -79,3 +79,24 @@ def test_the_authoring_guides_batch_step_with_load_fn_dump_fn_and_a_model_runs_a
         vector = np.load(note["vector_path"])
         assert vector.shape == (4,) and vector.dtype == np.float32
         assert round(float(np.linalg.norm(vector)), 4) == note["norm"], note
+
+
+def test_the_deploying_guides_no_op_compute_logs_block_leaves_no_log_files(tmp_path):
+    """docs/deploying.md's ``compute_logs`` block that turns them off, as ``dagster.yaml``: a run
+    leaves no ``compute_logs`` files in the instance's storage, where the same run without it
+    leaves them (on whichever machine ran the step)."""
+    from dagster_graphbook import run_workflow
+    from tests.conftest import CHAIN_NODES, chain_workflow, write_nodes
+
+    files, _ = doc_section("deploying.md", "### Compute logs: in the bucket, or off")
+    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    workflow = chain_workflow(tmp_path, 2, "chain")
+    logs = {}
+    for name, settings in (("default", ""), ("off", files["dagster.yaml: no compute logs"])):
+        home = tmp_path / name
+        home.mkdir()
+        (home / "dagster.yaml").write_text(settings)
+        run = run_workflow(workflow, [nodes], dagster_home=str(home), executor="in_process")
+        assert run.success, run.failure
+        logs[name] = [p.name for p in (home / "storage").rglob("*") if "compute_logs" in str(p)]
+    assert logs["default"] and not logs["off"], logs

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from upath import UPath
 
 from dagster_graphbook.store.manifests import read_manifest
 from tests.conftest import edge, step_node, write_nodes, write_workflow
@@ -75,6 +77,61 @@ def test_the_latest_materialization_lists_exactly_its_own_files(tmp_path, run_wf
     files = read_manifest(manifest)
     assert sorted(os.path.basename(p) for p in files) == ["img_0.txt", "img_1.txt"]
     assert all(os.path.isfile(p) for p in files)
+
+
+@pytest.mark.parametrize("store", ["local", "bucket"])
+def test_the_files_manifest_lies_beside_the_notes_and_is_pruned_with_them(
+    tmp_path, run_wf, dagster_home, request, store
+):
+    """Each run's manifest is stored beside the step's notes version (in the bucket when
+    notes_dir is one: before, it was written under the instance's storage on whichever node ran
+    the step), ``files_manifest`` names it, it lists what dump_fn wrote, and the notes_keep
+    retention (3) deletes it with its version."""
+    import dagster as dg
+
+    nodes = write_nodes(tmp_path / "nodes", "save_nodes.py", NODES)
+    out = tmp_path / "outputs"
+    if store == "bucket":
+        notes_dir = f"{request.getfixturevalue('bucket').url}/notes"
+    else:
+        notes_dir = str(tmp_path / "notes")
+    wf = write_workflow(
+        tmp_path,
+        "saver",
+        [
+            step_node("0", "Names", {"count": 1}, source=True),
+            step_node("1", "Save", {"out_dir": str(out)}),
+        ],
+        [edge("0", "out", "1")],
+    )
+    runs = [run_wf(wf, [nodes], {"Names.count": n}, notes_dir=notes_dir) for n in (1, 2, 3, 4)]
+    assert all(r.success for r in runs), [r.failure for r in runs]
+    metas = []
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        for run in runs:
+            records = instance.get_records_for_run(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            ).records
+            (save,) = [
+                r.asset_materialization
+                for r in records
+                if r.asset_materialization.asset_key == dg.AssetKey(["saver", "Save"])
+            ]
+            metas.append({k: v.value for k, v in save.metadata.items()})
+    manifests = [m["files_manifest"] for m in metas]
+    for run, meta, manifest in zip(runs, metas, manifests):
+        notes = meta["dagster/uri"]
+        assert notes.startswith(f"{notes_dir}/saver/Save/"), notes
+        assert manifest == f"{notes.removesuffix('.pkl')}.files.json", (manifest, notes)
+        assert manifest.endswith(f"/{run.run_id}.files.json")
+    UPath(notes_dir).fs.invalidate_cache()
+    kept = [UPath(m).exists() for m in manifests]  # a bucket orders by whole seconds: any 3
+    assert kept == [UPath(m["dagster/uri"]).exists() for m in metas] and sum(kept) == 3, kept
+    for count, manifest, there in zip((1, 2, 3, 4), manifests, kept):
+        if there:
+            files = sorted(read_manifest(manifest))
+            assert files == [str(out / f"img_{i}.txt") for i in range(count)]
+    assert not list(Path(dagster_home).rglob("*.json"))  # nothing in the instance's storage
 
 
 GRAPHBOOK_DUMPS = """

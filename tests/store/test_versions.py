@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 from upath import UPath
 
+from dagster_graphbook.store.manifests import manifest_path, write_manifest
 from dagster_graphbook.store.versions import (
     notes_path,
     prune,
@@ -78,12 +79,13 @@ def test_pruning_keeps_the_runs_lineage_and_other_partitions(tmp_path):
 
 def test_retention_in_a_bucket_keeps_what_local_disk_keeps(tmp_path, bucket):
     """Five runs of one day, notes_keep=3, on local disk and in a bucket (moto's S3 server):
-    the same 3 versions of the asset and the same 3 runs of shard intermediates are kept. Each
-    run's version is written as the IO manager writes it (``write_atomic``); its shards' results
-    by another client (as by the shard's own process), after this process listed the folder.
-    Before, the bucket kept 4 versions and 4 runs of intermediates, and the wrong ones: s3fs
-    names a time ``LastModified``, not ``mtime``, so every version was as old as any other (and
-    a folder, a prefix, has no time at all); a cached listing missed the newest."""
+    the same 3 versions of the asset (with their files manifests) and the same 3 runs of shard
+    intermediates are kept. Each run's version is written as the IO manager writes it
+    (``write_atomic``); its shards' results by another client (as by the shard's own process),
+    after this process listed the folder. Before, the bucket kept 4 versions and 4 runs of
+    intermediates, and the wrong ones: s3fs names a time ``LastModified``, not ``mtime``, so
+    every version was as old as any other (and a folder, a prefix, has no time at all); a
+    cached listing missed the newest."""
     key, day = dg.AssetKey(["wf", "S"]), "2026-01-01"
     bases = {"local": UPath(tmp_path / "notes"), "bucket": UPath(f"{bucket.url}/notes")}
     kept_versions, kept_outputs = {}, {}
@@ -94,6 +96,8 @@ def test_retention_in_a_bucket_keeps_what_local_disk_keeps(tmp_path, bucket):
             runs.append(run_id)
             for base in bases.values():
                 folder = version_folder(base, key, day)
+                manifest = manifest_path(str(base), key, day, run_id)  # written before the notes
+                write_manifest([("/out/a.png", 1)], manifest, "wf__S", run_id)
                 write_atomic(notes_path(folder, run_id), lambda f: f.write(b"notes"))
                 prune(folder, 3, instance, protect=[run_id])
                 for shard in (0, 1):
@@ -111,7 +115,8 @@ def test_retention_in_a_bucket_keeps_what_local_disk_keeps(tmp_path, bucket):
             kept_versions[name] = sorted(p.name for p in _fresh(folder).iterdir())
             step_outputs = _fresh(base / ".step_outputs" / "wf__S" / day)
             kept_outputs[name] = sorted(p.name for p in step_outputs.iterdir())
-    assert kept_versions["bucket"] == kept_versions["local"] == sorted(f"{r}.pkl" for r in runs[2:])
+    kept = sorted(f"{r}{suffix}" for r in runs[2:] for suffix in (".pkl", ".files.json"))
+    assert kept_versions["bucket"] == kept_versions["local"] == kept  # manifests go with notes
     assert kept_outputs["bucket"] == kept_outputs["local"] == sorted(runs[2:])
     shard_results = [k for k in bucket.objects("notes/.step_outputs") if k.endswith(".pkl")]
     assert len(shard_results) == 3 * 2
