@@ -128,3 +128,12 @@ class StoredNotesError(GraphbookError):
     ):
         metadata = {"asset": asset, "partition": partition or "", "run": run_id or "", "file": path}
         super().__init__(headline, metadata=metadata)
+
+
+class RayHeadLostError(GraphbookError):
+    """The Ray head a run's steps run on did not answer for longer than the Ray executor waits
+    (``head_lost_timeout_s``); names its address, the step and how to resume once it is back."""
+
+    def __init__(self, headline: str, *, address: str, step: str, run_id: str, silent_s: float):
+        metadata = {"address": address, "step": step, "run": run_id, "silent_s": round(silent_s)}
+        super().__init__(headline, metadata=metadata)

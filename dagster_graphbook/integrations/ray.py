@@ -14,10 +14,16 @@ Here:
 - the process orchestrating the run holds its run-owner lock (``dead_runs.own_run``), as under
   ``graphbook_executor``: killed while a step waits, its run is marked failed by the next run
   instead of staying STARTED; a job Ray places after that skips its step (the run has ended).
+- a head whose job server does not answer (refused, timed out, a 5xx reply: dagster-ray let
+  requests' errors through to Dagster's executor, which logged them every 20 s and waited for
+  ever) is waited for at most ``head_lost_timeout_s`` from its first unanswered request: a
+  launch waits, a health check passes; past it each of the run's steps on it fails with
+  ``RayHeadLostError`` naming its address and the resume. Dagster's executor checks its steps
+  every 20 s, so a run whose head is gone ends within ``head_lost_timeout_s`` + 40 s.
 
 Same configuration as ``dagster_ray.ray_executor`` (``ray: {address, env_vars, ...}``, retries)
-plus ``placement_timeout_s``; what ``graphbook.ray.RayExecutor`` runs with. Needs the ``ray``
-extra.
+plus ``placement_timeout_s`` and ``head_lost_timeout_s``; what ``graphbook.ray.RayExecutor`` runs
+with. Needs the ``ray`` extra.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import dagster as dg
+import requests
 from dagster_ray.configs import RayExecutionConfig
 from dagster_ray.core.executor import _RAY_EXECUTOR_CONFIG_SCHEMA, RayStepHandler
 from dagster_ray.core.executor import ray_executor as _upstream
-from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from ..dagster_internals import (
     CheckStepHealthResult,
@@ -39,11 +46,34 @@ from ..dagster_internals import (
     StepHandler,
     StepHandlerContext,
 )
+from ..errors import RayHeadLostError
 from ..execution.ownership.dead_runs import own_run
 
 # how long a step's Ray job may wait to be placed (an autoscaler adding a GPU node takes minutes)
 PLACEMENT_TIMEOUT_S = 600.0
+# how long the head may not answer before the run's steps on it fail: past Ray's own 60 s
+# (gcs_rpc_server_reconnect_timeout_s), after which the other nodes give up on a head and end
+# their work, so a head back within a minute (a network blip, a head with GCS fault tolerance
+# restarted) keeps the run and a head gone for good fails it in about two minutes
+HEAD_LOST_TIMEOUT_S = 90.0
+_REQUEST_TIMEOUT_S = 15.0  # one request to the job server, which answers in milliseconds
+_HEAD_POLL_S = 2.0  # between the requests of a launch waiting for the head
 _GIB = 1024**3
+
+
+class _NoAnswer(Exception):
+    """The head's job server did not answer a request: refused, timed out, or a 5xx reply."""
+
+
+def _request(client: JobSubmissionClient, method: str, endpoint: str) -> requests.Response:
+    """``client``'s request with a timeout; ``_NoAnswer`` where the head did not answer."""
+    try:
+        reply = client._do_request(method, endpoint, timeout=_REQUEST_TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise _NoAnswer(type(exc).__name__) from exc
+    if reply.status_code >= 500:  # its job server up, its GCS not (or a proxy's gateway error)
+        raise _NoAnswer(f"HTTP {reply.status_code}")
+    return reply
 
 
 @dataclass
@@ -58,14 +88,14 @@ class _Cluster:
         """From the job server's state API and autoscaler status; None where it cannot say (an
         older or locked-down job server): then the job is submitted and the timeout holds."""
         try:
-            rows = client._do_request("GET", "/api/v0/nodes?detail=1").json()
-            status = client._do_request("GET", "/api/cluster_status").json()
+            rows = _request(client, "GET", "/api/v0/nodes?detail=1").json()
+            status = _request(client, "GET", "/api/cluster_status").json()
             nodes = [
                 (row["node_ip"], row["resources_total"])
                 for row in rows["data"]["result"]["result"]
                 if row["state"] == "ALIVE"
             ]
-        except Exception:  # requests' errors, a reply of another shape
+        except Exception:  # no answer, a reply of another shape
             return None
         report = ((status.get("data") or {}).get("clusterStatus") or {}).get("autoscalerReport")
         mapping = (report or {}).get("nodeTypeMapping") or {}
@@ -118,17 +148,30 @@ def requested(ray: RayStepHandler, tags: Mapping[str, Any]) -> Dict[str, float]:
 
 class PlacedRayStepHandler(StepHandler):
     """dagster-ray's step handler (``ray``), checking that each step's Ray job can be placed
-    before submitting it and while it waits (module docstring)."""
+    before submitting it and while it waits, and that the head answers (module docstring)."""
 
-    def __init__(self, ray: RayStepHandler, placement_timeout_s: float) -> None:
+    def __init__(
+        self,
+        ray: RayStepHandler,
+        placement_timeout_s: float,
+        head_lost_timeout_s: float = HEAD_LOST_TIMEOUT_S,
+    ) -> None:
         super().__init__()
         self.ray = ray
         self.placement_timeout_s = placement_timeout_s
-        self._refused: Set[str] = set()  # submission ids never submitted (their step failed)
+        self.head_lost_timeout_s = head_lost_timeout_s
+        self._ended: Set[str] = set()  # submission ids whose step failed here (its failure logged)
+        # when the head first did not answer since it last did (time.monotonic()), and how
+        self._silent_since: Optional[float] = None
+        self._silence = ""
 
     @property
     def name(self) -> str:
         return self.ray.name
+
+    @property
+    def address(self) -> str:
+        return self.ray.client.get_address()
 
     def _what(self, ctx: StepHandlerContext) -> Tuple[str, str, Dict[str, float]]:
         """(step key, submission id, what its job asks for)."""
@@ -142,19 +185,77 @@ class PlacedRayStepHandler(StepHandler):
     def _head(self, ctx: StepHandlerContext, key: str, request: Mapping[str, float]) -> str:
         return (
             f"job {ctx.dagster_run.job_name}, step {key}: its Ray job asks for "
-            f"{_amounts(request)}, which no node of the Ray cluster at "
-            f"{self.ray.client.get_address()} has"
+            f"{_amounts(request)}, which no node of the Ray cluster at {self.address} has"
+        )
+
+    def _job(self, submission: str) -> Optional[JobDetails]:
+        """The job's details from the head, None where it has no such job; ``_NoAnswer``."""
+        reply = _request(self.ray.client, "GET", f"/api/jobs/{submission}")
+        self._silent_since = None  # it answered
+        if reply.status_code == 404:
+            return None
+        if reply.status_code != 200:
+            self.ray.client._raise_error(reply)  # RuntimeError, as the client's own calls
+        return JobDetails(**reply.json())
+
+    def _unheard(self, ctx: StepHandlerContext, key: str, cause: _NoAnswer) -> float:
+        """Seconds the head has not answered, from its first unanswered request (logged)."""
+        now = time.monotonic()
+        self._silence = str(cause)
+        if self._silent_since is None:
+            self._silent_since = now
+            dg.DagsterEvent.engine_event(
+                ctx.get_step_context(key),
+                f"the Ray head at {self.address} does not answer ({cause}): the run's steps "
+                "on it wait for it, and fail if it has not answered within head_lost_timeout_s "
+                f"{self.head_lost_timeout_s:g} s",
+            )
+        return now - self._silent_since
+
+    def _lost(
+        self, ctx: StepHandlerContext, key: str, submission: str, silent_s: float, job_is: str
+    ) -> dg.DagsterEvent:
+        """The step's failure, the head silent past ``head_lost_timeout_s`` (logged now);
+        ``job_is``: what became of its Ray job."""
+        job, run = ctx.dagster_run.job_name, ctx.dagster_run.run_id
+        error = RayHeadLostError(
+            f"job {job}, step {key}: the Ray head at {self.address} has not answered for "
+            f"{silent_s:.0f} s (head_lost_timeout_s {self.head_lost_timeout_s:g} s; last try: "
+            f"{self._silence}): the step's Ray job {submission} {job_is}. Start the head "
+            'again, then resume the run: the UI\'s "Re-execute from failure", '
+            f"`dagster-graphbook materialize {job} --from-failure {run}` (a code location's "
+            f"job) or `dagster-graphbook run WORKFLOW --from-failure {run}` (a workflow file)",
+            address=self.address,
+            step=key,
+            run_id=run,
+            silent_s=silent_s,
+        )
+        self._ended.add(submission)
+        name = type(error).__name__
+        info = SerializableErrorInfo(message=f"{name}: {error}\n", stack=[], cls_name=name)
+        return dg.DagsterEvent.step_failure_event(
+            ctx.get_step_context(key), StepFailureData(error=info, user_failure_data=None)
         )
 
     def launch_step(self, step_handler_context: StepHandlerContext) -> Iterator[dg.DagsterEvent]:
         ctx = step_handler_context
         key, submission, request = self._what(ctx)
+        while True:  # the head answers, or its silence is past head_lost_timeout_s
+            try:
+                self._job(submission)
+                break
+            except _NoAnswer as exc:
+                silent = self._unheard(ctx, key, exc)
+            if silent > self.head_lost_timeout_s:
+                yield self._lost(ctx, key, submission, silent, "was not submitted")
+                return
+            time.sleep(min(_HEAD_POLL_S, self.head_lost_timeout_s - silent + 0.1))
         cluster = _Cluster.read(self.ray.client) if request else None
         if cluster is not None and not cluster.fits(request):
             step = ctx.get_step_context(key)
             head = f"{self._head(ctx, key, request)} ({cluster.describe()})"
             if cluster.fixed:
-                self._refused.add(submission)
+                self._ended.add(submission)
                 message = (
                     f"{head}, and the cluster has no autoscaler to add one: the job was not "
                     "submitted. Ask for what a node has (graphbook.ray.options, the op's "
@@ -171,21 +272,41 @@ class PlacedRayStepHandler(StepHandler):
                 f"{head} now: its job waits for the cluster's autoscaler to add one, at most "
                 f"placement_timeout_s {self.placement_timeout_s:g} s",
             )
-        yield from self.ray.launch_step(ctx)
+        try:
+            yield from self.ray.launch_step(ctx)
+        except requests.RequestException as exc:  # gone since it answered: its checks wait
+            self._unheard(ctx, key, _NoAnswer(type(exc).__name__))
 
     def check_step_health(self, step_handler_context: StepHandlerContext) -> CheckStepHealthResult:
         ctx = step_handler_context
         key, submission, request = self._what(ctx)
-        if submission in self._refused:  # failed at launch; its failure is on its way
+        if submission in self._ended:  # failed here; its failure is on its way
             return CheckStepHealthResult.healthy()
         try:
-            info = self.ray.client.get_job_info(submission)
-        except RuntimeError:  # no such job: dagster-ray's check says so
-            return self.ray.check_step_health(ctx)
+            return self._health(ctx, key, submission, request)
+        except _NoAnswer as exc:
+            silent = self._unheard(ctx, key, exc)
+        if silent > self.head_lost_timeout_s:
+            self._lost(ctx, key, submission, silent, "is taken as lost")  # logged: read back
+        return CheckStepHealthResult.healthy()
+
+    def _health(
+        self, ctx: StepHandlerContext, key: str, submission: str, request: Mapping[str, float]
+    ) -> CheckStepHealthResult:
+        """dagster-ray's check (no such job, a FAILED job) and the placement timeout."""
+        info = self._job(submission)
+        if info is None:
+            return CheckStepHealthResult.unhealthy(
+                reason=(
+                    f"Ray job {submission} for step {key} could not be found on the Ray cluster "
+                    f"at {self.address} (a head started again has no jobs of the one before it, "
+                    "unless it keeps them in GCS fault tolerance's Redis)"
+                )
+            )
         waited = time.time() - (info.start_time or 0) / 1000  # set when submitted
         if info.status == JobStatus.PENDING and waited > self.placement_timeout_s:
-            self.ray.client.stop_job(submission)  # a job placed later stops (and skips the step)
-            cluster = _Cluster.read(self.ray.client)
+            _request(self.ray.client, "POST", f"/api/jobs/{submission}/stop")  # placed later:
+            cluster = _Cluster.read(self.ray.client)  # it stops (and skips the step)
             nodes = cluster.describe() if cluster is not None else "its nodes could not be read"
             return CheckStepHealthResult.unhealthy(
                 reason=(
@@ -195,10 +316,30 @@ class PlacedRayStepHandler(StepHandler):
                     "it was stopped"
                 )
             )
-        return self.ray.check_step_health(ctx)
+        if info.status == JobStatus.FAILED:  # dagster-ray's words
+            reason = f"Discovered failed Ray job {submission} for step {key}."
+            if info.error_type:
+                reason += f" Error type: {info.error_type}."
+            if info.message:
+                reason += f" Message: {info.message}."
+            return CheckStepHealthResult.unhealthy(reason=reason)
+        return CheckStepHealthResult.healthy()
 
     def terminate_step(self, step_handler_context: StepHandlerContext) -> Iterator[dg.DagsterEvent]:
-        yield from self.ray.terminate_step(step_handler_context)
+        ctx = step_handler_context
+        key, submission, _ = self._what(ctx)
+        if submission in self._ended:  # failed here: never submitted, or its head gone
+            return
+        try:
+            yield from self.ray.terminate_step(ctx)
+        except requests.RequestException as exc:
+            yield dg.DagsterEvent.engine_event(
+                ctx.get_step_context(key),
+                f"Ray job {submission} of step {key} was not stopped: the Ray head at "
+                f"{self.address} did not answer ({type(exc).__name__}). A head that is gone "
+                f"took its jobs with it; else `ray job stop --address {self.address} "
+                f"{submission}`",
+            )
 
 
 class _OwnedExecutor(dg.Executor):
@@ -229,16 +370,27 @@ class _OwnedExecutor(dg.Executor):
             default_value=PLACEMENT_TIMEOUT_S,
             description="Seconds a step's Ray job may wait to be placed before its step fails",
         ),
+        "head_lost_timeout_s": dg.Field(
+            float,
+            default_value=HEAD_LOST_TIMEOUT_S,
+            description=(
+                "Seconds the Ray head may not answer (a blip, a restart) before the run's steps "
+                "on it fail, naming it"
+            ),
+        ),
     },
     requirements=dg.multiple_process_executor_requirements(),
 )
 def ray_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     """dagster-ray's ``ray_executor`` whose steps fail when their Ray job cannot be placed: at
     once on a cluster without an autoscaler where no node has what the step asks for, else after
-    ``placement_timeout_s`` in PENDING (the job stopped); its run owned by this process."""
+    ``placement_timeout_s`` in PENDING (the job stopped); and when the head has not answered for
+    ``head_lost_timeout_s``. Its run owned by this process."""
     creation = _upstream.executor_creation_fn
     assert creation is not None
     executor: Any = creation(init_context)  # dagster-ray's StepDelegatingExecutor, configured
-    timeout: float = init_context.executor_config["placement_timeout_s"]  # type: ignore[assignment]
-    executor._step_handler = PlacedRayStepHandler(executor._step_handler, timeout)
+    config: Mapping[str, Any] = init_context.executor_config
+    executor._step_handler = PlacedRayStepHandler(
+        executor._step_handler, config["placement_timeout_s"], config["head_lost_timeout_s"]
+    )
     return _OwnedExecutor(executor)

@@ -310,13 +310,15 @@ def ray_node(
     head: Optional[RayNode] = None,
     cpus: int = 2,
     env: Optional[Dict[str, str]] = None,
+    at: Optional[RayNode] = None,
 ) -> Iterator[RayNode]:
     """A Ray node with ``gpus`` logical GPUs (Ray schedules and hands out their ids, none is
     touched): the head (``head`` None; its job server ready to take jobs) or a worker joining
     ``head`` (once the head counts it alive). Each with a temporary folder and ports of its own,
-    not Ray's defaults (two clusters at once, tests side by side, would share them). On exit
-    the node's process group gets SIGTERM, then SIGKILL after a short grace (``ray start
-    --block`` takes 35-60 s to stop gracefully), and anything it left (``kill_tree``)."""
+    not Ray's defaults (two clusters at once, tests side by side, would share them); a head
+    ``at`` a killed head takes its GCS and job server addresses (a head restarted). On exit the
+    node's process group gets SIGTERM, then SIGKILL after a short grace (``ray start --block``
+    takes 35-60 s to stop gracefully), and anything it left (``kill_tree``)."""
     _require_ray()
     temp = tempfile.mkdtemp(prefix="gbray")  # short: socket paths must fit in 107 characters
     ports = ["dashboard-agent-listen", "dashboard-agent-grpc", "runtime-env-agent"]
@@ -326,9 +328,10 @@ def ray_node(
     cmd += [f"--num-cpus={cpus}", f"--num-gpus={gpus}", f"--temp-dir={temp}"]
     dashboard = None
     if head is None:
-        gcs = f"127.0.0.1:{free_port()}"
-        dashboard_port = free_port()
-        dashboard = f"http://127.0.0.1:{dashboard_port}"
+        gcs = at.gcs if at is not None else f"127.0.0.1:{free_port()}"
+        dashboard = at.dashboard if at is not None else f"http://127.0.0.1:{free_port()}"
+        assert dashboard is not None
+        dashboard_port = dashboard.rsplit(":", 1)[1]
         cmd += ["--head", f"--port={gcs.rsplit(':', 1)[1]}", "--dashboard-host=127.0.0.1"]
         cmd += [f"--dashboard-port={dashboard_port}", "--include-dashboard=true"]
         cmd += [f"--ray-client-server-port={free_port()}"]

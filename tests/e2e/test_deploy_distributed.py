@@ -449,6 +449,125 @@ def test_a_program_killed_while_its_step_waits_for_gpus_leaves_its_run_failed(
     assert [r.event_log_entry.step_key for r in started.records] == ["ray_app__Numbers"]
 
 
+# A step that says it started, then waits for a file: killed with its Ray head in the first run,
+# it ends at once when resumed
+HOLDING_PROGRAM = """
+import os
+import time
+
+import graphbook as gb
+from graphbook import steps
+
+
+class Numbers(steps.GeneratorSourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        yield {"out": {"i": 0}}
+
+
+@gb.step("Wait/Hold")
+def hold(ctx, data):
+    open("{folder}/started", "w").close()
+    while not os.path.exists("{folder}/go"):
+        time.sleep(0.2)
+    data["held"] = True
+
+
+g = gb.Graph()
+
+
+@g()
+def _():
+    held = g.step(hold)
+    held.bind(g.step(Numbers))
+"""
+
+# run_workflow on dagster-graphbook's Ray executor in a process of its own (killable when it
+# hangs): argv program, DAGSTER_HOME, job server address, the run to resume ("" for none)
+RUN_ON_RAY = """
+import json
+import sys
+
+from dagster_graphbook import run_workflow
+from dagster_graphbook.authoring.ray_api import RAY_EXECUTOR_PATH
+
+program, home, address, resume = sys.argv[1:5]
+run = run_workflow(
+    program,
+    executor=RAY_EXECUTOR_PATH,
+    executor_config={"ray": {"address": address}, "head_lost_timeout_s": 5.0},
+    dagster_home=home,
+    from_failure=resume or None,
+)
+print(json.dumps({"run_id": run.run_id, "failure": run.failure, "notes": run.notes}))
+"""
+# the run ends within head_lost_timeout_s (5) plus two of the executor's health checks (20 s
+# apart: the first to find the head gone, the one past the timeout), and a margin
+HEAD_LOST_BOUND_S = 5 + 2 * 20 + 15
+
+
+@ON_RAY  # Ray heads of its own: one killed, one started at its addresses
+def test_a_run_whose_ray_head_dies_mid_step_fails_naming_it_and_resumes_once_it_is_back(
+    tmp_path, dagster_home
+):
+    """The Ray head SIGKILLed while a step's Ray job runs: the run stayed STARTED for ever (the
+    executor logged "Error while checking health" every 20 s). Now its step fails once the head
+    has not answered for ``head_lost_timeout_s``, naming the head's address and the resume; a
+    head started again at that address runs the resumed run to success."""
+    import time
+
+    from tests.e2e.production_parts import PartUnavailable, ray_node
+
+    program = tmp_path / "holding.py"
+    program.write_text(HOLDING_PROGRAM.replace("{folder}", str(tmp_path)))
+    env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+
+    def run_on(address: str, resume: str = "", **popen: Any) -> subprocess.Popen:
+        argv = [sys.executable, "-c", RUN_ON_RAY, str(program), dagster_home, address, resume]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, **popen)
+
+    try:
+        with ray_node(0) as head:
+            assert head.dashboard is not None
+            with open(tmp_path / "first.err", "w") as err:
+                first = run_on(head.dashboard, stderr=err)
+            try:
+                deadline = time.monotonic() + 180
+                while not (tmp_path / "started").exists():  # Hold's Ray job runs
+                    assert first.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
+                    assert time.monotonic() < deadline, "Hold never started"
+                    time.sleep(0.2)
+                head.kill()
+                killed = time.monotonic()
+                out, _ = first.communicate(timeout=HEAD_LOST_BOUND_S)
+                ended_s = time.monotonic() - killed
+            finally:
+                if first.poll() is None:  # hung: the run never ended
+                    first.kill()
+                    first.wait()
+            failed = json.loads(out.splitlines()[-1])
+            with dg.DagsterInstance.from_config(dagster_home) as instance:
+                run = instance.get_run_by_id(failed["run_id"])
+                assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+            (tmp_path / "go").touch()
+            with ray_node(0, at=head):
+                resumed = run_on(head.dashboard, failed["run_id"], stderr=subprocess.PIPE)
+                out, err = resumed.communicate(timeout=300)
+    except PartUnavailable as exc:
+        pytest.skip(str(exc))
+    failure = failed["failure"]
+    assert f"the Ray head at {head.dashboard} has not answered for" in failure, failure
+    assert "head_lost_timeout_s 5 s" in failure
+    assert f"--from-failure {failed['run_id']}" in failure
+    assert ended_s < HEAD_LOST_BOUND_S
+    assert resumed.returncode == 0, err[-3000:]
+    done = json.loads(out.splitlines()[-1])
+    assert done["failure"] is None
+    assert done["notes"]["Hold"]["out"] == [{"i": 0, "held": True}]
+
+
 class _StepGpus:
     """Which GPUs Ray gave each step's process, read from this machine's processes while runs go
     on: a Ray job's entrypoint (dagster-ray's ``dagster api execute_step``) is started with its
