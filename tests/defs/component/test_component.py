@@ -221,3 +221,64 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     folders["b"] += "  name: my_flow_2\n"
     defs = _load_defs_folder(tmp_path / "two", "gb_dup_named_defs", folders)
     assert defs.resolve_job_def("my_flow") and defs.resolve_job_def("my_flow_2")
+
+
+PRODUCTION_YAML = f"""
+    type: dagster_graphbook.GraphbookWorkflowComponent
+    attributes:
+      workflow: {REPO}/workflows/nightly_shapes.json
+      custom_nodes: [{REPO}/custom_nodes/nightly]
+      partitions: {{start_date: "2026-01-01"}}
+      schedule_hour: 2
+      shards: {{ClassifyShapes: 4}}
+      gpus: {{ClassifyShapes: 1}}
+      executor: dagster_graphbook.integrations.ray:ray_executor
+      executor_config: {{ray: {{address: "http://ray-head:8265"}}}}
+      runtime: {{on_item_error: skip, max_skipped_fraction: 0.05}}
+"""
+
+
+def test_component_runs_on_a_named_executor_with_runtime_defaults_and_keeps_its_group(tmp_path):
+    """Production in the README's defs.yaml layout: ``executor: MODULE:ATTR`` with its
+    ``executor_config`` (Ray's head), ``runtime:`` defaults every run starts from, and the
+    sharded step's asset in the workflow's group like the others (it fell into ``default``)."""
+    defs = _load_defs_folder(tmp_path, "gb_production_defs", {"nightly": PRODUCTION_YAML})
+    job = defs.resolve_job_def("nightly_shapes")
+    assert job.executor_def.name == "ray"
+    resolved = job.executor_def.config_schema.resolve_config({})  # a configured definition's
+    assert resolved.value["config"]["ray"]["address"] == "http://ray-head:8265"
+    config = dg.validate_run_config(job, {})
+    ops = config["ops"]
+    assert ops["nightly_shapes__ReviewSplit"]["config"]["runtime"]["on_item_error"] == "skip"
+    sharded = job.graph.node_named("nightly_shapes__ClassifyShapes").definition
+    classify = sharded.config_mapping.config_schema.config_type.fields["runtime"].default_value
+    assert (classify["on_item_error"], classify["max_skipped_fraction"]) == ("skip", 0.05)
+    assert classify["shards"] == 4  # the sharded step's defaults stay
+    groups = {
+        key.to_user_string(): group
+        for assets in defs.assets or ()
+        for key, group in assets.group_names_by_key.items()
+    }
+    assert set(groups.values()) == {"nightly_shapes"}, groups
+
+
+@pytest.mark.parametrize(
+    "attributes, said",
+    [
+        ("executor: not_a_module:thing", "executor must be 'in_process', 'multiprocess' or"),
+        ("executor: threads", "executor must be one of in_process, multiprocess or MODULE:ATTR"),
+        ("executor_config: {ray: {}}", "executor_config needs executor: MODULE:ATTR"),
+        ("runtime: {on_item_error: never}", "runtime of step IncomingImages: on_item_error"),
+    ],
+)
+def test_component_refuses_an_executor_or_runtime_it_cannot_use(tmp_path, attributes, said):
+    """A wrong executor or runtime in defs.yaml fails the strict load naming the problem."""
+    from dagster_graphbook import WorkflowError
+
+    yaml = NIGHTLY_YAML + f"      strict: true\n      {attributes}\n"
+    with pytest.raises(Exception) as caught:
+        _load_defs_folder(tmp_path, "gb_bad_defs", {"nightly": yaml})
+    error: BaseException = caught.value
+    while not isinstance(error, WorkflowError) and error.__cause__ is not None:
+        error = error.__cause__
+    assert said in str(error), str(caught.value)
