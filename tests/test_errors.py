@@ -122,7 +122,7 @@ def test_plain_step_failure_headline_and_metadata(flows, run_wf, dagster_home):
     assert "Error occurred while executing" not in data.error.to_string()
     meta = _meta(data)
     assert (meta["workflow"], meta["step"], meta["node"]) == ("plainfail", "Plain", "2")
-    assert meta["note_index"] == 3 and meta["stage"] == "step"
+    assert meta["note_index"] == "3" and meta["stage"] == "step"
     assert meta["note"] == '{"id": 3, "items": [3]}'  # a JSON preview of the note
     assert meta["exception"] == "ValueError"
     assert "cannot handle 3" in meta["traceback"] and "fl_nodes.py" in meta["traceback"]
@@ -168,7 +168,7 @@ def test_batch_failure_paths_end_in_our_headline(flows, run_wf, dagster_home, pa
     meta = _meta(data)
     assert (meta["workflow"], meta["step"], meta["node"]) == ("batchfail", "Work", "2")
     if item is not None:
-        assert meta["item_index"] == 0 and meta["note_index"] == item
+        assert meta["item_index"] == "0" and meta["note_index"] == str(item)
         assert meta["item"] == str(item)
         assert meta["note"] == f'{{"id": {item}, "items": [{item}]}}'
     assert run.failure.splitlines()[0] == f"{step_key}: {headline.splitlines()[0]}"
@@ -235,7 +235,54 @@ def test_failure_headline_through_graphql(flows, tmp_path, dagster_home):
         for e in failure["failureMetadata"]["metadataEntries"]
     }
     assert entries["step"] == "Plain" and entries["workflow"] == "plainfail"
-    assert entries["note_index"] == 3 and entries["note"] == '{"id": 3, "items": [3]}'
+    assert entries["note_index"] == "3" and entries["note"] == '{"id": 3, "items": [3]}'
+
+
+def test_a_failed_items_note_and_item_indexes_read_as_text_as_the_headline_says(
+    flows, tmp_path, dagster_home
+):
+    """A batch step whose load_fn raises on one item: every entry of the STEP_FAILURE event's
+    metadata reads as text through GraphQL, the way a client asking each entry's text reads it,
+    and the note and item indexes are the ones the headline names. Before, those two were the
+    only int entries: such a client read ``note_index None, item_index None`` beside a headline
+    saying ``(note 3, item 0)``."""
+    import re
+
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    _, batch, nodes = flows
+    location = tmp_path / "location.py"
+    location.write_text(
+        "from dagster_graphbook import GraphbookWorkflow, build_definitions\n"
+        f"defs = build_definitions([GraphbookWorkflow({str(batch)!r},"
+        f" custom_nodes=[{str(nodes)!r}])])\n"
+    )
+    defs = build_definitions([GraphbookWorkflow(batch, custom_nodes=[nodes])], strict=True)
+    runtime = {k.split(".", 2)[2]: v for k, v in WORKERS.items()}
+    config = {"ops": {"batchfail__Work": {"config": {"load_error": 3, "runtime": runtime}}}}
+    query = """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
+      __typename
+      ... on ExecutionStepFailureEvent { failureMetadata { description metadataEntries {
+        __typename label ... on TextMetadataEntry { text } } } }
+    } } } }"""
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        result = defs.resolve_job_def("batchfail").execute_in_process(
+            run_config=config, instance=instance, raise_on_error=False
+        )
+        assert not result.success
+        with define_out_of_process_context(str(location), "defs", instance) as context:
+            events = execute_dagster_graphql(context, query, {"id": result.run_id}).data[
+                "logsForRun"
+            ]["events"]
+    (failure,) = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    headline = failure["failureMetadata"]["description"]
+    note, item = re.search(r"\(note (\d+), item (\d+)\)", headline).groups()
+    assert (note, item) == ("3", "0"), headline
+    entries = failure["failureMetadata"]["metadataEntries"]
+    assert {e["__typename"] for e in entries} == {"TextMetadataEntry"}, entries
+    texts = {e["label"]: e["text"] for e in entries}
+    assert (texts["note_index"], texts["item_index"]) == (note, item), texts
+    assert texts["stage"] == "load_fn" and texts["item"] == "3" and texts["step"] == "Work"
 
 
 def test_errors_are_dagster_failures_and_keep_their_old_types():

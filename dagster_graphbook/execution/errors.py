@@ -113,16 +113,20 @@ class StepFailure(GraphbookError, RuntimeError):
 
     @property
     def metadata(self) -> Mapping[str, dg.MetadataValue]:
-        """What failed, read when Dagster records the failure (after ``raise ... from``)."""
+        """What failed, read when Dagster records the failure (after ``raise ... from``).
+
+        Every entry but the item's picture is text, the indexes too, as the headline says them:
+        a client reading the entries' text (GraphQL's ``TextMetadataEntry``) read the two int
+        entries as None."""
         workflow, step, node = self.where
         entries: Dict[str, Any] = {"workflow": workflow, "step": step, "node": node}
         error = self.error
         if error is not None:
             entries["stage"] = error.stage
             if error.note_index >= 0:
-                entries["note_index"] = dg.MetadataValue.int(error.note_index)
+                entries["note_index"] = error.note_index
             if error.item_index is not None:
-                entries["item_index"] = dg.MetadataValue.int(error.item_index)
+                entries["item_index"] = error.item_index
                 entries["item"] = error.item
             if error.picture:  # a thumbnail (markdown), or why the item does not open (text)
                 entries["item_preview"] = (
