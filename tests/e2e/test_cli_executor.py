@@ -1,0 +1,168 @@
+"""`dagster-graphbook materialize` (and its `--from-failure` resume) run a code location's job on
+the job's own executor, as the UI and the schedule do, and say so: a cron job or an operator at
+the terminal must not silently run a Ray job's steps on the scheduler box."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+from tests.conftest import REPO
+from tests.e2e.test_deploy_distributed import ON_RAY, _ray_head, _ray_jobs
+
+# Two steps that record which process ran them; Check fails while the file `fail_check` exists
+# beside the code location (a fault to resume from).
+NODES = """
+import os
+
+from graphbook.steps import SourceStep, Step
+
+
+class Numbers(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {}
+
+    def load(self):
+        return {"out": [{"n": i, "numbers_pid": os.getpid()} for i in range(3)]}
+
+
+class Check(Step):
+    Parameters = {}
+
+    def on_data(self, data):
+        if os.path.exists(os.path.join(os.environ["CHECK_DIR"], "fail_check")):
+            raise RuntimeError("told to fail")
+        data["check_pid"] = os.getpid()
+"""
+
+WORKFLOW = """
+from graphbook import Graph
+from pid_nodes import Check, Numbers
+
+g = Graph()
+
+
+@g()
+def _():
+    numbers = g.step(Numbers)
+    check = g.step(Check)
+    check.bind(numbers)
+"""
+
+LOCATION = """
+from pathlib import Path
+
+from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+HERE = Path(__file__).parent
+defs = build_definitions(
+    [
+        GraphbookWorkflow(
+            HERE / "pids.py", custom_nodes=[HERE / "pid_nodes.py"], executor={executor}
+        )
+    ],
+    notes_dir=str(HERE / "notes"),
+)
+"""
+
+
+def _project(root: Path, executor: str) -> Dict[str, str]:
+    """A code location ``loc`` whose job ``pids`` runs on ``executor`` (Python source)."""
+    (root / "pid_nodes.py").write_text(NODES)
+    (root / "pids.py").write_text(WORKFLOW)
+    (root / "loc.py").write_text(LOCATION.format(executor=executor))
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
+    env["CHECK_DIR"] = str(root)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO)])
+    return env
+
+
+def _materialize(root: Path, env: Dict[str, str], home: str, *extra: str):
+    cli = Path(sys.executable).parent / "dagster-graphbook"
+    return subprocess.run(
+        [str(cli), "materialize", "pids", "--module", "loc", "--dagster-home", home, *extra],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def _run_id(stdout: str) -> str:
+    found = re.search(r"run (\S+): (SUCCESS|FAILURE)", stdout)
+    assert found, stdout
+    return found.group(1)
+
+
+def _notes(home: str, run_id: str) -> List[dict]:
+    import dagster as dg
+    from upath import UPath
+
+    from dagster_graphbook.store.versions import read_notes, stored_notes_path
+
+    key = dg.AssetKey(["pids", "Check"])
+    with dg.DagsterInstance.from_config(home) as instance:
+        records = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+    for record in records:
+        materialization = record.asset_materialization
+        if materialization is not None and materialization.asset_key == key:
+            stored = stored_notes_path(materialization.metadata)
+            assert stored is not None
+            return read_notes(UPath(stored), key, None)
+    raise AssertionError(f"run {run_id} did not materialize {key}")
+
+
+def test_materialize_runs_a_job_on_its_multiprocess_executor_and_says_so(tmp_path, dagster_home):
+    """A job defined with ``executor="multiprocess"``: each step in a process of its own (it ran
+    both in the CLI's process), and the CLI says where before the run."""
+    env = _project(tmp_path, '"multiprocess"')
+    done = _materialize(tmp_path, env, dagster_home, "--no-progress")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    notes = _notes(dagster_home, _run_id(done.stdout))
+    assert len(notes) == 3
+    assert {n["numbers_pid"] for n in notes} != {n["check_pid"] for n in notes}, notes
+    assert "job pids: steps run on the job's executor 'multiprocess'" in done.stderr, said
+
+
+@ON_RAY
+def test_materialize_and_its_resume_run_a_ray_jobs_steps_as_ray_jobs(tmp_path, dagster_home):
+    """A code location whose job runs on the Ray executor: ``materialize`` submits each step as a
+    Ray job of the cluster (it ran them in its own process, no Ray job at all), and
+    ``--from-failure`` runs the failed step as a Ray job again, only that one."""
+    with _ray_head(0) as address:
+        executor = (
+            "__import__('dagster_graphbook.integrations.ray', fromlist=['ray_executor'])"
+            f".ray_executor.configured({{'ray': {{'address': {address!r}, 'env_vars': "
+            f"['PYTHONPATH={tmp_path}{os.pathsep}{REPO}', 'CHECK_DIR={tmp_path}']}}}})"
+        )
+        env = _project(tmp_path, executor)
+        (tmp_path / "fail_check").write_text("")
+        failed = _materialize(tmp_path, env, dagster_home, "--no-progress")
+        said = failed.stdout + failed.stderr
+        assert failed.returncode == 1, said
+        first = _run_id(failed.stdout)
+        # each step a Ray job (a step that fails still ends its job's `dagster api` process well)
+        assert set(_ray_jobs(address, first)) == {"pids__Numbers", "pids__Check"}, said
+        assert "job pids: steps run on the job's executor 'ray'" in failed.stderr, said
+
+        (tmp_path / "fail_check").unlink()
+        resumed = _materialize(
+            tmp_path, env, dagster_home, "--no-progress", "--from-failure", first
+        )
+        said = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, said
+        assert "steps run on the job's executor 'ray'" in resumed.stderr, said
+        second = _run_id(resumed.stdout)
+        assert _ray_jobs(address, second) == {"pids__Check": "SUCCEEDED"}, said
+        notes = _notes(dagster_home, second)
+    assert [n["n"] for n in notes] == [0, 1, 2]
+    assert all(n["check_pid"] != os.getpid() for n in notes)
