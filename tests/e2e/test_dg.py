@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from upath import UPath
 
+from dagster_graphbook.store.versions import read_notes, stored_notes_path
 from tests.conftest import REPO
 
 DG = Path(sys.executable).parent / "dg"
@@ -94,6 +96,14 @@ def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, hom
     _dg(["scaffold", "defs", comp, "my_flow"], project, home)
     folder = project / "proj_pkg" / "defs" / "my_flow"
     assert sorted(p.name for p in folder.iterdir()) == ["defs.yaml", "nodes.py", "workflow.json"]
+    # the starter shows the JSON of a resource node wired to a step's parameter
+    starter = json.loads((folder / "workflow.json").read_text())
+    (factor,) = [n for n in starter["nodes"] if n["type"] == "resource"]
+    assert factor["data"]["name"] == "Factor"
+    wired = [e for e in starter["edges"] if e["sourceHandle"] == "resource"]
+    assert [(e["source"], e["target"], e["targetHandle"]) for e in wired] == [
+        (factor["id"], "1", "factor")
+    ]
 
     sample = {
         "workflow": str(REPO / "workflows" / "sample.json"),
@@ -128,7 +138,11 @@ def test_dg_scaffold_a_starter_and_an_existing_workflow_then_launch(project, hom
             ].value
             for e in events
         }
+        (doubled,) = [e for e in events if e.asset_materialization.asset_key.path[-1] == "Double"]
+        stored = stored_notes_path(doubled.asset_materialization.metadata)
     assert notes == {"my_flow/Numbers": 10, "my_flow/Double": 10}
+    values = [n["value"] for n in read_notes(UPath(stored), dg.AssetKey(["my_flow", "Double"]))]
+    assert values == [2 * i for i in range(10)]  # times the Factor resource's value
 
 
 def test_component_fields_carry_descriptions_and_examples():

@@ -100,3 +100,50 @@ def test_the_deploying_guides_no_op_compute_logs_block_leaves_no_log_files(tmp_p
         assert run.success, run.failure
         logs[name] = [p.name for p in (home / "storage").rglob("*") if "compute_logs" in str(p)]
     assert logs["default"] and not logs["off"], logs
+
+
+def _run_commands(folder: Path, commands: List[str]) -> subprocess.CompletedProcess:
+    """A section's bash lines in ``folder``, as a user runs them (a try-out beside it)."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
+    env["DAGSTER_HOME"] = str(folder / ".dagster_home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(["set -euo pipefail", *commands])],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_the_authoring_guides_editor_json_wires_the_model_resource_into_its_step(tmp_path):
+    """docs/authoring.md's workflow JSON as written by hand (a resource node and the edge to the
+    step parameter it feeds), with the guide's nodes: it loads, the resource is the job's
+    Dagster resource, and the step runs with the model its ``value()`` built."""
+    from dagster_graphbook import GraphbookWorkflow, build_definitions
+
+    nodes, _ = doc_section("authoring.md", "### A complete batch step")
+    files, commands = doc_section("authoring.md", "### The same workflow as editor JSON")
+    assert set(files) == {"embed_workflow.json"}, files
+    (tmp_path / "embed_nodes.py").write_text(nodes["embed_nodes.py"])
+    (tmp_path / "embed_workflow.json").write_text(files["embed_workflow.json"])
+    done = _run_commands(tmp_path, commands)
+    assert "Embed      out: 3 notes" in done.stdout, done.stdout
+
+    spec = GraphbookWorkflow(tmp_path / "embed_workflow.json", [tmp_path / "embed_nodes.py"])
+    job = build_definitions([spec], strict=True).resolve_job_def("embed_workflow")
+    assert "embed_workflow__TinyEncoder" in job.resource_defs
+    key = dg.AssetKey(["embed_workflow", "Embed"])
+    with dg.DagsterInstance.from_config(str(tmp_path / ".dagster_graphbook" / "tryouts")) as inst:
+        event = inst.get_latest_materialization_event(key)
+        assert event is not None and event.asset_materialization is not None
+        stored = stored_notes_path(event.asset_materialization.metadata)
+    assert stored is not None
+    notes = read_notes(UPath(stored), key, None)
+    assert [n["text"] for n in notes] == ["a red square", "a blue circle", "a green triangle"]
+    for note in notes:  # vectors of the resource's model (a step without it fails)
+        vector = np.load(note["vector_path"])
+        assert vector.shape == (4,) and round(float(np.linalg.norm(vector)), 4) == note["norm"]

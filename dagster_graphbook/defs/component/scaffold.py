@@ -1,8 +1,9 @@
 """``dg scaffold defs dagster_graphbook.GraphbookWorkflowComponent NAME``: a new component folder.
 
 With ``--workflow`` (and ``--custom-nodes``) the ``defs.yaml`` points at an existing workflow
-file; without, the folder also gets a starter: ``nodes.py`` (a source and a step, written as
-Graphbook user code) and ``workflow.json`` (the two connected, as Graphbook's editor saves them),
+file; without, the folder also gets a starter: ``nodes.py`` (a source, a step and a resource,
+written as Graphbook user code) and ``workflow.json`` (the three connected, as Graphbook's editor
+saves them: the resource wired to the step's parameter, the shape hand-written JSON needs too),
 so ``dg list defs`` shows its job and assets at once and the files are there to edit.
 
 It also writes the project's instance settings (``defs/instance.py``: ``$DAGSTER_HOME``, else
@@ -24,7 +25,7 @@ from ...model.workflow import workflow_name
 from ..instance import default_dagster_home
 
 STARTER_NODES = '''"""Starter nodes of this workflow: edit them or add your own (Graphbook code)."""
-from graphbook import param, source, step
+from graphbook import param, resource, source, step
 
 
 @step("Numbers")
@@ -36,63 +37,76 @@ def numbers(ctx):
         yield {"out": {"value": i}}
 
 
+@resource("Factor")
+@param("factor", "number", default=2, description="What the steps wired to it multiply by")
+def factor(ctx):
+    """A value set once per run and shared by each step parameter wired to it (a model, say)."""
+    return ctx.factor
+
+
 @step("Double")
-@param("factor", "number", default=2, description="Multiplies each value")
+@param("factor", "resource", description="A Factor resource, wired in workflow.json")
 def double(ctx, data):
-    """Multiplies ``data["value"]`` by ``factor``."""
+    """Multiplies ``data["value"]`` by the value of the Factor resource wired to ``factor``."""
     data["value"] = data["value"] * ctx.factor
 '''
 
 
-def _node(node_id: str, name: str, x: float, params: Dict[str, Any], inputs: List[str]) -> dict:
+def _node(
+    node_id: str, kind: str, name: str, y: float, parameters: Dict[str, Any], inputs: List[str]
+) -> dict:
+    """A node as Graphbook's editor saves it (``kind``: ``step`` or ``resource``, which has no
+    pins)."""
+    data: Dict[str, Any] = {"name": name, "label": name, "category": "Custom"}
+    data["parameters"] = parameters
+    if kind == "step":
+        data.update(inputs=inputs, outputs=["out"])
+    data["isCollapsed"] = False
+    x = 300.0 if inputs else 50.0
+    return {"id": node_id, "type": kind, "position": {"x": x, "y": y}, "data": data}
+
+
+def _edge(source: str, pin: str, target: str, handle: str) -> dict:
     return {
-        "id": node_id,
-        "type": "step",
-        "position": {"x": x, "y": 100.0},
-        "data": {
-            "name": name,
-            "label": name,
-            "category": "Custom",
-            "parameters": params,
-            "inputs": inputs,
-            "outputs": ["out"],
-            "isCollapsed": False,
-        },
+        "id": f"e{source}{pin}-{target}{handle}",
+        "source": source,
+        "sourceHandle": pin,
+        "target": target,
+        "targetHandle": handle,
+    }
+
+
+def _number(value: int, description: str) -> Dict[str, Any]:
+    return {
+        "type": "number",
+        "default": value,
+        "required": False,
+        "value": value,
+        "description": description,
     }
 
 
 def starter_workflow() -> Dict[str, Any]:
-    """The starter workflow: Numbers -> Double, in Graphbook's editor format."""
-    amount = {
-        "type": "number",
-        "default": 10,
+    """The starter workflow, in Graphbook's editor format: Numbers -> Double, and the Factor
+    resource wired to Double's ``factor`` parameter (an edge from its ``"resource"`` handle to
+    the parameter's name)."""
+    amount = _number(10, "Number of notes to generate")
+    factor = {  # no value: the resource's edge gives it
+        "type": "resource",
+        "default": None,
         "required": False,
-        "value": 10,
-        "description": "Number of notes to generate",
+        "description": "A Factor resource, wired in workflow.json",
     }
-    factor = {
-        "type": "number",
-        "default": 2,
-        "required": False,
-        "value": 2,
-        "description": "Multiplies each value",
-    }
+    per_factor = _number(2, "What the steps wired to it multiply by")
     return {
         "version": "0",
         "type": "workflow",
         "nodes": [
-            _node("0", "Numbers", 50.0, {"amount": amount}, []),
-            _node("1", "Double", 300.0, {"factor": factor}, ["in"]),
+            _node("0", "step", "Numbers", 100.0, {"amount": amount}, []),
+            _node("1", "step", "Double", 100.0, {"factor": factor}, ["in"]),
+            _node("2", "resource", "Factor", 250.0, {"factor": per_factor}, []),
         ],
-        "edges": [
-            {
-                "id": "e0-1",
-                "source": "0",
-                "sourceHandle": "out",
-                "target": "1",
-                "targetHandle": "in",
-            }
-        ],
+        "edges": [_edge("0", "out", "1", "in"), _edge("2", "resource", "1", "factor")],
     }
 
 
