@@ -139,18 +139,36 @@ def postgres_bin() -> Path:
 
 @dataclasses.dataclass
 class Postgres:
-    """A running cluster: ``url`` (database ``postgres``, user ``postgres``, trust on loopback)."""
+    """A running cluster on 127.0.0.1 (user ``postgres``, trust on loopback) with a database
+    ``dagster``, the docs' ``db_name``; ``instance_env`` names it for the docs' dagster.yaml."""
 
     folder: Path
     port: int
     bin: Path
     as_user: List[str]  # ``runuser -u postgres --`` when root (postgres refuses to run as root)
 
-    @property
-    def url(self) -> str:
-        """SQLAlchemy's URL, naming the driver dagster-postgres brings (SQLAlchemy 2.1's
-        default for ``postgresql://`` is psycopg 3)."""
-        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+    def instance_env(self) -> Dict[str, str]:
+        """The variables the docs' dagster.yaml reads (``documented_instance_yaml``), for this
+        cluster; trust authentication takes any password."""
+        return {
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_PORT": str(self.port),
+            "DAGSTER_PG_USER": "postgres",
+            "DAGSTER_PG_PASSWORD": "unused-with-trust",
+        }
+
+    def create_database(self, name: str) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres"
+        )
+        try:
+            conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
+            with conn.cursor() as cursor:
+                cursor.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            conn.close()
 
     @property
     def data(self) -> Path:
@@ -225,6 +243,7 @@ def postgres_cluster() -> Iterator[Postgres]:
         pg = Postgres(folder, free_port(), bin, as_user)
         pg.start()
         try:
+            pg.create_database("dagster")
             yield pg
         finally:
             if pg.pid() is not None:
@@ -238,24 +257,21 @@ def postgres_cluster() -> Iterator[Postgres]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def postgres_instance_yaml(
-    url: str, dequeue_interval_s: int = 1, max_concurrent_runs: int = -1
-) -> str:
-    """A ``dagster.yaml``: run, event-log and schedule storage in Postgres at ``url``, the
-    daemon's run queue looking every ``dequeue_interval_s`` (docs/deploying.md)."""
-    return f"""\
-telemetry:
-  enabled: false
-storage:
-  postgres:
-    postgres_url: "{url}"
-run_coordinator:
-  module: dagster._core.run_coordinator
-  class: QueuedRunCoordinator
-  config:
-    dequeue_interval_seconds: {dequeue_interval_s}
-    max_concurrent_runs: {max_concurrent_runs}
-"""
+def documented_instance_yaml(max_concurrent_runs: Optional[int] = None) -> str:
+    """The ``dagster.yaml`` of docs/deploying.md ("A production deployment"), read from the
+    page: run, event-log and schedule storage in Postgres named by the ``DAGSTER_PG_*``
+    variables (``Postgres.instance_env``), the daemon's run queue. Telemetry off; with
+    ``max_concurrent_runs``, that limit instead of the docs' one."""
+    import yaml
+
+    from tests.e2e.test_documented_examples import doc_section
+
+    files, _ = doc_section("deploying.md", "## A production deployment")
+    config = yaml.safe_load(files["dagster.yaml"])
+    config["telemetry"] = {"enabled": False}
+    if max_concurrent_runs is not None:
+        config["run_coordinator"]["config"]["max_concurrent_runs"] = max_concurrent_runs
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 # ---------------------------------------------------------------------------------------------
