@@ -504,8 +504,9 @@ run = run_workflow(
 print(json.dumps({"run_id": run.run_id, "failure": run.failure, "notes": run.notes}))
 """
 # the run ends within head_lost_timeout_s (5) plus two of the executor's health checks (20 s
-# apart: the first to find the head gone, the one past the timeout), and a margin
-HEAD_LOST_BOUND_S = 5 + 2 * 20 + 15
+# apart: the first to find the head gone, the one past the timeout), and a margin for the run's
+# end under a loaded suite (measured: 33 s from the kill to the process's exit)
+HEAD_LOST_BOUND_S = 5 + 2 * 20 + 25
 
 
 @ON_RAY  # Ray heads of its own: one killed, one started at its addresses
