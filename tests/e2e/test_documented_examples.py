@@ -147,3 +147,42 @@ def test_the_authoring_guides_editor_json_wires_the_model_resource_into_its_step
     for note in notes:  # vectors of the resource's model (a step without it fails)
         vector = np.load(note["vector_path"])
         assert vector.shape == (4,) and round(float(np.linalg.norm(vector)), 4) == note["norm"]
+
+
+def test_the_outputs_guides_atomic_path_dump_fn_writes_and_records_its_files(tmp_path, bucket):
+    """docs/outputs.md's ``dump_fn`` that returns nothing and writes through ``atomic_path``:
+    each PNG is written whole (no temporary file left) and recorded in the asset's metadata and
+    manifest; with ``output_dir`` a bucket URL (moto's S3 server), the same files are objects
+    there, recorded with their sizes."""
+    from PIL import Image
+
+    from dagster_graphbook.store.manifests import read_manifest
+
+    files, commands = doc_section("outputs.md", "## Files from `dump_fn`: `atomic_path`")
+    assert set(files) == {"swatch_nodes.py", "swatch_workflow.py"}, files
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    to_bucket = f"--set SaveSwatch.output_dir={bucket.url}/swatches"
+    _run_commands(tmp_path, commands)
+    _run_commands(tmp_path, [f"{commands[0].split('#')[0].strip()} {to_bucket}"])
+
+    swatches = tmp_path / "swatches"
+    assert sorted(p.name for p in swatches.iterdir()) == ["blue.png", "green.png", "red.png"]
+    with Image.open(swatches / "red.png") as image:
+        assert image.format == "PNG" and image.getpixel((0, 0)) == (255, 0, 0)
+    objects = bucket.objects("swatches")
+    assert sorted(objects) == ["swatches/blue.png", "swatches/green.png", "swatches/red.png"]
+    key = dg.AssetKey(["swatch_workflow", "SaveSwatch"])
+    with dg.DagsterInstance.from_config(str(tmp_path / ".dagster_graphbook" / "tryouts")) as inst:
+        records = inst.fetch_materializations(key, limit=2).records  # newest first
+        bucket_run, local_run = [r.asset_materialization.metadata for r in records]
+    assert local_run["files_written"].value == 3
+    listed = sorted(
+        os.path.relpath(p, tmp_path) for p in read_manifest(local_run["files_manifest"].value)
+    )
+    assert listed == ["swatches/blue.png", "swatches/green.png", "swatches/red.png"]
+    assert bucket_run["files_written"].value == 3
+    assert bucket_run["files_bytes"].value == sum(objects.values())
+    assert sorted(read_manifest(bucket_run["files_manifest"].value)) == sorted(
+        f"{bucket.url}/{k}" for k in objects
+    )
