@@ -6,7 +6,7 @@ translator writes, and which step parameters hold a ``{partition_key}`` a run mu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
@@ -30,6 +30,8 @@ class TaggedStep:
     refs: Tuple[str, ...]
     pins: Mapping[dg.AssetKey, str]  # asset key -> pin
     code: Tuple[str, ...] = ()  # parameters holding code (function source)
+    # what a user may call a resource the step uses (label, class, node id) -> its resource key
+    resources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def step(self) -> str:
@@ -46,6 +48,7 @@ def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
             tuple(e["refs"]),
             {dg.AssetKey(path): pin for path, pin in e["assets"]},
             tuple(e.get("code", ())),
+            dict(e.get("resources", {})),
         )
         for e in entries
     ]

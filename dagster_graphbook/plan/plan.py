@@ -211,7 +211,15 @@ def compile_op(
         deps=wiring.deps(),
         config_schema=config,
         required_resource_keys={k for s in steps for k in s.resource_keys.values()},
-        op_tags=merged_tags(tags, op_tags, names.steps_tag(list(segment), function_params)),
+        op_tags=merged_tags(
+            tags,
+            op_tags,
+            names.steps_tag(
+                list(segment),
+                function_params,
+                {s.node_id: s.resource_keys.values() for s in steps},
+            ),
+        ),
         pool=next((p for p in pools if p), None),
         partitions_def=partitions_def,
         retry_policy=retry_policy,

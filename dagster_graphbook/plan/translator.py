@@ -77,19 +77,28 @@ class WorkflowNames:
         return ", ".join(s.step for s in self.steps.values())
 
     def steps_tag(
-        self, node_ids: Iterable[str], code: Optional[Mapping[str, Iterable[str]]] = None
+        self,
+        node_ids: Iterable[str],
+        code: Optional[Mapping[str, Iterable[str]]] = None,
+        resources: Optional[Mapping[str, Iterable[str]]] = None,
     ) -> Dict[str, str]:
         """The `STEPS_TAG` op tag of an op running the steps ``node_ids``; ``code``: node id ->
-        its parameters that hold code (no ``{partition_key}`` is filled into them)."""
-        value = [
-            {
-                "op": s.op_name,
-                "refs": list(s.refs),
-                "assets": [[list(spec.key.path), pin] for pin, spec in s.specs.items()],
-                **({"code": sorted(code[s.node_id])} if code and code.get(s.node_id) else {}),
-            }
-            for s in (self.steps[n] for n in node_ids)
-        ]
+        its parameters that hold code (no ``{partition_key}`` is filled into them);
+        ``resources``: node id -> the resource keys it uses, tagged with every name a user may
+        call their resource by (``--set ShapesModel.checkpoint=`` on a code location's job)."""
+        value = []
+        for s in (self.steps[n] for n in node_ids):
+            used = set((resources or {}).get(s.node_id, ()))
+            refs = {ref: key for ref, key in self.resource_refs.items() if key in used}
+            value.append(
+                {
+                    "op": s.op_name,
+                    "refs": list(s.refs),
+                    "assets": [[list(spec.key.path), pin] for pin, spec in s.specs.items()],
+                    **({"code": sorted(code[s.node_id])} if code and code.get(s.node_id) else {}),
+                    **({"resources": refs} if refs else {}),
+                }
+            )
         return {STEPS_TAG: json.dumps(value, separators=(",", ":"))}
 
 

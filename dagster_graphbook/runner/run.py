@@ -788,15 +788,22 @@ def _job_config(
             f"{job_source(job)} is partitioned: give a partition key (--partition "
             f"{job.partitions_def.get_last_partition_key()}, the latest)"
         )
-    targets: Dict[str, _ConfigTarget] = {  # a step of a streaming op: under the one op's config
-        ref: ("ops", op, () if op == step.op_name else (step.op_name,))
-        for ref, (op, step) in resolve_refs((t.refs, (op, t)) for op, t in tagged).items()
+    targets: Dict[str, _ConfigTarget] = {  # resources, as in run_config_for; a step's name wins
+        ref: ("resources", key, ()) for _, t in tagged for ref, key in t.resources.items()
     }
+    targets.update(  # a step of a streaming op: under the one op's config
+        (ref, ("ops", op, () if op == step.op_name else (step.op_name,)))
+        for ref, (op, step) in resolve_refs((t.refs, (op, t)) for op, t in tagged).items()
+    )
 
     def refused(key: str) -> Exception:
         steps = ", ".join(sorted(t.step for _, t in tagged))
+        resources = sorted({r for _, t in tagged for r in t.resources})
+        also = (
+            f" (or RESOURCE.PARAM with RESOURCE one of {', '.join(resources)})" if resources else ""
+        )
         return WorkflowError(
-            job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}"]
+            job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}{also}"]
         )
 
     config = _with_params(run_config, _params_config(params or {}, targets, refused))

@@ -327,3 +327,27 @@ def test_materialize_command_runs_a_day_of_the_code_location(project, tmp_path):
         timeout=300,
     )
     assert bad.returncode != 0 and "NoSuchStep.x" in bad.stderr and "ClassifyShapes" in bad.stderr
+    # a resource's parameter, as `run --set` takes it: it reaches the resource (refused before)
+    other = subprocess.run(
+        [
+            str(cli),
+            "materialize",
+            "nightly_shapes",
+            "--module",
+            "nightly_cli_defs",
+            "--partition",
+            DAYS[2],
+            "--dagster-home",
+            str(tmp_path / "home"),
+            "--set",
+            "ShapesModel.checkpoint=models/no_such_model.pt",
+            "--no-progress",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = other.stdout + other.stderr
+    assert other.returncode == 1, said
+    assert "no model checkpoint at" in said and "no_such_model.pt" in said, said
