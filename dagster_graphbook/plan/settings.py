@@ -285,9 +285,10 @@ def resolve_runtime(
                     if key in runtime_class(node.step_kind).model_fields:
                         out[node.id][key] = value
                 continue
-            node = refs.get(str(key))
-            if node is None:
+            found = refs.get(str(key))
+            if found is None:
                 _refuse(workflow, [_unknown(key, steps, step_names)])
+            node = found
             where = f"runtime[{key!r}] (step {step_names[node.id]})"
             if not isinstance(value, Mapping):
                 _refuse(workflow, [f"{where} must be a mapping of setting -> value, got {value!r}"])

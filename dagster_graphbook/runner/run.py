@@ -424,7 +424,8 @@ def _resumed_mode(job: dg.JobDefinition, parent: dg.DagsterRun) -> str:
     parent's run config picked it, else the job's executor."""
     if job.executor_def.name != "graphbook_executor":
         return default_mode(job.executor_def)
-    picked = ((parent.run_config or {}).get("execution") or {}).get("config") or {}
+    run_config: Mapping[str, Any] = parent.run_config or {}
+    picked = (run_config.get("execution") or {}).get("config") or {}
     return next(iter(picked), None) or default_mode(job.executor_def)
 
 
