@@ -46,7 +46,8 @@ def _parse_sets(items: Sequence[str]) -> Dict[str, Any]:
 
 
 SET_HELP = (
-    "override a parameter or runtime setting; a string parameter takes VALUE as typed, any "
+    "override a step's parameter or runtime setting (STEP.runtime.on_item_error=skip), or a "
+    "resource's parameter (RESOURCE.PARAM); a string parameter takes VALUE as typed, any "
     "other reads it as YAML (numbers, booleans, lists, mappings; no anchors or aliases)"
 )
 
