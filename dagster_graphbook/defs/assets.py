@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import dagster as dg
 
@@ -24,7 +24,7 @@ from ..execution.step_op import config_kwargs, execute_op, log_emitter
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import EmptySource, StepCheck
 from ..plan.gpus import without_gpus
-from ..plan.job_steps import NOTES_IO_MANAGER_KEY
+from ..plan.job_steps import NOTES_IO_MANAGER_KEY, placeholder_message, unfilled_placeholders
 from ..plan.plan import (
     OpPlan,
     WorkflowPlan,
@@ -78,7 +78,7 @@ def build_workflow_defs(
     names = translator.names(workflow)
     resource_keys = dict(names.resource_keys)
     resources = {
-        resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator)
+        resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator, partitions_def)
         for n in workflow.resources()
     }
     plan = compile_workflow(
@@ -241,11 +241,37 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     return _graph
 
 
+def _run_partition(
+    init_context: dg.InitResourceContext,
+    config: Mapping[str, Any],
+    functions: Mapping[str, Any],
+    partitions_def: Optional[dg.PartitionsDefinition],
+    label: StepRef,
+) -> Optional[str]:
+    """The partition key a resource's ``{partition_key}`` parameters get: the run's (checked as
+    a step's is); a run of no single partition is refused when one holds the placeholder."""
+    from ..execution.errors import StepFailure
+    from ..execution.ownership.guard import check_partition_key
+
+    run = init_context.dagster_run
+    key = run.tags.get("dagster/partition") if run is not None else None
+    if key is not None:
+        return check_partition_key(key, partitions_def, init_context.instance, label)
+    unfilled = unfilled_placeholders(config, functions)
+    if unfilled:
+        found = {f"{label.step}.{k}": v for k, v in unfilled.items()}
+        raise StepFailure(
+            label, placeholder_message(found, partitions_def is not None), allow_retries=False
+        )
+    return None
+
+
 def _resource_def(
     workflow: Workflow,
     node: WorkflowNode,
     resource_keys: Dict[str, str],
     translator: GraphbookTranslator,
+    partitions_def: Optional[dg.PartitionsDefinition] = None,
 ) -> dg.ResourceDefinition:
     fields = param_fields(workflow, node)
     bound = {param: resource_keys[rid] for param, rid in node.resource_params.items()}
@@ -261,7 +287,8 @@ def _resource_def(
         from ..execution.errors import StepFailure
 
         config = init_context.resource_config or {}
-        kwargs = config_kwargs(config, functions, replaceable, label, why=why)
+        key = _run_partition(init_context, config, functions, partitions_def, label)
+        kwargs = config_kwargs(config, functions, replaceable, label, key, why=why)
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
 

@@ -329,3 +329,71 @@ def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_k
     )
     said = str(failure.error.message) if failure else str(refused.all_events)
     assert "{partition_key}" in said and "no partition key" in said, said
+
+
+DAY_RESOURCE_NODES = """
+from graphbook.resources import Resource
+from graphbook.steps import SourceStep
+
+class DayModel(Resource):
+    Parameters = {"checkpoint": {"type": "string"}}
+
+    def __init__(self, checkpoint="models/{partition_key}.pt"):
+        super().__init__(checkpoint)
+        self.checkpoint = checkpoint
+
+    def value(self):
+        return self.checkpoint
+
+class UsesModel(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"model": {"type": "resource"}}
+
+    def __init__(self, model=None):
+        super().__init__()
+        self.model = model
+
+    def load(self):
+        return {"out": [{"model": self.model}]}
+"""
+
+
+def test_partition_key_in_a_resource_class_default_is_filled_and_refused_without_a_key(
+    tmp_path, wf_builders
+):
+    """A resource node's parameter left at its ``__init__`` default ``models/{partition_key}.pt``:
+    the run of a day builds the resource with that day's path; a run with no key fails before
+    the resource is built, naming ``RESOURCE.PARAM``."""
+    b = wf_builders
+    nodes = b["write_nodes"](tmp_path / "nodes", "day_resource.py", DAY_RESOURCE_NODES)
+    wf = b["write_workflow"](
+        tmp_path,
+        "days",
+        [b["resource_node"]("0", "DayModel"), b["step_node"]("1", "UsesModel", source=True)],
+        [b["edge"]("0", "resource", "1", "model")],
+    )
+    spec = GraphbookWorkflow(
+        wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01")
+    )
+    job = build_definitions([spec], notes_dir=str(tmp_path / "notes")).resolve_job_def("days")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, partition_key="2026-02-03")
+        assert result.success
+        assert result.output_for_node("days__UsesModel", "out") == [
+            {"model": "models/2026-02-03.pt"}
+        ]
+    plain = build_definitions(
+        [GraphbookWorkflow(wf, custom_nodes=[nodes])], notes_dir=str(tmp_path / "notes2")
+    ).resolve_job_def("days")
+    with dg.instance_for_test() as instance:
+        refused = plain.execute_in_process(instance=instance, raise_on_error=False)
+    assert not refused.success
+    said = ""
+    for event in refused.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        while error is not None:  # the resource's failure is the cause of Dagster's
+            said += error.message
+            error = error.cause
+    assert "DayModel.checkpoint 'models/{partition_key}.pt'" in said, said
+    assert "no partition key" in said, said
