@@ -219,13 +219,9 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         }
     )
 
-    # graph_multi_asset drops each AssetOut's group (the assets landed in `default`): give it the
-    # step's group (its pins' groups differ only if a translator's get_group_name says so)
-    groups = {out.group_name for out in args["outs"].values()}
-
     @dg.graph_multi_asset(
         name=args["name"],
-        group_name=groups.pop() if len(groups) == 1 else None,
+        group_name=_one_group(args["outs"]),
         outs=args["outs"],
         ins=ins,
         partitions_def=args["partitions_def"],
@@ -239,6 +235,14 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
         return dict(zip(outs, committed))
 
     return _graph
+
+
+def _one_group(outs: Mapping[str, dg.AssetOut]) -> Optional[str]:
+    """The group of a sharded step's assets: ``graph_multi_asset`` drops each ``AssetOut``'s (its
+    assets landed in ``default``), so it is given the step's, which all its pins share unless a
+    translator's ``get_group_name`` gives them different ones (then Dagster's default)."""
+    groups = {out.group_name for out in outs.values()}
+    return groups.pop() if len(groups) == 1 else None
 
 
 def _run_partition(
