@@ -240,8 +240,8 @@ def _started(
         # the docs' dagster.yaml, one run at a time (two cores); its DAGSTER_PG_* variables in
         # this process (the test reads the instance) and so in every part's environment
         (home / "dagster.yaml").write_text(parts.documented_instance_yaml(max_concurrent_runs=1))
-        for name, value in pg.instance_env().items():
-            monkeypatch.setenv(name, value)
+        for variable, value in pg.instance_env().items():
+            monkeypatch.setenv(variable, value)
         env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DAGSTER_PG_"))}
         env["TMPDIR"] = str(tmp)
         # the head notices a dead node after 3 missed 1 s health checks (Ray: 5 of 3 s)
