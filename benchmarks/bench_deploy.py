@@ -203,10 +203,12 @@ def main() -> None:
         checkpoint = str(inputs["checkpoint"])
         if MODES[2] in modes:  # the rehearsal's parts
             pg = stack.enter_context(parts.postgres_cluster())
+            os.environ.update(pg.instance_env())  # the docs' dagster.yaml reads DAGSTER_PG_*
+            aws.update(pg.instance_env())
             head = stack.enter_context(parts.ray_node(1, env=aws))
             stack.enter_context(parts.ray_node(1, head=head, env=aws))
             assert head.dashboard is not None
-            (ray_home / "dagster.yaml").write_text(parts.postgres_instance_yaml(pg.url))
+            (ray_home / "dagster.yaml").write_text(parts.documented_instance_yaml())
             code = tmp / "code"
             ray_workflow = parts.nightly_workflow(code, "s3://bench/ray", checkpoint, batch)
             workspace = parts.write_code_location(

@@ -257,10 +257,13 @@ def postgres_cluster() -> Iterator[Postgres]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def documented_instance_yaml(max_concurrent_runs: Optional[int] = None) -> str:
+def documented_instance_yaml(
+    max_concurrent_runs: Optional[int] = None, also: Sequence[str] = ()
+) -> str:
     """The ``dagster.yaml`` of docs/deploying.md ("A production deployment"), read from the
     page: run, event-log and schedule storage in Postgres named by the ``DAGSTER_PG_*``
-    variables (``Postgres.instance_env``), the daemon's run queue. Telemetry off; with
+    variables (``Postgres.instance_env``), the daemon's run queue; ``also`` the page's other
+    blocks merged in (``"dagster.yaml: no compute logs"``). Telemetry off; with
     ``max_concurrent_runs``, that limit instead of the docs' one."""
     import yaml
 
@@ -268,6 +271,8 @@ def documented_instance_yaml(max_concurrent_runs: Optional[int] = None) -> str:
 
     files, _ = doc_section("deploying.md", "## A production deployment")
     config = yaml.safe_load(files["dagster.yaml"])
+    for block in also:
+        config.update(yaml.safe_load(files[block]))
     config["telemetry"] = {"enabled": False}
     if max_concurrent_runs is not None:
         config["run_coordinator"]["config"]["max_concurrent_runs"] = max_concurrent_runs
@@ -529,6 +534,39 @@ def nightly_job(workflow: str, notes_dir: str, **kwargs: Any) -> Any:
     """The job of ``nightly_definitions(workflow, notes_dir, **kwargs)``, rebuilt in each step
     process (``dg.build_reconstructable_job``)."""
     return nightly_definitions(workflow, notes_dir, **kwargs).resolve_job_def(JOB)
+
+
+def documented_code_location(
+    folder: Path, *, workflow: str, bucket: str, ray_address: str, notes_keep: int
+) -> Path:
+    """The code location of docs/deploying.md ("A production deployment", ``# definitions.py``),
+    read from the page, with this deployment's names put in as its user would: the head's
+    address, the bucket, the workflow file and node folder, ``notes_keep``; and a workspace.yaml
+    (location ``graphbook``) loading it. The workspace's path."""
+    from tests.e2e.test_documented_examples import doc_section
+
+    files, _ = doc_section("deploying.md", "## A production deployment")
+    text = files["definitions.py"]
+    names = {
+        '"http://ray-head:8265"': repr(ray_address),
+        '"s3://bucket/notes"': repr(f"s3://{bucket}/notes"),
+        '"workflows/nightly_shapes.json"': repr(workflow),
+        '"custom_nodes/nightly"': repr(str(NIGHTLY_NODES)),
+        "notes_keep=3": f"notes_keep={notes_keep}",
+    }
+    for old, new in names.items():
+        assert old in text, f"docs/deploying.md's code location no longer says {old}"
+        text = text.replace(old, new)
+    (folder / "definitions.py").write_text(text)
+    workspace = folder / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n"
+        "  - python_file:\n"
+        f"      relative_path: {folder / 'definitions.py'}\n"
+        "      location_name: graphbook\n"
+        f"      working_directory: {folder}\n"
+    )
+    return workspace
 
 
 def write_code_location(folder: Path, **kwargs: Any) -> Path:

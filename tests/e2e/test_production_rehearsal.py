@@ -239,7 +239,9 @@ def _started(
         pg = stack.enter_context(parts.postgres_cluster())
         # the docs' dagster.yaml, one run at a time (two cores); its DAGSTER_PG_* variables in
         # this process (the test reads the instance) and so in every part's environment
-        (home / "dagster.yaml").write_text(parts.documented_instance_yaml(max_concurrent_runs=1))
+        (home / "dagster.yaml").write_text(
+            parts.documented_instance_yaml(1, also=["dagster.yaml: no compute logs"])
+        )
         for variable, value in pg.instance_env().items():
             monkeypatch.setenv(variable, value)
         env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DAGSTER_PG_"))}
@@ -255,13 +257,8 @@ def _started(
 
         code = tmp_path / "code"
         workflow = parts.nightly_workflow(code, f"s3://{name}", checkpoint, IMAGES // SHARDS)
-        workspace = parts.write_code_location(
-            code,
-            workflow=str(workflow),
-            notes_dir=f"s3://{name}/notes",
-            ray_address=head.dashboard,
-            env_vars=[f"{k}={v}" for k, v in env.items()],
-            notes_keep=KEEP,
+        workspace = parts.documented_code_location(
+            code, workflow=str(workflow), bucket=name, ray_address=head.dashboard, notes_keep=KEEP
         )
         # the run workers look for ended steps every 0.2 s (Dagster: 1 s)
         daemon_env = {**env, "DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS": "0.2"}
@@ -456,6 +453,10 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
         for folder in [p.home, *temps]:
             written = [f for f in Path(folder).rglob("*") if f.suffix in (".pkl", ".parquet")]
             assert written == [], written
+            # nor the steps' compute logs: the docs' block turns them off (or puts them in a
+            # bucket: dagster-aws, not a test dependency)
+            logs = [f for f in Path(folder).rglob("compute_logs")]
+            assert logs == [], logs
         done = time.monotonic()
 
     # 7. no process of the rehearsal left, and none of its parts' folders

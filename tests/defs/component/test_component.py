@@ -223,26 +223,17 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     assert defs.resolve_job_def("my_flow") and defs.resolve_job_def("my_flow_2")
 
 
-PRODUCTION_YAML = f"""
-    type: dagster_graphbook.GraphbookWorkflowComponent
-    attributes:
-      workflow: {REPO}/workflows/nightly_shapes.json
-      custom_nodes: [{REPO}/custom_nodes/nightly]
-      partitions: {{start_date: "2026-01-01"}}
-      schedule_hour: 2
-      shards: {{ClassifyShapes: 4}}
-      gpus: {{ClassifyShapes: 1}}
-      executor: dagster_graphbook.integrations.ray:ray_executor
-      executor_config: {{ray: {{address: "http://ray-head:8265"}}}}
-      runtime: {{on_item_error: skip, max_skipped_fraction: 0.05}}
-"""
-
-
 def test_component_runs_on_a_named_executor_with_runtime_defaults_and_keeps_its_group(tmp_path):
-    """Production in the README's defs.yaml layout: ``executor: MODULE:ATTR`` with its
-    ``executor_config`` (Ray's head), ``runtime:`` defaults every run starts from, and the
-    sharded step's asset in the workflow's group like the others (it fell into ``default``)."""
-    defs = _load_defs_folder(tmp_path, "gb_production_defs", {"nightly": PRODUCTION_YAML})
+    """docs/deploying.md's defs.yaml, as written: production in the README's layout, with
+    ``executor: MODULE:ATTR`` and its ``executor_config`` (Ray's head), ``runtime:`` defaults
+    every run starts from, and the sharded step's asset in the workflow's group like the others
+    (it fell into ``default``)."""
+    from tests.e2e.test_documented_examples import doc_section
+
+    files, _ = doc_section("deploying.md", "## A production deployment")
+    for folder in ("workflows", "custom_nodes"):  # where ../../ leads from the defs folder
+        (tmp_path / folder).symlink_to(REPO / folder)
+    defs = _load_defs_folder(tmp_path, "gb_production_defs", {"nightly": files["defs.yaml"]})
     job = defs.resolve_job_def("nightly_shapes")
     assert job.executor_def.name == "ray"
     resolved = job.executor_def.config_schema.resolve_config({})  # a configured definition's
