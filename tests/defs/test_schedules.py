@@ -287,7 +287,7 @@ def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_k
     from dagster_graphbook.errors import RequestError
 
     b = wf_builders
-    nodes = b["write_nodes"](tmp_path / "nodes", "day_nodes.py", DEFAULT_DAY_NODES)
+    nodes = b["write_nodes"](tmp_path / "nodes", "class_default_nodes.py", DEFAULT_DAY_NODES)
     if source == "json":
         wf = b["write_workflow"](
             tmp_path,
@@ -298,7 +298,7 @@ def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_k
     else:
         wf = tmp_path / "days.py"
         wf.write_text(
-            "from graphbook import Graph\nfrom day_nodes import DaySource, DayWriter\n\n"
+            "from graphbook import Graph\nfrom class_default_nodes import DaySource, DayWriter\n\n"
             "g = Graph()\n\n\n@g()\ndef _():\n    s = g.step(DaySource)\n"
             "    w = g.step(DayWriter)\n    w.bind(s)\n"
         )

@@ -72,11 +72,15 @@ def test_the_nightly_python_workflow_fills_the_day_into_class_defaults_and_skips
 
     # what the schedule's runs and the launchpad start from: the workflow's runtime=
     sys.path.insert(0, str(tmp_path))
+    ours = ("day_definitions", "day_nodes")  # a test before may have imported a module so named
     try:
+        for name in ours:
+            sys.modules.pop(name, None)
         from day_definitions import defs  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(tmp_path))
-        sys.modules.pop("day_definitions", None)
+        for name in ours:
+            sys.modules.pop(name, None)
     job = defs.resolve_job_def("day_flow")
     for node in job.graph.nodes:
         runtime = node.definition.config_schema.config_type.fields["runtime"].default_value
