@@ -19,10 +19,11 @@ Here:
   ever) is waited for at most ``head_lost_timeout_s`` from its first unanswered request: a
   launch waits, a health check passes; past it each of the run's steps on it fails with
   ``RayHeadLostError`` naming its address and the resume. Dagster's executor checks its steps
-  every 20 s, so a run whose head is gone ends within ``head_lost_timeout_s`` + 40 s.
+  every ``health_check_interval_s`` (20 s, Dagster's default), so a run whose head is gone ends
+  within ``head_lost_timeout_s`` + twice that.
 
 Same configuration as ``dagster_ray.ray_executor`` (``ray: {address, env_vars, ...}``, retries)
-plus ``placement_timeout_s`` and ``head_lost_timeout_s``; what ``graphbook.ray.RayExecutor`` runs
+plus ``placement_timeout_s``, ``head_lost_timeout_s`` and ``health_check_interval_s``; what ``graphbook.ray.RayExecutor`` runs
 with. Needs the ``ray`` extra.
 """
 
@@ -56,6 +57,7 @@ PLACEMENT_TIMEOUT_S = 600.0
 # their work, so a head back within a minute (a network blip, a head with GCS fault tolerance
 # restarted) keeps the run and a head gone for good fails it in about two minutes
 HEAD_LOST_TIMEOUT_S = 90.0
+HEALTH_CHECK_INTERVAL_S = 20  # Dagster's StepDelegatingExecutor's default
 _REQUEST_TIMEOUT_S = 15.0  # one request to the job server, which answers in milliseconds
 _HEAD_POLL_S = 2.0  # between the requests of a launch waiting for the head
 _GIB = 1024**3
@@ -378,6 +380,14 @@ class _OwnedExecutor(dg.Executor):
                 "on it fail, naming it"
             ),
         ),
+        "health_check_interval_s": dg.Field(
+            int,
+            default_value=HEALTH_CHECK_INTERVAL_S,
+            description=(
+                "Seconds between the executor's checks of each running step's Ray job (Dagster's "
+                "default: 20): how soon a failed job or a lost head is seen"
+            ),
+        ),
     },
     requirements=dg.multiple_process_executor_requirements(),
 )
@@ -393,4 +403,6 @@ def ray_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     executor._step_handler = PlacedRayStepHandler(
         executor._step_handler, config["placement_timeout_s"], config["head_lost_timeout_s"]
     )
+    # dagster-ray builds the StepDelegatingExecutor without it: Dagster's 20 s then
+    executor._check_step_health_interval_seconds = config["health_check_interval_s"]
     return _OwnedExecutor(executor)

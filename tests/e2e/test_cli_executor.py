@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Dict, List
 
 from tests.conftest import REPO
-from tests.e2e.test_deploy_distributed import ON_RAY, _ray_head, _ray_jobs
 
 # Two steps that record which process ran them; Check fails while the file `fail_check` exists
 # beside the code location (a fault to resume from).
@@ -71,7 +70,7 @@ defs = build_definitions(
 """
 
 
-def _project(root: Path, executor: str) -> Dict[str, str]:
+def cli_project(root: Path, executor: str) -> Dict[str, str]:
     """A code location ``loc`` whose job ``pids`` runs on ``executor`` (Python source)."""
     (root / "pid_nodes.py").write_text(NODES)
     (root / "pids.py").write_text(WORKFLOW)
@@ -82,7 +81,7 @@ def _project(root: Path, executor: str) -> Dict[str, str]:
     return env
 
 
-def _materialize(root: Path, env: Dict[str, str], home: str, *extra: str):
+def cli_materialize(root: Path, env: Dict[str, str], home: str, *extra: str):
     cli = Path(sys.executable).parent / "dagster-graphbook"
     return subprocess.run(
         [str(cli), "materialize", "pids", "--module", "loc", "--dagster-home", home, *extra],
@@ -94,13 +93,13 @@ def _materialize(root: Path, env: Dict[str, str], home: str, *extra: str):
     )
 
 
-def _run_id(stdout: str) -> str:
+def cli_run_id(stdout: str) -> str:
     found = re.search(r"run (\S+): (SUCCESS|FAILURE)", stdout)
     assert found, stdout
     return found.group(1)
 
 
-def _notes(home: str, run_id: str) -> List[dict]:
+def cli_notes(home: str, run_id: str) -> List[dict]:
     import dagster as dg
     from upath import UPath
 
@@ -123,46 +122,11 @@ def _notes(home: str, run_id: str) -> List[dict]:
 def test_materialize_runs_a_job_on_its_multiprocess_executor_and_says_so(tmp_path, dagster_home):
     """A job defined with ``executor="multiprocess"``: each step in a process of its own (it ran
     both in the CLI's process), and the CLI says where before the run."""
-    env = _project(tmp_path, '"multiprocess"')
-    done = _materialize(tmp_path, env, dagster_home, "--no-progress")
+    env = cli_project(tmp_path, '"multiprocess"')
+    done = cli_materialize(tmp_path, env, dagster_home, "--no-progress")
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
-    notes = _notes(dagster_home, _run_id(done.stdout))
+    notes = cli_notes(dagster_home, cli_run_id(done.stdout))
     assert len(notes) == 3
     assert {n["numbers_pid"] for n in notes} != {n["check_pid"] for n in notes}, notes
     assert "job pids: steps run on the job's executor 'multiprocess'" in done.stderr, said
-
-
-@ON_RAY
-def test_materialize_and_its_resume_run_a_ray_jobs_steps_as_ray_jobs(tmp_path, dagster_home):
-    """A code location whose job runs on the Ray executor: ``materialize`` submits each step as a
-    Ray job of the cluster (it ran them in its own process, no Ray job at all), and
-    ``--from-failure`` runs the failed step as a Ray job again, only that one."""
-    with _ray_head(0) as address:
-        executor = (
-            "__import__('dagster_graphbook.integrations.ray', fromlist=['ray_executor'])"
-            f".ray_executor.configured({{'ray': {{'address': {address!r}, 'env_vars': "
-            f"['PYTHONPATH={tmp_path}{os.pathsep}{REPO}', 'CHECK_DIR={tmp_path}']}}}})"
-        )
-        env = _project(tmp_path, executor)
-        (tmp_path / "fail_check").write_text("")
-        failed = _materialize(tmp_path, env, dagster_home, "--no-progress")
-        said = failed.stdout + failed.stderr
-        assert failed.returncode == 1, said
-        first = _run_id(failed.stdout)
-        # each step a Ray job (a step that fails still ends its job's `dagster api` process well)
-        assert set(_ray_jobs(address, first)) == {"pids__Numbers", "pids__Check"}, said
-        assert "job pids: steps run on the job's executor 'ray'" in failed.stderr, said
-
-        (tmp_path / "fail_check").unlink()
-        resumed = _materialize(
-            tmp_path, env, dagster_home, "--no-progress", "--from-failure", first
-        )
-        said = resumed.stdout + resumed.stderr
-        assert resumed.returncode == 0, said
-        assert "steps run on the job's executor 'ray'" in resumed.stderr, said
-        second = _run_id(resumed.stdout)
-        assert _ray_jobs(address, second) == {"pids__Check": "SUCCEEDED"}, said
-        notes = _notes(dagster_home, second)
-    assert [n["n"] for n in notes] == [0, 1, 2]
-    assert all(n["check_pid"] != os.getpid() for n in notes)

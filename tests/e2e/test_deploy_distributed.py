@@ -24,6 +24,7 @@ from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
 from dagster_graphbook.runner.run import _failure_message, _load_notes, run_config_for
 from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
+from tests.e2e.test_cli_executor import cli_materialize, cli_notes, cli_project, cli_run_id
 from tests.e2e.test_nightly_sharded import TIMINGS, _files, _recorded
 
 pytestmark = pytest.mark.distributed
@@ -497,16 +498,20 @@ program, home, address, resume = sys.argv[1:5]
 run = run_workflow(
     program,
     executor=RAY_EXECUTOR_PATH,
-    executor_config={"ray": {"address": address}, "head_lost_timeout_s": 5.0},
+    executor_config={
+        "ray": {"address": address},
+        "head_lost_timeout_s": 5.0,
+        "health_check_interval_s": 2,
+    },
     dagster_home=home,
     from_failure=resume or None,
 )
 print(json.dumps({"run_id": run.run_id, "failure": run.failure, "notes": run.notes}))
 """
-# the run ends within head_lost_timeout_s (5) plus two of the executor's health checks (20 s
+# the run ends within head_lost_timeout_s (5) plus two of the executor's health checks (2 s
 # apart: the first to find the head gone, the one past the timeout), and a margin for the run's
-# end under a loaded suite (measured: 33 s from the kill to the process's exit)
-HEAD_LOST_BOUND_S = 5 + 2 * 20 + 25
+# end under a loaded suite (measured with checks 20 s apart: 33 s from the kill to the exit)
+HEAD_LOST_BOUND_S = 5 + 2 * 2 + 25
 
 
 @ON_RAY  # Ray heads of its own: one killed, one started at its addresses
@@ -721,3 +726,38 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     figures = {k: v for k, v in whole_meta[key].items() if k not in TIMINGS}
     assert {k: meta[key].get(k) for k in figures} == figures
     assert figures["accuracy"] >= 0.9 and meta[key]["details"]["shards"] == shards
+
+
+@ON_RAY
+def test_materialize_and_its_resume_run_a_ray_jobs_steps_as_ray_jobs(
+    ray_cluster, tmp_path, dagster_home
+):
+    """A code location whose job runs on the Ray executor: ``materialize`` submits each step as a
+    Ray job of the cluster (it ran them in its own process, no Ray job at all), and
+    ``--from-failure`` runs the failed step as a Ray job again, only that one."""
+    address = ray_cluster
+    executor = (
+        "__import__('dagster_graphbook.integrations.ray', fromlist=['ray_executor'])"
+        f".ray_executor.configured({{'ray': {{'address': {address!r}, 'env_vars': "
+        f"['PYTHONPATH={tmp_path}{os.pathsep}{REPO}', 'CHECK_DIR={tmp_path}']}}}})"
+    )
+    env = cli_project(tmp_path, executor)
+    (tmp_path / "fail_check").write_text("")
+    failed = cli_materialize(tmp_path, env, dagster_home, "--no-progress")
+    said = failed.stdout + failed.stderr
+    assert failed.returncode == 1, said
+    first = cli_run_id(failed.stdout)
+    # each step a Ray job (a step that fails still ends its job's `dagster api` process well)
+    assert set(_ray_jobs(address, first)) == {"pids__Numbers", "pids__Check"}, said
+    assert "job pids: steps run on the job's executor 'ray'" in failed.stderr, said
+
+    (tmp_path / "fail_check").unlink()
+    resumed = cli_materialize(tmp_path, env, dagster_home, "--no-progress", "--from-failure", first)
+    said = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, said
+    assert "steps run on the job's executor 'ray'" in resumed.stderr, said
+    second = cli_run_id(resumed.stdout)
+    assert _ray_jobs(address, second) == {"pids__Check": "SUCCEEDED"}, said
+    notes = cli_notes(dagster_home, second)
+    assert [n["n"] for n in notes] == [0, 1, 2]
+    assert all(n["check_pid"] != os.getpid() for n in notes)
