@@ -23,8 +23,8 @@ Here:
   within ``head_lost_timeout_s`` + twice that.
 
 Same configuration as ``dagster_ray.ray_executor`` (``ray: {address, env_vars, ...}``, retries)
-plus ``placement_timeout_s``, ``head_lost_timeout_s`` and ``health_check_interval_s``; what ``graphbook.ray.RayExecutor`` runs
-with. Needs the ``ray`` extra.
+plus ``placement_timeout_s``, ``head_lost_timeout_s`` and ``health_check_interval_s``; what
+``graphbook.ray.RayExecutor`` runs with. Needs the ``ray`` extra.
 """
 
 from __future__ import annotations
