@@ -26,7 +26,7 @@ from ..model.workflow import (
 from ..plan.checks import EmptySource, StepCheck, bind_checks
 from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
-from ..plan.settings import RUNTIME_SETTINGS, resolve_runtime
+from ..plan.settings import resolve_runtime
 from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
 from ..store.io_manager import in_process_memory, notes_io_manager, notes_metadata
@@ -161,11 +161,12 @@ def load(
         from ..plan.previews import resolve_previews
 
         previews = resolve_previews(workflow, spec.preview, names)
-    # a Graph's settings for a step left out at load (idle: never run) go with the step
+    # a Graph's settings for a step left out at load (idle: never run) go with the step; any
+    # other key (a setting, a typo of one) is checked
     given = {
         k: v
         for k, v in workflow.runtime_given.items()
-        if k in RUNTIME_SETTINGS or k in workflow.nodes
+        if not (isinstance(v, Mapping) and k.isdigit() and k not in workflow.nodes)
     }
     runtime = resolve_runtime(workflow, [given, spec.runtime], names)
     return replace(

@@ -17,7 +17,7 @@ import dagster as dg
 
 from ..authoring.log import Emit
 from ..errors import Label
-from ..plan.job_steps import PARTITION_PLACEHOLDER, placeholder_message, unfilled_placeholders
+from ..plan.job_steps import fill_placeholder, placeholder_message, unfilled_placeholders
 from ..plan.plan import OpPlan, StepPlan
 from ..plan.settings import (
     RUNTIME_KEY,
@@ -52,8 +52,8 @@ def config_kwargs(
     check_code_config(dict(config), dict(function_params), overridable, label, why)
     kwargs: Dict[str, Any] = {}
     for key, value in config.items():
-        if isinstance(value, str) and partition_key is not None and key not in function_params:
-            value = value.replace(PARTITION_PLACEHOLDER, partition_key)
+        if partition_key is not None and key not in function_params:
+            value = fill_placeholder(value, partition_key)
         if value is not None:
             kwargs[key] = value
     return kwargs

@@ -71,33 +71,42 @@ _CONFIG_TYPES = {
 }
 
 
+def _init_default(cls: Type[Any], key: str) -> Any:
+    """The default of ``key`` in the first ``__init__`` along the class's MRO that names it: a
+    subclass whose ``__init__(**kwargs)`` passes them up inherits its base's default
+    (``inspect.Parameter.empty`` when none gives one)."""
+    for klass in getattr(cls, "__mro__", (cls,)):
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):
+            return inspect.Parameter.empty
+        if key in params:
+            return params[key].default
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return inspect.Parameter.empty  # the kwarg goes no further up
+    return inspect.Parameter.empty
+
+
 def unset_value(cls: Type[Any], key: str, spec: Dict[str, Any]) -> Any:
-    """What a parameter the workflow leaves unset is given: nothing (None) when the class's own
-    ``__init__`` has a default for it, as Graphbook passes no kwarg then (the editor drops a
-    value-less parameter, ``Graph.run()`` passes only ``param()`` values), so e.g. a tuple
-    default stays a tuple; else the declared default (where Graphbook would fail on the missing
-    argument)."""
-    try:
-        sig = inspect.signature(cls.__init__)
-    except (TypeError, ValueError):
-        return spec.get("default")
-    own = sig.parameters.get(key)
-    if own is not None and own.default is not inspect.Parameter.empty:
+    """What a parameter the workflow leaves unset is given: nothing (None) when the class's
+    ``__init__`` (its own, or a base's it passes ``**kwargs`` to) has a default for it, as
+    Graphbook passes no kwarg then (the editor drops a value-less parameter, ``Graph.run()``
+    passes only ``param()`` values), so e.g. a tuple default stays a tuple; else the declared
+    default (where Graphbook would fail on the missing argument)."""
+    if _init_default(cls, key) is not inspect.Parameter.empty:
         return None
     return spec.get("default")
 
 
 def default_value(cls: Type[Any], key: str, spec: Dict[str, Any]) -> Any:
-    """What a parameter the workflow leaves unset ends up as in the step: the class's own
+    """What a parameter the workflow leaves unset ends up as in the step: the class's
     ``__init__`` default when it has one (Graphbook passes no kwarg then), else the declared
     default; None when neither gives a value."""
-    try:
-        own = inspect.signature(cls.__init__).parameters.get(key)
-    except (TypeError, ValueError):
-        own = None
-    if own is not None and own.default is not inspect.Parameter.empty:
-        return own.default
-    return spec.get("default")
+    own = _init_default(cls, key)
+    return spec.get("default") if own is inspect.Parameter.empty else own
 
 
 def element_type(ptype: str) -> Optional[str]:

@@ -6,6 +6,7 @@ translator writes, and which step parameters hold a ``{partition_key}`` a run mu
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
@@ -54,15 +55,50 @@ def read_steps_tag(op_tags: Mapping[str, Any]) -> List[TaggedStep]:
     ]
 
 
-def unfilled_placeholders(config: Mapping[str, Any], code_params: Iterable[str]) -> Dict[str, str]:
-    """The parameters (name -> value) holding ``{partition_key}``, which only a run of one
-    partition fills in; parameters holding code are left out (never filled in)."""
+def holds_placeholder(value: Any) -> bool:
+    """Whether ``value`` (a string, a path, or a list, tuple or dict of them) holds
+    ``{partition_key}``."""
+    if isinstance(value, (str, os.PathLike)):
+        return PARTITION_PLACEHOLDER in str(os.fspath(value))
+    if isinstance(value, (list, tuple)):
+        return any(holds_placeholder(v) for v in value)
+    if isinstance(value, Mapping):
+        return any(holds_placeholder(v) for v in value.values())
+    return False
+
+
+def fill_placeholder(value: Any, partition_key: str) -> Any:
+    """``value`` with ``partition_key`` for each ``{partition_key}`` of its strings, in lists,
+    tuples and dicts too; a path stays a path of its type, a tuple a tuple."""
+    if isinstance(value, str):
+        return value.replace(PARTITION_PLACEHOLDER, partition_key)
+    if isinstance(value, os.PathLike):
+        filled = str(os.fspath(value)).replace(PARTITION_PLACEHOLDER, partition_key)
+        return type(value)(filled)  # type: ignore[call-arg]  # pathlib's paths take a str
+    if isinstance(value, (list, tuple)):
+        return type(value)(fill_placeholder(v, partition_key) for v in value)
+    if isinstance(value, dict):
+        return {k: fill_placeholder(v, partition_key) for k, v in value.items()}
+    return value
+
+
+def as_config_value(value: Any) -> Any:
+    """A class default as the launchpad's field holds it: paths as strings, tuples as lists."""
+    if isinstance(value, os.PathLike):
+        return str(os.fspath(value))
+    if isinstance(value, (list, tuple)):
+        return [as_config_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_config_value(v) for k, v in value.items()}
+    return value
+
+
+def unfilled_placeholders(config: Mapping[str, Any], code_params: Iterable[str]) -> Dict[str, Any]:
+    """The parameters (name -> value) holding ``{partition_key}`` (in a string, or a list or
+    dict of them), which only a run of one partition fills in; parameters holding code are left
+    out (never filled in)."""
     code = set(code_params)
-    return {
-        k: v
-        for k, v in config.items()
-        if isinstance(v, str) and PARTITION_PLACEHOLDER in v and k not in code
-    }
+    return {k: v for k, v in config.items() if k not in code and holds_placeholder(v)}
 
 
 def node_tags(node: Any) -> Mapping[str, Any]:
@@ -76,11 +112,11 @@ def node_tags(node: Any) -> Mapping[str, Any]:
 
 def unfilled_in_job(
     job: dg.JobDefinition, run_config: Mapping[str, Any], op_names: Optional[Iterable[str]] = None
-) -> Dict[str, str]:
+) -> Dict[str, Any]:
     """``STEP.PARAM -> value`` of every step parameter holding ``{partition_key}`` in ``run_config``
     (resolved: defaults filled in), for the ops ``op_names`` (default: all)."""
     wanted = None if op_names is None else set(op_names)
-    found: Dict[str, str] = {}
+    found: Dict[str, Any] = {}
     for node, step, body in _step_configs(job, run_config):
         if wanted is None or node.name in wanted:
             for param, value in unfilled_placeholders(body, step.code).items():
@@ -142,7 +178,7 @@ def _shard_defaults(node: Any) -> Optional[Dict[str, Any]]:
     return {k: defaults.get(k) for k in ("shards", "shard_size")}
 
 
-def placeholder_message(found: Mapping[str, str], partitioned: bool) -> str:
+def placeholder_message(found: Mapping[str, Any], partitioned: bool) -> str:
     """Why a run without a partition key cannot fill the parameters ``found`` (``STEP.PARAM`` ->
     value), and what to do."""
     params = ", ".join(f"{k} {quoted(v)}" for k, v in found.items())

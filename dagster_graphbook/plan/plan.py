@@ -15,7 +15,7 @@ from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .checks import BoundCheck, EmptySource, SourceHasNotes, StepCheck
 from .gpus import merged_tags
-from .job_steps import NOTES_IO_MANAGER_KEY, PARTITION_PLACEHOLDER
+from .job_steps import NOTES_IO_MANAGER_KEY, as_config_value, holds_placeholder
 from .previews import PreviewSettings
 from .segments import Streaming, segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
@@ -217,7 +217,7 @@ def compile_op(
             names.steps_tag(
                 list(segment),
                 function_params,
-                {s.node_id: s.resource_keys.values() for s in steps},
+                {n.id: _resources_used(workflow, names, n) for n in nodes},
             ),
         ),
         pool=next((p for p in pools if p), None),
@@ -312,6 +312,19 @@ class _Wiring:
         return [d for k, d in self.extra.items() if k not in inputs] or None
 
 
+def _resources_used(workflow: Workflow, names: WorkflowNames, node: WorkflowNode) -> List[str]:
+    """The resource keys a step uses, and those its resources use (a resource bound to another
+    resource's parameter), for ``--set RESOURCE.PARAM`` on a code location's job."""
+    seen: List[str] = []
+    todo = list(node.resource_params.values())
+    while todo:
+        resource = todo.pop()
+        if resource not in seen:
+            seen.append(resource)
+            todo.extend(workflow.nodes[resource].resource_params.values())
+    return [names.resource_keys[r] for r in seen]
+
+
 def _step_config(
     workflow: Workflow, node: WorkflowNode, shard: Optional[ShardPlan] = None
 ) -> Dict[str, Any]:
@@ -364,10 +377,10 @@ def param_fields(workflow: Workflow, node: WorkflowNode) -> Dict[str, dg.Field]:
         if value is None:
             value = ptypes.unset_value(node.cls, key, spec)
         if value is None:
-            # the class's own __init__ default: a run fills its {partition_key} (passed as a
-            # kwarg, filled) and a run without a key is refused, as for a workflow's value
+            # the class's __init__ default: a run fills its {partition_key} (passed as a kwarg,
+            # filled) and a run without a key is refused, as for a workflow's value
             own = ptypes.default_value(node.cls, key, spec)
-            value = own if isinstance(own, str) and PARTITION_PLACEHOLDER in own else None
+            value = as_config_value(own) if holds_placeholder(own) else None
         fields[key] = ptypes.config_field(spec, value, has_default=value is not None)
     return fields
 

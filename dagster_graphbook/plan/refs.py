@@ -4,7 +4,7 @@ external deps, GPUs, ``STEP.PARAM``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from ..model.workflow import WorkflowError
 
@@ -15,15 +15,38 @@ def step_refs_of(node: Any, step: str) -> Tuple[str, ...]:
 
 
 def resolve_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, Any]:
-    """``(refs, value)`` pairs -> ref -> value; a step name (first ref) wins over the others."""
+    """``(refs, value)`` pairs -> ref -> value; a step name (first ref) wins over the others. A
+    name that several share otherwise (a class name, a label, two resources of one class) names
+    none of them (`shared_refs`): a setting given to it reached only one, silently."""
     items = list(items)
+    shared = shared_refs(items)
     refs: Dict[str, Any] = {}
     for names, value in items:
         for ref in names[1:]:
             if ref:
                 refs.setdefault(ref, value)
     refs.update({names[0]: value for names, value in items})
-    return refs
+    return {ref: value for ref, value in refs.items() if ref not in shared}
+
+
+def shared_refs(items: Iterable[Tuple[Sequence[str], Any]]) -> Dict[str, List[str]]:
+    """Each name that several items answer to (and that is not one item's own first name) ->
+    a name of each of them that is theirs alone, for an error saying which to use instead."""
+    items = list(items)
+    owners: Dict[str, List[int]] = {}
+    firsts: Dict[str, int] = {}
+    for i, (names, _) in enumerate(items):
+        for ref in dict.fromkeys(r for r in names if r):
+            owners.setdefault(ref, []).append(i)
+        if names and names[0]:
+            firsts[names[0]] = firsts.get(names[0], 0) + 1
+    shared = {ref for ref, who in owners.items() if len(who) > 1 and firsts.get(ref) != 1}
+
+    def own(i: int) -> str:
+        names = items[i][0]
+        return next((r for r in names if r and r not in shared), names[0])
+
+    return {ref: [own(i) for i in owners[ref]] for ref in shared}
 
 
 def resolve_per_step(

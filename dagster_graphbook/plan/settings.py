@@ -8,6 +8,7 @@ these objects, never a dict with defaults of its own.
 
 from __future__ import annotations
 
+import re
 from typing import (
     Any,
     Dict,
@@ -24,13 +25,17 @@ from typing import (
 )
 
 import dagster as dg
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..model.workflow import Workflow, WorkflowError, WorkflowNode
-from .refs import resolve_refs, step_refs_of
+from .refs import resolve_refs, shared_refs, step_refs_of
 
 RUNTIME_KEY = "runtime"  # a step's settings, beside its parameters
 STREAM_KEY = "streaming"  # a streaming op's own settings, beside its steps
+
+
+# "auto" or a torch device string (torch's device types), checked without importing torch
+_DEVICE = re.compile(r"auto|(cpu|cuda|mps|xpu|xla|meta|hpu|mtia|ipu|privateuseone)(:\d+)?")
 
 
 def _progress_interval() -> Any:  # one default for the batch step's and the stream's option
@@ -47,12 +52,14 @@ class StepRuntime(dg.Config):
     )
     retries: int = Field(
         default=0,
+        ge=0,
         description="run the step again this many times when it fails (Dagster retry: the "
         "step restarts from its stored inputs)",
     )
-    retry_delay_s: float = Field(default=0.0, description="seconds to wait before each retry")
+    retry_delay_s: float = Field(default=0.0, ge=0, description="seconds to wait before each retry")
     stall_warning_s: float = Field(
         default=60.0,
+        ge=0,
         description="log what the step is stuck in when it makes no progress for this long "
         "(0: never)",
     )
@@ -62,14 +69,16 @@ class BatchRuntime(StepRuntime):
     """A batch step's settings: its loader and dump pools, its device and its integrity limits."""
 
     num_workers: int = Field(
-        default=2, description="loader worker processes (or threads); 0 loads in the step process"
+        default=2,
+        ge=0,
+        description="loader worker processes (or threads); 0 loads in the step process",
     )
     worker_type: Literal["process", "thread"] = Field(
         default="process",
         description="process: DataLoader workers (shared-memory tensors); thread: for load_fns "
         "that release the GIL",
     )
-    prefetch: int = Field(default=2, description="batches loaded ahead per worker")
+    prefetch: int = Field(default=2, ge=0, description="batches loaded ahead per worker")
     start_method: Literal["fork", "spawn", "forkserver"] = Field(
         default="fork",
         description="how worker processes start; spawn/forkserver need load_fn/dump_fn in an "
@@ -79,10 +88,10 @@ class BatchRuntime(StepRuntime):
         default="auto", description="auto (CUDA when available), cpu, cuda or cuda:N"
     )
     dump_workers: Optional[int] = Field(
-        default=None, description="dump_fn workers (default: num_workers)"
+        default=None, ge=0, description="dump_fn workers (default: num_workers)"
     )
     max_dumps_in_flight: int = Field(
-        default=64, description="dump calls pending before on_item_batch waits"
+        default=64, ge=1, description="dump calls pending before on_item_batch waits"
     )
     progress_interval_s: float = _progress_interval()
     worker_nice: int = Field(
@@ -95,11 +104,14 @@ class BatchRuntime(StepRuntime):
     )
     max_skipped_fraction: Optional[float] = Field(
         default=None,
+        ge=0,
+        le=1,
         description="under skip: fail the step when a larger share of its items was lost to "
         "errors (the share of the whole step, streamed or not)",
     )
     call_timeout_s: Optional[float] = Field(
         default=None,
+        gt=0,
         description="a load_fn/dump_fn call running longer fails its item (worker processes "
         "and in-step loading)",
     )
@@ -128,6 +140,16 @@ class BatchRuntime(StepRuntime):
         description="a shard waiting this long for a GPU (all leased to other shards on this "
         "machine) fails naming who holds them; null: no limit",
     )
+
+    @field_validator("device")
+    @classmethod
+    def _a_torch_device(cls, device: str) -> str:
+        if not _DEVICE.fullmatch(device.strip().lower()):
+            raise ValueError(
+                f"runtime.device must be auto, cpu, cuda or cuda:N (or another torch device "
+                f"type: mps, xpu[:N], ...), got {device!r}"
+            )
+        return device
 
     @model_validator(mode="after")
     def _one_shard_setting(self) -> BatchRuntime:
@@ -269,7 +291,8 @@ def resolve_runtime(
     own settings, over the workflow-wide ones. Unknown settings, a batch step's setting for
     another step, and values the setting refuses are load errors naming the step."""
     steps = workflow.steps()
-    refs = resolve_refs((step_refs_of(n, step_names[n.id]), n) for n in steps)
+    items = [(step_refs_of(n, step_names[n.id]), n) for n in steps]
+    refs, shared = resolve_refs(items), shared_refs(items)
     out: Dict[str, Dict[str, Any]] = {n.id: {} for n in steps}
     per_step: Dict[str, Dict[str, Any]] = {}
     for option in given:
@@ -286,6 +309,12 @@ def resolve_runtime(
                         out[node.id][key] = value
                 continue
             found = refs.get(str(key))
+            if found is None and str(key) in shared:  # a class two steps are of
+                _refuse(
+                    workflow,
+                    [f"runtime names {key!r}, which several steps are ({', '.join(shared[key])}): "
+                     "name each step"],
+                )  # fmt: skip
             if found is None:
                 _refuse(workflow, [_unknown(key, steps, step_names)])
             node = found
@@ -297,8 +326,13 @@ def resolve_runtime(
     for node_id, settings in per_step.items():
         out[node_id].update(settings)
     for node in steps:
+        settings_class = runtime_class(node.step_kind)
+        for name, value in out[node.id].items():
+            problem = _type_problem(settings_class.model_fields[name].annotation, value)
+            if problem:
+                _refuse(workflow, [f"runtime of step {step_names[node.id]}: {name}: {problem}"])
         try:
-            runtime_class(node.step_kind)(**out[node.id])
+            settings_class(**out[node.id])
         except ValueError as exc:  # pydantic's ValidationError is one
             loc = ".".join(str(p) for p in exc.errors()[0].get("loc", ()))  # type: ignore[attr-defined]
             _refuse(
@@ -306,6 +340,28 @@ def resolve_runtime(
                 [f"runtime of step {step_names[node.id]}: {loc}: {runtime_problem(exc)}"],
             )
     return {k: v for k, v in out.items() if v}
+
+
+def _type_problem(annotation: Any, value: Any) -> Optional[str]:
+    """Why ``value`` is not of a setting's type as the launchpad's field takes it: Dagster's config
+    is strict where pydantic converts (``True`` for an int, ``"0.1"`` for a float), and a default
+    the field refuses would fail the whole code location's load naming nothing."""
+    args = get_args(annotation)
+    if get_origin(annotation) is Union and type(None) in args:
+        if value is None:
+            return None
+        (annotation,) = [a for a in args if a is not type(None)]
+    if annotation is bool:
+        ok = isinstance(value, bool)
+    elif annotation is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif annotation is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif annotation is str:
+        ok = isinstance(value, str)
+    else:  # a Literal: pydantic names the choices
+        return None
+    return None if ok else f"expected {annotation.__name__}, got {type(value).__name__} {value!r}"
 
 
 def _check_names(workflow: Workflow, where: str, kind: str, settings: Mapping[str, Any]) -> None:

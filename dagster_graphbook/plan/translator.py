@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import dagster as dg
@@ -25,7 +25,7 @@ from .code_version import node_code_references, node_code_version
 from .docstrings import pin_docs, to_markdown
 from .job_steps import GRAPHBOOK_META, STEPS_TAG
 from .node_info import node_info
-from .refs import resolve_refs, step_refs_of
+from .refs import resolve_refs, shared_refs, step_refs_of
 from .step_kinds import step_kinds
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
@@ -62,6 +62,8 @@ class WorkflowNames:
     steps: Mapping[str, StepNames]  # step node id -> its names, in topological order
     resource_keys: Mapping[str, str]  # resource node id -> resource key
     resource_refs: Mapping[str, str]  # resource label, class name or node id -> resource key
+    # a name several steps or resources answer to (so none of them) -> a name of each alone
+    shared: Mapping[str, List[str]] = field(default_factory=dict)
 
     def step_refs(self) -> Dict[str, StepNames]:
         """Every name a user may call a step by -> the step (a step name wins over a label)."""
@@ -177,9 +179,14 @@ class GraphbookTranslator:
                 )
         if problems:
             raise WorkflowError(workflow.source, problems)
-        resource_refs = resolve_refs(
+        resource_items = [
             ((n.label or n.name, n.id, n.name), resource_keys[n.id]) for n in workflow.resources()
-        )
+        ]
+        resource_refs = resolve_refs(resource_items)
+        shared = {
+            **shared_refs(resource_items),
+            **shared_refs((s.refs, s) for s in steps.values()),
+        }
         return WorkflowNames(
             workflow=workflow.name,
             job_name=self.get_job_name(workflow),
@@ -187,6 +194,7 @@ class GraphbookTranslator:
             steps=steps,
             resource_keys=resource_keys,
             resource_refs=resource_refs,
+            shared=shared,
         )
 
     def step_names(self, workflow: Workflow) -> Dict[str, str]:

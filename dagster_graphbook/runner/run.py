@@ -169,6 +169,15 @@ def run_config_for(
     }
 
     def refused(key: str) -> Exception:
+        name = key.partition(".")[0]
+        if name in names.shared:  # two steps of one class, two resources of one class
+            return WorkflowError(
+                workflow.source,
+                [
+                    f"cannot set {key!r}: {name!r} names several steps or resources "
+                    f"({', '.join(names.shared[name])}): name the one to set"
+                ],
+            )
         choices = ", ".join(sorted(set(steps)))
         return WorkflowError(
             workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {choices}"]

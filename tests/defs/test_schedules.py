@@ -397,3 +397,153 @@ def test_partition_key_in_a_resource_class_default_is_filled_and_refused_without
             error = error.cause
     assert "DayModel.checkpoint 'models/{partition_key}.pt'" in said, said
     assert "no partition key" in said, said
+
+
+INHERITED_DAY_NODES = """
+from pathlib import Path
+
+from graphbook.steps import SourceStep, Step
+
+class Src(SourceStep):
+    RequiresInput = False
+    Outputs = ["out"]
+
+    def load(self):
+        return {"out": [{}]}
+
+class Base(Step):
+    Parameters = {"dest": {"type": "string"}}
+
+    def __init__(self, dest="base/{partition_key}"):
+        super().__init__()
+        self.dest = dest
+
+    def on_data(self, data):
+        data["dest"] = self.dest
+
+class Child(Base):  # an ordinary wrapper: its base's default is its own
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+class PathDefault(Step):
+    Parameters = {"out_dir": {"type": "string"}}
+
+    def __init__(self, out_dir=Path("pd/{partition_key}")):
+        super().__init__()
+        self.out_dir = out_dir
+
+    def on_data(self, data):
+        data["out_dir"] = str(self.out_dir)
+
+class ListDefault(Step):
+    Parameters = {"paths": {"type": "list[string]"}}
+
+    def __init__(self, paths=("a/{partition_key}", "b")):
+        super().__init__()
+        self.paths = paths
+
+    def on_data(self, data):
+        data["paths"] = list(self.paths)
+"""
+
+
+def test_partition_key_in_inherited_path_and_list_class_defaults_is_filled_or_refused(
+    tmp_path, wf_builders
+):
+    """The defaults a first fix missed: one a subclass inherits through ``**kwargs``, a
+    ``Path``, and strings in a list. A run of a day fills each; one with no key is refused
+    naming all three, before any step."""
+    from dagster_graphbook import run_workflow
+    from dagster_graphbook.errors import RequestError
+
+    b = wf_builders
+    nodes = b["write_nodes"](tmp_path / "nodes", "inherited_nodes.py", INHERITED_DAY_NODES)
+    chain = ["Src", "Child", "PathDefault", "ListDefault"]
+    wf = b["write_workflow"](
+        tmp_path,
+        "kinds",
+        [b["step_node"](str(i), n, source=i == 0) for i, n in enumerate(chain)],
+        [b["edge"](str(i), "out", str(i + 1)) for i in range(len(chain) - 1)],
+    )
+    spec = GraphbookWorkflow(
+        wf, custom_nodes=[nodes], partitions_def=daily_partitions("2026-01-01")
+    )
+    job = build_definitions([spec], notes_dir=str(tmp_path / "notes")).resolve_job_def("kinds")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, partition_key="2026-02-03")
+        assert result.success
+        notes = result.output_for_node("kinds__ListDefault", "out")
+    assert notes == [
+        {"dest": "base/2026-02-03", "out_dir": "pd/2026-02-03", "paths": ["a/2026-02-03", "b"]}
+    ]
+    with pytest.raises(RequestError) as refused:
+        run_workflow(wf, [nodes], dagster_home=str(tmp_path / "home"))
+    for param in ("Child.dest", "PathDefault.out_dir", "ListDefault.paths"):
+        assert param in str(refused.value), str(refused.value)
+
+
+def test_materialize_sets_a_resource_that_only_another_resource_uses(tmp_path, wf_builders):
+    """``--set Cfg.root=...`` on a code location's job, Cfg bound to resource Outer's parameter
+    (no step uses Cfg directly): refused before, while ``run --set`` took it."""
+    from dagster_graphbook.runner.run import _job_config, _tagged_steps
+
+    b = wf_builders
+    nodes = b["write_nodes"](
+        tmp_path / "nodes",
+        "nested_nodes.py",
+        """
+        from graphbook.resources import Resource
+        from graphbook.steps import SourceStep
+
+        class Cfg(Resource):
+            Parameters = {"root": {"type": "string", "default": "r"}}
+
+            def __init__(self, root="r"):
+                super().__init__(root)
+                self.root = root
+
+            def value(self):
+                return self.root
+
+        class Outer(Resource):
+            Parameters = {"cfg": {"type": "resource"}}
+
+            def __init__(self, cfg=None):
+                super().__init__(cfg)
+                self.cfg = cfg
+
+            def value(self):
+                return f"outer({self.cfg})"
+
+        class Use(SourceStep):
+            RequiresInput = False
+            Outputs = ["out"]
+            Parameters = {"model": {"type": "resource"}}
+
+            def __init__(self, model=None):
+                super().__init__()
+                self.model = model
+
+            def load(self):
+                return {"out": [{"model": self.model}]}
+        """,
+    )
+    wf = b["write_workflow"](
+        tmp_path,
+        "nested",
+        [
+            b["resource_node"]("1", "Cfg"),
+            b["resource_node"]("2", "Outer"),
+            b["step_node"]("3", "Use", source=True),
+        ],
+        [b["edge"]("1", "resource", "2", "cfg"), b["edge"]("2", "resource", "3", "model")],
+    )
+    defs = build_definitions(
+        [GraphbookWorkflow(wf, custom_nodes=[nodes])], notes_dir=str(tmp_path / "notes")
+    )
+    job = defs.resolve_job_def("nested")
+    config = _job_config(job, _tagged_steps(job), {"Cfg.root": "elsewhere"}, None, None)
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, run_config=config)
+        assert result.success
+        assert result.output_for_node("nested__Use", "out") == [{"model": "outer(elsewhere)"}]

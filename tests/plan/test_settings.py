@@ -100,6 +100,16 @@ def test_a_workflows_runtime_setting_is_what_every_step_that_has_it_starts_from(
         ({"ClassifyShapes": 4}, "must be a mapping of setting -> value, got 4"),
         ({"ClassifyShapes": {"max_skipped_fraction": "lots"}}, "runtime of step ClassifyShapes: "
          "max_skipped_fraction:"),
+        # what Dagster's launchpad field refuses as a default failed the whole code location's
+        # load naming nothing; what every run would refuse failed only at run time
+        ({"retries": True}, "runtime of step IncomingImages: retries: expected int, got bool"),
+        ({"max_skipped_fraction": "0.1"}, "runtime of step ClassifyShapes: max_skipped_fraction: "
+         "expected float, got str '0.1'"),
+        ({"num_workers": -1}, "runtime of step ClassifyShapes: num_workers: Input should be "
+         "greater than or equal to 0"),
+        ({"max_skipped_fraction": 5}, "max_skipped_fraction: Input should be less than or equal"),
+        ({"retries": -3}, "retries: Input should be greater than or equal to 0"),
+        ({"device": "gpu7"}, "runtime.device must be auto, cpu, cuda or cuda:N"),
     ],
 )  # fmt: skip
 def test_a_runtime_setting_no_step_can_take_fails_the_load_naming_the_step(runtime, said):
@@ -140,3 +150,70 @@ def test_a_graph_sets_its_steps_runtime_and_the_workflow_option_wins(tmp_path):
     over = _runtime_defaults({"ClassifyShapes": {"num_workers": 4}}, source=flow)
     assert over["ClassifyShapes"]["num_workers"] == 4
     assert over["ClassifyShapes"]["on_item_error"] == "raise"  # the Graph's, not replaced
+
+
+def test_a_graph_runtime_typo_fails_the_load_as_the_workflow_option_does(tmp_path):
+    """``g.runtime(on_item_eror="skip")`` (a typo) was dropped: every step stayed at raise."""
+    from dagster_graphbook import WorkflowError
+
+    flow = tmp_path / "typo_flow.py"
+    flow.write_text(
+        "from graphbook import Graph\nfrom nightly_nodes import IncomingImages\n\n"
+        "g = Graph()\n\n\n@g()\ndef _():\n    g.step(IncomingImages)\n"
+        "    g.runtime(on_item_eror='skip')\n"
+    )
+    with pytest.raises(WorkflowError, match="runtime names 'on_item_eror', which is neither"):
+        _runtime_defaults(source=flow)
+
+
+def test_a_class_two_steps_are_of_is_refused_as_a_runtime_or_set_key(tmp_path, wf_builders):
+    """Two steps of class ``Plain``: ``runtime={"Plain": ...}`` and ``--set Plain.x`` reached
+    only the first, silently; each now names both steps to choose from, and each step's own
+    name works."""
+    from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
+    from dagster_graphbook.defs.definitions import build_workflow
+    from dagster_graphbook.runner.run import run_config_for
+
+    b = wf_builders
+    nodes = b["write_nodes"](
+        tmp_path / "nodes",
+        "plain_nodes.py",
+        """
+        from graphbook.steps import SourceStep, Step
+
+        class Src(SourceStep):
+            RequiresInput = False
+            Outputs = ["out"]
+
+            def load(self):
+                return {"out": [{"i": 0}]}
+
+        class Plain(Step):
+            Parameters = {"x": {"type": "number", "default": 1}}
+
+            def __init__(self, x=1):
+                super().__init__()
+                self.x = x
+        """,
+    )
+    wf = b["write_workflow"](
+        tmp_path,
+        "two",
+        [
+            b["step_node"]("1", "Src", source=True),
+            b["step_node"]("2", "Plain"),
+            b["step_node"]("3", "Plain"),
+        ],
+        [b["edge"]("1", "out", "2"), b["edge"]("1", "out", "3")],
+    )
+    spec = GraphbookWorkflow(wf, custom_nodes=[nodes], runtime={"Plain": {"retries": 1}})
+    with pytest.raises(WorkflowError, match=r"runtime names 'Plain', which several steps are"):
+        build_definitions([spec], notes_dir=str(tmp_path / "notes"), strict=True)
+    workflow = build_workflow(GraphbookWorkflow(wf, custom_nodes=[nodes])).workflow
+    steps = [s for s in workflow.steps() if s.name == "Plain"]
+    with pytest.raises(WorkflowError, match=r"'Plain' names several steps or resources"):
+        run_config_for(workflow, {"Plain.x": 2})
+    names = {s.id: s for s in steps}
+    assert set(names) == {"2", "3"}
+    config = run_config_for(workflow, {"2.x": 2, "3.x": 3})
+    assert sorted(v["config"]["x"] for v in config["ops"].values()) == [2, 3]
