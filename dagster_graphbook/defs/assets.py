@@ -20,11 +20,11 @@ from ..execution.shards import (
     plan_shards,
     run_shard,
 )
-from ..execution.step_op import config_kwargs, execute_op, log_emitter
+from ..execution.step_op import config_kwargs, execute_op, log_emitter, refuse_unfilled
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import EmptySource, StepCheck
 from ..plan.gpus import without_gpus
-from ..plan.job_steps import NOTES_IO_MANAGER_KEY, placeholder_message, unfilled_placeholders
+from ..plan.job_steps import NOTES_IO_MANAGER_KEY
 from ..plan.plan import (
     OpPlan,
     WorkflowPlan,
@@ -254,19 +254,13 @@ def _run_partition(
 ) -> Optional[str]:
     """The partition key a resource's ``{partition_key}`` parameters get: the run's (checked as
     a step's is); a run of no single partition is refused when one holds the placeholder."""
-    from ..execution.errors import StepFailure
     from ..execution.ownership.guard import check_partition_key
 
     run = init_context.dagster_run
     key = run.tags.get("dagster/partition") if run is not None else None
     if key is not None:
         return check_partition_key(key, partitions_def, init_context.instance, label)
-    unfilled = unfilled_placeholders(config, functions)
-    if unfilled:
-        found = {f"{label.step}.{k}": v for k, v in unfilled.items()}
-        raise StepFailure(
-            label, placeholder_message(found, partitions_def is not None), allow_retries=False
-        )
+    refuse_unfilled(config, functions, label, label.step, partitions_def is not None)
     return None
 
 

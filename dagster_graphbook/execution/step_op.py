@@ -11,7 +11,7 @@ import itertools
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, cast
 
 import dagster as dg
 
@@ -59,6 +59,22 @@ def config_kwargs(
     return kwargs
 
 
+def refuse_unfilled(
+    config: Mapping[str, Any],
+    code_params: Iterable[str],
+    label: Label,
+    name: str,
+    partitioned: bool,
+) -> None:
+    """Refuse a step's or resource's config (``name``: its ``STEP``) whose parameters hold a
+    ``{partition_key}`` that a run with no key cannot fill: a literal '{partition_key}' path
+    would be FileNotFoundError later, or a wrong folder."""
+    unfilled = unfilled_placeholders(config, code_params)
+    if unfilled:
+        found = {f"{name}.{k}": v for k, v in unfilled.items()}
+        raise StepFailure(label, placeholder_message(found, partitioned), allow_retries=False)
+
+
 def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
     """The run's partition key, checked against the asset's partitions (None when unpartitioned)."""
     partitions_def = context.assets_def.partitions_def
@@ -77,11 +93,9 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
 def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Any:
     """The step instance from its op config (parameters, checked partition key) and resources."""
     partition_key = _partition_key(context, plan)
-    unfilled = unfilled_placeholders(config, plan.function_params) if partition_key is None else {}
-    if unfilled:  # a literal '{partition_key}' path: FileNotFoundError later, or a wrong folder
+    if partition_key is None:
         partitioned = context.assets_def.partitions_def is not None
-        found = {f"{plan.step_name}.{k}": v for k, v in unfilled.items()}
-        raise StepFailure(plan.label, placeholder_message(found, partitioned), allow_retries=False)
+        refuse_unfilled(config, plan.function_params, plan.label, plan.step_name, partitioned)
     kwargs = config_kwargs(
         config, plan.function_params, plan.overridable, plan.label, partition_key
     )
