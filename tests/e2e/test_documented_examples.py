@@ -37,6 +37,23 @@ def doc_section(page: str, heading: str) -> Tuple[Dict[str, str], List[str]]:
     return files, commands
 
 
+def run_commands(folder: Path, commands: List[str]) -> subprocess.CompletedProcess:
+    """A section's bash lines in ``folder``, as a user runs them (a try-out beside it)."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
+    env["DAGSTER_HOME"] = str(folder / ".dagster_home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(["set -euo pipefail", *commands])],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
 def test_the_authoring_guides_batch_step_with_load_fn_dump_fn_and_a_model_runs_as_written(
     tmp_path,
 ):
@@ -47,20 +64,8 @@ def test_the_authoring_guides_batch_step_with_load_fn_dump_fn_and_a_model_runs_a
     assert set(files) == {"embed_nodes.py", "embed_workflow.py"}, files
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
-    env["DAGSTER_HOME"] = str(tmp_path / ".dagster_home")  # the try-out records beside it
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(["set -euo pipefail", *commands])],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    said = done.stdout + done.stderr
-    assert done.returncode == 0, said
-    assert "Embed      out: 3 notes" in done.stdout, said
+    done = run_commands(tmp_path, commands)  # the try-out records beside it
+    assert "Embed      out: 3 notes" in done.stdout, done.stdout + done.stderr
 
     vectors = sorted((tmp_path / "vectors").glob("*.npy"))
     assert [p.name for p in vectors] == ["0.npy", "1.npy", "2.npy"]
@@ -102,23 +107,6 @@ def test_the_deploying_guides_no_op_compute_logs_block_leaves_no_log_files(tmp_p
     assert logs["default"] and not logs["off"], logs
 
 
-def _run_commands(folder: Path, commands: List[str]) -> subprocess.CompletedProcess:
-    """A section's bash lines in ``folder``, as a user runs them (a try-out beside it)."""
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
-    env["DAGSTER_HOME"] = str(folder / ".dagster_home")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(["set -euo pipefail", *commands])],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
 def test_the_authoring_guides_editor_json_wires_the_model_resource_into_its_step(tmp_path):
     """docs/authoring.md's workflow JSON as written by hand (a resource node and the edge to the
     step parameter it feeds), with the guide's nodes: it loads, the resource is the job's
@@ -130,7 +118,7 @@ def test_the_authoring_guides_editor_json_wires_the_model_resource_into_its_step
     assert set(files) == {"embed_workflow.json"}, files
     (tmp_path / "embed_nodes.py").write_text(nodes["embed_nodes.py"])
     (tmp_path / "embed_workflow.json").write_text(files["embed_workflow.json"])
-    done = _run_commands(tmp_path, commands)
+    done = run_commands(tmp_path, commands)
     assert "Embed      out: 3 notes" in done.stdout, done.stdout
 
     spec = GraphbookWorkflow(tmp_path / "embed_workflow.json", [tmp_path / "embed_nodes.py"])
@@ -163,8 +151,8 @@ def test_the_outputs_guides_atomic_path_dump_fn_writes_and_records_its_files(tmp
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     to_bucket = f"--set SaveSwatch.output_dir={bucket.url}/swatches"
-    _run_commands(tmp_path, commands)
-    _run_commands(tmp_path, [f"{commands[0].split('#')[0].strip()} {to_bucket}"])
+    run_commands(tmp_path, commands)
+    run_commands(tmp_path, [f"{commands[0].split('#')[0].strip()} {to_bucket}"])
 
     swatches = tmp_path / "swatches"
     assert sorted(p.name for p in swatches.iterdir()) == ["blue.png", "green.png", "red.png"]

@@ -3,8 +3,6 @@ classes' own defaults, and ``runtime=`` making "skip bad images" what every run 
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 from PIL import Image
 
-from tests.e2e.test_documented_examples import doc_section
+from tests.e2e.test_documented_examples import doc_section, run_commands
 
 DAY = "2026-02-03"
 GOOD = 12
@@ -41,20 +39,8 @@ def test_the_nightly_python_workflow_fills_the_day_into_class_defaults_and_skips
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     _write_day(tmp_path / "incoming" / DAY)
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
-    env["DAGSTER_HOME"] = str(tmp_path / ".dagster_home")
-    (tmp_path / ".dagster_home").mkdir()
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(["set -euo pipefail", *commands])],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_commands(tmp_path, commands)
     said = done.stdout + done.stderr
-    assert done.returncode == 0, said
 
     written = sorted(p.name for p in (tmp_path / "thumbnails" / DAY).iterdir())
     assert written == [f"img{i:02d}.png" for i in range(GOOD)], said

@@ -279,25 +279,20 @@ def test_materialize_command_runs_a_day_of_the_code_location(project, tmp_path):
         f"notes_dir={str(tmp_path / 'notes')!r})\n"
     )
     cli = Path(sys.executable).parent / "dagster-graphbook"
-    out = subprocess.run(
-        [
-            str(cli),
-            "materialize",
-            "nightly_shapes",
-            "--module",
-            "nightly_cli_defs",
-            "--partition",
-            DAYS[2],
-            "--dagster-home",
-            str(tmp_path / "home"),
-            "--set",
-            f"SaveResized.output_dir={tmp_path}/copies/{{partition_key}}",
-            "--no-progress",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
+
+    def materialize(*extra: str) -> subprocess.CompletedProcess:
+        """The day, with ``extra`` arguments (``--set ...``), as demo.sh runs it."""
+        argv = ["materialize", "nightly_shapes", "--module", "nightly_cli_defs", "--partition"]
+        return subprocess.run(
+            [str(cli), *argv, DAYS[2], "--dagster-home", str(tmp_path / "home"), *extra],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    out = materialize(
+        "--set", f"SaveResized.output_dir={tmp_path}/copies/{{partition_key}}", "--no-progress"
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"run \S+: SUCCESS", out.stdout)
@@ -307,47 +302,10 @@ def test_materialize_command_runs_a_day_of_the_code_location(project, tmp_path):
     assert accuracy >= 0.9
     saved = int(re.search(r"SaveResized\s+out: (\d+) notes", out.stdout).group(1))
     assert len(list((tmp_path / "copies" / DAYS[2]).rglob("*.png"))) == saved > 0
-    bad = subprocess.run(
-        [
-            str(cli),
-            "materialize",
-            "nightly_shapes",
-            "--module",
-            "nightly_cli_defs",
-            "--partition",
-            DAYS[2],
-            "--dagster-home",
-            str(tmp_path / "home"),
-            "--set",
-            "NoSuchStep.x=1",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = materialize("--set", "NoSuchStep.x=1")
     assert bad.returncode != 0 and "NoSuchStep.x" in bad.stderr and "ClassifyShapes" in bad.stderr
     # a resource's parameter, as `run --set` takes it: it reaches the resource (refused before)
-    other = subprocess.run(
-        [
-            str(cli),
-            "materialize",
-            "nightly_shapes",
-            "--module",
-            "nightly_cli_defs",
-            "--partition",
-            DAYS[2],
-            "--dagster-home",
-            str(tmp_path / "home"),
-            "--set",
-            "ShapesModel.checkpoint=models/no_such_model.pt",
-            "--no-progress",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    other = materialize("--set", "ShapesModel.checkpoint=models/no_such_model.pt", "--no-progress")
     said = other.stdout + other.stderr
     assert other.returncode == 1, said
     assert "no model checkpoint at" in said and "no_such_model.pt" in said, said
