@@ -166,6 +166,39 @@ class CudaConvModel(torch.nn.Module):
         return sum(start.elapsed_time(end) for start, end in self.events) / 1e3
 
 
+class ResNetModel(torch.nn.Module):
+    """A torchvision ResNet (random weights: nothing here downloads any) in eval mode,
+    channels-last, under bf16 autocast: the kind of model a GPU batch step runs. Records a CUDA
+    event pair around each call, as CudaConvModel does (busy_s, first_call)."""
+
+    def __init__(self, arch: str = "resnet50", device: str = "cuda"):
+        super().__init__()
+        import torchvision
+
+        self.arch, self.device = arch, device
+        self.net = getattr(torchvision.models, arch)(weights=None)
+        self.net.to(device, memory_format=torch.channels_last).eval()
+        self.reset()
+
+    reset = CudaConvModel.reset
+    busy_s = CudaConvModel.busy_s
+
+    @torch.inference_mode()
+    def __call__(self, batch: Any) -> Any:
+        if self.first_call is None:
+            self.first_call = time.perf_counter()
+        x = as_batch(batch)
+        if not x.is_cuda:
+            x = x.to(self.device, non_blocking=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = self.net(x.contiguous(memory_format=torch.channels_last))
+        end.record()
+        self.events.append((start, end))
+        return y
+
+
 def calibrated_cuda_model(
     paths: Sequence[str], device: str = "cuda", samples: int = 10
 ) -> tuple[CudaConvModel, float, float]:

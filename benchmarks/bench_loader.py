@@ -52,6 +52,7 @@ from baselines import (  # noqa: E402
     NUM_WORKERS,
     CudaConvModel,
     Model,
+    ResNetModel,
     as_batch,
     calibrated_conv_model,
     calibrated_cuda_model,
@@ -114,6 +115,7 @@ def run_project(
     nice: Optional[int] = None,
     num_workers: int = NUM_WORKERS,
     device: str = "cpu",
+    batch_size: int = BATCH_SIZE,
 ):
     """One run of the project's batch op over one note per path; returns its result (raises
     ProjectUnavailable)."""
@@ -128,7 +130,9 @@ def run_project(
     settings = BatchRuntime(
         num_workers=num_workers, worker_type=worker_type, device=device, **chosen
     )
-    result = run_batch_step(ImageBatchStep(model), notes, settings=settings)
+    step = ImageBatchStep(model)
+    step.batch_size = batch_size
+    result = run_batch_step(step, notes, settings=settings)
     if nice is None and model is not no_model:  # what the default chose (see compute_bound_mode)
         CHOSEN_NICE.setdefault(worker_type, []).append(result.stats.get("worker_nice"))
     released = sum(len(v) for v in result.outputs.values())
@@ -712,6 +716,10 @@ def scale_worker_counts(spec: str) -> tuple[list[int], list[int]]:
 def scale_mode(paths, args) -> None:
     """The batch op's pools against DataLoader (default collate) at each worker count, I/O-bound
     (trivial model, device cpu); then the GPU rows (gpu_rows)."""
+    if args.gpu_only:
+        print("\nScale: the CPU rows skipped (--gpu-only)")
+        gpu_rows(paths, args)
+        return
     n, R, T = len(paths), args.repeats, args.timeout
     counts, skipped = scale_worker_counts(args.scale_workers)
     kinds = (
@@ -793,7 +801,8 @@ def gpu_rows(paths, args) -> None:
     and host-to-device copy times from pinned vs pageable memory."""
     if not torch.cuda.is_available():
         print(
-            "\nGPU: n/a (no CUDA device): the GPU busy share and host-to-device copy rows need one"
+            "\nGPU: n/a (no CUDA device): the GPU busy share, host-to-device copy and ResNet "
+            "rows need one"
         )
         for kind in ("process", "thread"):
             target(f"{GPU_BUSY_TARGET} ({kind} pool)", None, None)
@@ -896,6 +905,64 @@ def gpu_rows(paths, args) -> None:
             "{:.1%}",
         )
     h2d_copy_table()
+    resnet_rows(paths, args)
+
+
+def resnet_rows(paths, args) -> None:
+    """A real model on the GPU (torchvision ResNet, random weights, bf16 autocast, channels-last,
+    batch --resnet-batch) behind the batch op's process pool at each worker count: items/s and
+    the GPU's busy share, against the model alone on a batch already on the GPU (the ceiling)."""
+    counts, skipped = scale_worker_counts(args.resnet_workers)
+    n, R, T, bs = len(paths), args.repeats, args.timeout, args.resnet_batch
+    model = ResNetModel(args.resnet_arch)
+    resident = torch.rand(bs, 3, 224, 224, device="cuda")
+    for _ in range(3):  # warm-up: cuDNN's choice of kernels
+        model(resident)
+    model.reset()
+    t0 = time.perf_counter()
+    batches = max(1, n // bs)
+    for _ in range(batches):
+        model(resident)
+    alone = batches * bs / (model.busy_s() or float("nan"))
+    wall_alone = batches * bs / (time.perf_counter() - t0)
+    spans: dict = {}
+
+    def timed(w):
+        def run():
+            model.reset()
+            t0 = time.perf_counter()
+            run_project(paths, "process", model, num_workers=w, device="cuda", batch_size=bs)
+            busy = model.busy_s()
+            spans.setdefault(w, []).append((busy, time.perf_counter() - t0))
+
+        return run
+
+    print(
+        f"  running {args.resnet_arch} behind the process pool at "
+        f"{', '.join(map(str, counts))} workers (interleaved) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    measured = measure_round_robin({w: timed(w) for w in counts}, R, T)
+    rows = []
+    for w, times in measured.items():
+        if isinstance(times, BaseException):
+            rows.append([str(w), "n/a", "n/a", "n/a", repr(times)[:60]])
+            continue
+        its = rate(n, times)
+        share = statistics.median(b / wall for b, wall in spans[w][1:])
+        rows.append([str(w), f2(its, 1), f"{share:.1%}", ratio(its, alone), ""])
+    print(
+        f"\n{args.resnet_arch} on {torch.cuda.get_device_name()} (bf16 autocast, channels-last, "
+        f"random weights), batch {bs}, {n} JPEGs 256x256 decoded and resized to 224 in the "
+        f"loader workers, median of {R} interleaved runs after 1 warm-up; the model alone on a "
+        f"resident batch: {alone:.0f} it/s of GPU time ({wall_alone:.0f} it/s wall)"
+    )
+    print_table(
+        ["loader workers", "batch op it/s", "GPU busy / op wall", "vs model alone", ""], rows
+    )
+    if skipped:
+        print(f"  * skipped {', '.join(map(str, skipped))} workers: more than 2x the CPUs")
 
 
 def h2d_copy_table(copies: int = H2D_COPIES) -> None:
@@ -998,6 +1065,18 @@ def main() -> None:
         default=NUM_WORKERS,
         help="scale: loader workers of the GPU runs (CUDA only)",
     )
+    ap.add_argument(
+        "--resnet-workers",
+        default="1,2,4,8,16",
+        help="scale, CUDA only: loader worker counts of the ResNet rows",
+    )
+    ap.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="scale: only the GPU rows (a lent GPU's minutes are few)",
+    )
+    ap.add_argument("--resnet-arch", default="resnet50", help="scale, CUDA only: the model")
+    ap.add_argument("--resnet-batch", type=int, default=64, help="scale, CUDA only: batch size")
     args = ap.parse_args()
     args.configs = set(args.configs.split(","))
     modes = [m for m in args.only.split(",") if m]

@@ -704,9 +704,27 @@ def pytest_collection_modifyitems(
     # that a worker starts each at once and the rest of the suite runs beside it, instead of
     # one starting last and running alone at the end
     items.sort(key=_long_first)
+    _skip_gpu_tests_without_a_gpu(items)
     yield  # pytest-xdist's hook reads the groups in there
     if getattr(config.option, "loadgroup", False):
         _group_suffixes(items)
+
+
+def _skip_gpu_tests_without_a_gpu(items: List[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip where NVML counts no GPU (NVML starts no CUDA in this process,
+    which would fix its GPUs before a shard's lease could choose them)."""
+    marked = [item for item in items if item.get_closest_marker("gpu")]
+    if not marked:
+        return
+    from dagster_graphbook.execution.ownership.leases import nvml_gpu_count
+
+    if nvml_gpu_count() > 0:
+        return
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU: benchmarks/gpu/device_check.sh runs it on a lent GPU machine"
+    )
+    for item in marked:
+        item.add_marker(skip)
 
 
 LONG_FIRST = ("rehearsal", "distributed", "soak", "browser")  # markers, the longest first

@@ -23,6 +23,31 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def is_cuda_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is CUDA running out of device memory (``torch.cuda.OutOfMemoryError``)."""
+    import sys
+
+    torch = sys.modules.get("torch")  # no torch imported: it was not CUDA that failed
+    return torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)
+
+
+def memory_line(device: str) -> str:
+    """``12.0 GiB allocated by torch, 0.4 of 79.2 GiB free on cuda:0``, or "" off CUDA."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return ""
+    gib = 1024**3
+    index = torch.device(device).index
+    free, total = torch.cuda.mem_get_info(index)
+    allocated = torch.cuda.memory_allocated(index)
+    name = f"cuda:{index if index is not None else torch.cuda.current_device()}"
+    return (
+        f"{allocated / gib:.1f} GiB allocated by torch, {free / gib:.1f} of {total / gib:.1f} "
+        f"GiB free on {name}"
+    )
+
+
 def move(obj: Any, device: str, non_blocking: bool = False) -> Any:
     """Move tensors (also inside lists, tuples and dicts, whose types are kept) to ``device``."""
     return map_tensors(lambda t: t.to(device, non_blocking=non_blocking), obj)

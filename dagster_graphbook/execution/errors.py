@@ -199,3 +199,27 @@ class WorkerDied(StepFailure):
     def describe(dead: Sequence[Tuple[int, Optional[int]]]) -> str:
         """``pid 123 killed by SIGKILL, pid 124 exited with code 1`` for (pid, exitcode) pairs."""
         return ", ".join(f"pid {pid} {exit_status(code)}" for pid, code in dead)
+
+
+class GpuOutOfMemory(StepFailure):
+    """CUDA ran out of memory in ``on_item_batch``. The step fails at once, under
+    ``on_item_error: skip`` too: every later batch of that size would fail alike, and skipping
+    them all would lose the day. The batch is not halved and retried: ``on_item_batch`` may have
+    changed the step's state (counters, notes) before it failed."""
+
+    def __init__(self, label: Label, *, items: int, batch_size: int, device: str, memory: str):
+        self.items, self.batch_size, self.device = items, batch_size, device
+        super().__init__(
+            label,
+            f"CUDA ran out of memory in on_item_batch on a batch of {items} items (batch_size "
+            f"{batch_size}, device {device}{'; ' + memory if memory else ''})",
+            hint=f"lower batch_size{_set_hint(label, 'batch_size', max(1, batch_size // 2))}, "
+            "or free the GPU of other processes",
+        )
+
+
+def _set_hint(label: Label, param: str, value: Any) -> str:
+    """`` (--set STEP.PARAM=VALUE, or in the Launchpad)`` for a step's parameter."""
+    if isinstance(label, StepRef):
+        return f" (--set {label.step}.{param}={value}, or the step's config in the Launchpad)"
+    return " (the step's parameter)"

@@ -16,7 +16,7 @@ from dagster_graphbook.authoring import batch, param, step
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.driver import run_step
-from dagster_graphbook.execution.errors import StepFailure
+from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import edge, step_node, write_workflow
 
@@ -545,6 +545,25 @@ def test_on_item_batch_raising_names_the_batch_item():
     assert notes[0]["got"] == [1, 2] and notes[2]["got"] == [5]
 
 
+class OutOfGpuMemory(BatchRaises):
+    """Raises what torch raises when CUDA runs out of memory (the class exists without a GPU)."""
+
+    def on_item_batch(self, outputs, items, notes):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+
+@pytest.mark.parametrize("on_item_error", ["raise", "skip"])
+def test_cuda_out_of_memory_fails_the_step_under_skip_too_naming_the_batch_size(on_item_error):
+    """Skipping the batch would skip every later batch of that size alike: the step fails at once,
+    naming the batch size and what to lower (tests/gpu runs it on a real GPU)."""
+    with pytest.raises(GpuOutOfMemory) as info:
+        run(OutOfGpuMemory(batch_size=2), [{"items": [1, 2, 3]}], on_item_error=on_item_error)
+    text = str(info.value)
+    assert "CUDA ran out of memory in on_item_batch on a batch of 2 items (batch_size 2" in text
+    assert "lower batch_size" in text and info.value.batch_size == 2
+    assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
+
+
 def test_on_end_runs_when_batch_step_fails():
     EndTracker.ended.clear()
     s = EndTracker(batch_size=2)
@@ -955,7 +974,7 @@ import json, logging, signal, sys, threading, time
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
-from dagster_graphbook.execution.errors import StepFailure
+from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
 
 
 class Explodes(BatchStep):

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The prepared check for a lent GPU machine: one command, at most about 8 minutes, every result in
+# one Markdown file under $OUT (gpu-<date>.md), the full logs beside it.
+#
+#   bash benchmarks/gpu/device_check.sh            on the device machine (python3 there has
+#                                                  torch; .whl/ carried: benchmarks/gpu/wheels.sh)
+#   bash benchmarks/gpu/device_check.sh --cpu      here, on the CPU: the same stages, CUDA parts
+#                                                  skipped and said so (tests/test_device_check.py)
+#
+# Stages, each bounded in time and each appending to the results file as it ends, so a run cut
+# short still brings back what it measured: the machine (GPU, driver, torch, CPUs); the carried
+# wheels installed and the imports checked (closure.py); the tests marked gpu (pytest -m gpu);
+# GPU decode against the CPU pool (bench_decode.py); the loader's GPU rows (bench_loader.py
+# --only scale: GPU busy share, host-to-device copies, a ResNet behind 1-16 loader workers).
+# Environment: OUT (results folder; default benchmarks/results), PYTHON (default: .venv/bin/python
+# with --cpu, else python3), DEVICE_CHECK_SCALE (quick|full; default full on a GPU, quick on CPU).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+cpu=0
+[ "${1:-}" = "--cpu" ] && cpu=1
+out=${OUT:-$root/benchmarks/results}
+mkdir -p "$out"
+results="$out/gpu-$(date -u +%Y-%m-%d).md"
+logs="$out/device_check.log"
+: >"$logs"
+if [ $cpu = 1 ]; then
+    py=${PYTHON:-$root/.venv/bin/python}
+    scale=${DEVICE_CHECK_SCALE:-quick}
+else
+    py=${PYTHON:-python3}
+    scale=${DEVICE_CHECK_SCALE:-full}
+fi
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+failed=()
+
+say() { printf '%s\n' "$*" | tee -a "$results"; }
+# stage NAME SECONDS CMD...: run CMD bounded in time, its output to the log and, fenced, to the
+# results file (its last 150 lines); a failure is recorded and the next stage still runs
+stage() {
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS rc
+    echo "== $name (limit ${limit}s): $*" | tee -a "$logs"
+    timeout --kill-after=10 "$limit" "$@" >"$out/$name.out" 2>&1
+    rc=$?
+    cat "$out/$name.out" >>"$logs"
+    { echo; echo "## $name"; echo; echo "\`$*\`: exit $rc in $((SECONDS - t0)) s"; echo;
+      echo '```'; tail -n 150 "$out/$name.out"; echo '```'; } >>"$results"
+    rm -f "$out/$name.out"
+    [ $rc = 0 ] || failed+=("$name (exit $rc)")
+    echo "   $name: exit $rc in $((SECONDS - t0)) s"
+    return $rc
+}
+
+: >"$results"
+say "# Device check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+say ""
+if [ $cpu = 0 ]; then
+    # the carried wheels (Dagster and its pure dependencies) beside the image's torch; the
+    # package from this checkout, with the `import graphbook` alias an install would give
+    if ! ls .whl/*.whl >/dev/null 2>&1; then
+        say "no .whl/ folder: run benchmarks/gpu/wheels.sh here and carry .whl"; exit 2
+    fi
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl >>"$logs" 2>&1 || { say "installing .whl failed (see log)"; exit 2; }
+    export PYTHONPATH="/tmp/site:$root${PYTHONPATH:+:$PYTHONPATH}"
+    site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    cp dagster_graphbook_alias.pth "$site/" 2>>"$logs" || say "could not add the graphbook alias .pth"
+else
+    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+stage machine 60 "$py" - <<'PY'
+import os, platform, subprocess, sys
+import torch, torchvision
+print(f"python {platform.python_version()}, torch {torch.__version__}, torchvision "
+      f"{torchvision.__version__}, CUDA build {torch.version.cuda}, {os.cpu_count()} CPUs")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"GPU: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs, "
+          f"cuDNN {torch.backends.cudnn.version()}")
+    q = "name,driver_version,memory.total,clocks.max.sm"
+    print(subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv"],
+                         capture_output=True, text=True).stdout.strip())
+else:
+    print("CUDA: not available: the CUDA parts of this check are skipped (said in each stage)")
+PY
+cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+
+if [ $cpu = 0 ]; then
+    stage imports 90 "$py" benchmarks/gpu/closure.py --installed \
+        --imports dagster_graphbook definitions --run-job
+fi
+
+# the tests marked gpu (skipped without one, and said so by -rs); one process: one GPU
+stage gpu_tests 180 "$py" -m pytest -p no:cacheprovider -q -rs -m gpu --timeout 170 \
+    -o faulthandler_timeout=160 tests/gpu tests/execution/test_gpu_decode.py
+
+if [ "$scale" = quick ]; then
+    decode=(--quick) loader=(--scale-items 48 --scale-workers 1,2 --repeats 1 --resnet-workers 1,2)
+else
+    decode=() loader=(--gpu-only --scale-items 2048 --repeats 2 --gpu-workers 4)
+fi
+if [ "$cuda" != 1 ]; then
+    say ""
+    say "(no CUDA: the decode and loader stages run on the CPU only; their GPU rows say n/a)"
+fi
+device=cpu
+[ "$cuda" = 1 ] && device=cuda
+stage gpu_decode 120 "$py" benchmarks/bench_decode.py --device "$device" "${decode[@]}"
+stage loader_gpu_rows 180 "$py" benchmarks/bench_loader.py --only scale "${loader[@]}"
+
+say ""
+if [ ${#failed[@]} = 0 ]; then
+    say "All stages passed."
+else
+    say "Stages that failed: ${failed[*]}"
+fi
+echo "results: $results (log: $logs)"
+[ ${#failed[@]} = 0 ]
