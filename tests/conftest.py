@@ -712,9 +712,10 @@ def pytest_collection_modifyitems(
 
 def _skip_gpu_tests_without_a_gpu(items: List[pytest.Item]) -> None:
     """Tests marked ``gpu`` skip where NVML counts no GPU (NVML starts no CUDA in this process,
-    which would fix its GPUs before a shard's lease could choose them)."""
+    which would fix its GPUs before a shard's lease could choose them); the device check sets
+    DAGSTER_GRAPHBOOK_REQUIRE_GPU=1, so that there they fail rather than skip."""
     marked = [item for item in items if item.get_closest_marker("gpu")]
-    if not marked:
+    if not marked or os.environ.get("DAGSTER_GRAPHBOOK_REQUIRE_GPU") == "1":
         return
     from dagster_graphbook.execution.ownership.leases import nvml_gpu_count
 

@@ -39,14 +39,24 @@ def is_oversized_view(obj: Any) -> bool:
     return obj.untyped_storage().nbytes() > own
 
 
+def _on_device(obj: Any) -> bool:
+    """A tensor on a GPU (or another device than the CPU)."""
+    torch = _torch()
+    return torch is not None and isinstance(obj, torch.Tensor) and obj.device.type != "cpu"
+
+
 class _NotesPickler(pickle.Pickler):
-    """Pickler that stores oversized tensor views as compact copies."""
+    """Pickler that stores oversized tensor views as compact copies, and GPU tensors as CPU ones:
+    stored notes open on any machine (a CPU-only one, a later step's process), and never hold
+    a GPU's memory."""
 
     def __init__(self, file: Any, protocol: int = PROTOCOL):
         super().__init__(file, protocol=protocol)
         self.protocol = protocol
 
     def reducer_override(self, obj: Any) -> Any:
+        if _on_device(obj):  # its CPU copy is compact already
+            return obj.detach().cpu().requires_grad_(obj.requires_grad).__reduce_ex__(self.protocol)
         if is_oversized_view(obj):
             # a copy with storage of its own bytes; same dtype, shape and requires_grad
             copy = obj.detach().clone().requires_grad_(obj.requires_grad)

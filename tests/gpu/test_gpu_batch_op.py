@@ -178,3 +178,18 @@ def test_a_sharded_day_leases_the_gpu_shard_by_shard(nightly_inputs, run_wf, tmp
     # each shard leased the machine's one GPU (one shard per GPU: the second waited its turn)
     assert details["gpus_leased"] == "0", details
     assert len(_labels(run)) == nightly_inputs["count"]
+
+
+def test_stored_notes_hold_cpu_tensors_where_a_step_left_cuda_ones():
+    """A note holding a CUDA tensor is stored with its CPU copy: it opens on a machine without a
+    GPU and holds no GPU memory; a view is stored as its own bytes."""
+    from dagster_graphbook.store import codec
+
+    batch = torch.arange(12.0, device="cuda").reshape(4, 3)
+    note = {"embedding": batch[1], "nested": [(batch,)]}
+    back = codec.loads(codec.dumps(note))
+    assert back["embedding"].device.type == "cpu"
+    assert torch.equal(back["embedding"], torch.tensor([3.0, 4.0, 5.0]))
+    assert back["embedding"].untyped_storage().nbytes() == 3 * 4
+    assert back["nested"][0][0].device.type == "cpu" and back["nested"][0][0].shape == (4, 3)
+    assert note["embedding"].is_cuda  # the step's own note is left as it was
