@@ -3,9 +3,11 @@
 This top level is the Dagster face: build definitions from workflows, run them, inspect them.
 Graphbook's authoring API (``step``, ``param``, ``source``, ``batch``, ``Note``, ``Graph``,
 ``steps``, ``resources``, ...) lives in :mod:`dagster_graphbook.authoring`, which is also what
-``import graphbook`` resolves to.
+``import graphbook`` resolves to. ``encoded_image`` (and its ``EncodedImage``), a batch step's
+``load_fn`` leaving an image for the batch op to decode on the device, is here too.
 """
 
+from .authoring.images import EncodedImage, encoded_image
 from .defs.component.component import GraphbookWorkflowComponent
 from .defs.definitions import GraphbookWorkflow, build_definitions
 from .defs.executor import graphbook_executor
@@ -20,6 +22,7 @@ from .runner.run import run_workflow
 __version__ = "0.1.0"
 
 __all__ = [
+    "EncodedImage",
     "FolderSensor",
     "GraphbookError",
     "GraphbookTranslator",
@@ -31,6 +34,7 @@ __all__ = [
     "WorkflowError",
     "build_definitions",
     "daily_partitions",
+    "encoded_image",
     "graphbook_executor",
     "load_workflow",
     "run_workflow",

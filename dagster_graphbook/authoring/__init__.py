@@ -6,6 +6,7 @@ from typing import Any
 from . import decorators, graphbook_finder, prompts, resources, steps, utils
 from .decorators import batch, event, output, param, prompt, resource, source, step
 from .graph import Graph
+from .images import EncodedImage, encoded_image
 from .log import log
 from .note import Note
 
@@ -26,10 +27,12 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "EncodedImage",
     "Graph",
     "Note",
     "batch",
     "decorators",
+    "encoded_image",
     "event",
     "log",
     "output",

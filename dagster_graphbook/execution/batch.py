@@ -22,6 +22,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
+from .decode import any_encoded, decode_batch
 from .device import contains_cuda, move, resolve_device
 from .errors import ItemError, StepFailure, exit_hint, short_repr, skip_hint
 from .pools.batch_pools import BatchPools
@@ -540,6 +541,29 @@ def _describe_sig(sig: Tuple[Any, ...]) -> str:
     return f"tensors of shape {list(sig[1])} ({sig[2]})"
 
 
+def _decode_images(
+    run: _BatchRun,
+    batch: Any,
+    indices: List[int],
+    outputs: List[Any],
+    device: str,
+    progress: Progress,
+) -> Tuple[Any, List[int], List[Any]]:
+    """The batch's images that ``load_fn`` left encoded (``encoded_image``) decoded on
+    ``device`` together; one that does not decode is lost as a file ``load_fn`` raised on is
+    (``on_item_error``), and the batch goes on without it."""
+    t0 = time.perf_counter()
+    decoded, failures = decode_batch(outputs, device)
+    progress.decode_s += time.perf_counter() - t0
+    progress.images_decoded += len(outputs) - len(failures)
+    for pos, tb in failures:
+        run.item_failed("load_fn", indices[pos], tb, progress)  # raises under raise
+    bad = {pos for pos, _ in failures}
+    keep = [pos for pos in range(len(indices)) if pos not in bad]
+    indices, values = [indices[pos] for pos in keep], [decoded[pos] for pos in keep]
+    return batch._replace(indices=indices, values=values, stacked=None), indices, values
+
+
 def _process_batch(
     run: _BatchRun,
     batch: Any,
@@ -553,6 +577,10 @@ def _process_batch(
 ) -> None:
     step = run.step
     outputs = batch.outputs(device) if has_load else None
+    if outputs is not None and any_encoded(outputs):  # encoded_image: decode on the device
+        batch, indices, outputs = _decode_images(run, batch, indices, outputs, device, progress)
+        if not indices:
+            return
     items = [run.items[i] for i in indices]
     notes = [run.notes[run.owner[i]] for i in indices]
     if not retried:

@@ -44,6 +44,8 @@ class Progress:
         self.next_report = self.start + min(FIRST_REPORT_S, interval_s)
         self.loader_wait_s = 0.0
         self.on_item_batch_s = 0.0
+        self.decode_s = 0.0  # decoding what encoded_image left encoded (in the main process)
+        self.images_decoded = 0
 
     def add(self, key: str, n: int = 1) -> None:
         self.counts[key] += n
@@ -91,4 +93,9 @@ class Progress:
             "items_per_s": round(self.counts["processed"] / max(elapsed, 1e-9), 2),
             "loader_wait_s": round(self.loader_wait_s, 4),
             "on_item_batch_s": round(self.on_item_batch_s, 4),
+            **(
+                {"images_decoded": self.images_decoded, "decode_s": round(self.decode_s, 4)}
+                if self.images_decoded
+                else {}
+            ),
         }
