@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared check for a lent GPU machine: one command, at most about 8 minutes, every result in
+# The prepared check for a lent GPU machine: one command, at most about 7 minutes, every result in
 # one Markdown file under $OUT (gpu-<date>.md), the full logs beside it.
 #
 #   bash benchmarks/gpu/device_check.sh            on the device machine (python3 there has
@@ -72,7 +72,7 @@ else
     export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-stage machine 60 "$py" - <<'PY'
+stage machine 30 "$py" - <<'PY'
 import os, platform, subprocess, sys
 import torch, torchvision
 print(f"python {platform.python_version()}, torch {torch.__version__}, torchvision "
@@ -90,18 +90,19 @@ PY
 cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
 
 if [ $cpu = 0 ]; then
-    stage imports 90 "$py" benchmarks/gpu/closure.py --installed \
+    stage imports 60 "$py" benchmarks/gpu/closure.py --installed \
         --imports dagster_graphbook definitions --run-job
 fi
 
 # the tests marked gpu (skipped without one, and said so by -rs); one process: one GPU
-stage gpu_tests 180 "$py" -m pytest -p no:cacheprovider -q -rs -m gpu --timeout 170 \
-    -o faulthandler_timeout=160 tests/gpu tests/execution/test_gpu_decode.py
+stage gpu_tests 140 "$py" -m pytest -p no:cacheprovider -q -rs -m gpu --timeout 120 \
+    -o faulthandler_timeout=110 tests/gpu tests/execution/test_gpu_decode.py
 
 if [ "$scale" = quick ]; then
     decode=(--quick) loader=(--scale-items 48 --scale-workers 1,2 --repeats 1 --resnet-workers 1,2)
 else
-    decode=() loader=(--gpu-only --scale-items 2048 --repeats 2 --gpu-workers 4)
+    decode=(--items 1000 --big 200 --workers 1,4,16 --repeats 2)
+    loader=(--gpu-only --scale-items 1024 --repeats 2 --gpu-workers 4 --resnet-workers 1,4,16)
 fi
 if [ "$cuda" != 1 ]; then
     say ""
@@ -109,8 +110,8 @@ if [ "$cuda" != 1 ]; then
 fi
 device=cpu
 [ "$cuda" = 1 ] && device=cuda
-stage gpu_decode 120 "$py" benchmarks/bench_decode.py --device "$device" "${decode[@]}"
-stage loader_gpu_rows 180 "$py" benchmarks/bench_loader.py --only scale "${loader[@]}"
+stage loader_gpu_rows 120 "$py" benchmarks/bench_loader.py --only scale "${loader[@]}"
+stage gpu_decode 80 "$py" benchmarks/bench_decode.py --device "$device" "${decode[@]}"
 
 say ""
 if [ ${#failed[@]} = 0 ]; then

@@ -23,8 +23,8 @@ from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
 from .decode import any_encoded, decode_batch
-from .device import contains_cuda, move, resolve_device
-from .errors import ItemError, StepFailure, exit_hint, short_repr, skip_hint
+from .device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
+from .errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
 from .pools.batch_pools import BatchPools
 from .pools.dump_pool import with_sizes
 from .pools.priority import AutoPriority
@@ -564,6 +564,17 @@ def _decode_images(
     return batch._replace(indices=indices, values=values, stacked=None), indices, values
 
 
+def _out_of_memory(run: _BatchRun, items: int, device: str, where: str) -> GpuOutOfMemory:
+    return GpuOutOfMemory(
+        run.label,
+        items=items,
+        batch_size=int(run.step.batch_size),
+        device=device,
+        memory=memory_line(device),
+        where=where,
+    )
+
+
 def _process_batch(
     run: _BatchRun,
     batch: Any,
@@ -578,7 +589,12 @@ def _process_batch(
     step = run.step
     outputs = batch.outputs(device) if has_load else None
     if outputs is not None and any_encoded(outputs):  # encoded_image: decode on the device
-        batch, indices, outputs = _decode_images(run, batch, indices, outputs, device, progress)
+        try:
+            batch, indices, outputs = _decode_images(run, batch, indices, outputs, device, progress)
+        except Exception as exc:
+            if is_cuda_oom(exc):
+                raise _out_of_memory(run, len(indices), device, "decoding images") from exc
+            raise
         if not indices:
             return
     items = [run.items[i] for i in indices]
@@ -592,6 +608,8 @@ def _process_batch(
     except StepFailure:
         raise
     except (Exception, SystemExit) as exc:
+        if is_cuda_oom(exc):
+            raise _out_of_memory(run, len(indices), device, "on_item_batch") from exc
         tb = traceback.format_exc() + exit_hint(exc, "on_item_batch")
         odd, expected = _odd_positions(batch) if has_load else ([], None)
         if odd and not isinstance(exc, SystemExit):

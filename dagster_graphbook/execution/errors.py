@@ -207,11 +207,20 @@ class GpuOutOfMemory(StepFailure):
     them all would lose the day. The batch is not halved and retried: ``on_item_batch`` may have
     changed the step's state (counters, notes) before it failed."""
 
-    def __init__(self, label: Label, *, items: int, batch_size: int, device: str, memory: str):
+    def __init__(
+        self,
+        label: Label,
+        *,
+        items: int,
+        batch_size: int,
+        device: str,
+        memory: str,
+        where: str = "on_item_batch",
+    ):
         self.items, self.batch_size, self.device = items, batch_size, device
         super().__init__(
             label,
-            f"CUDA ran out of memory in on_item_batch on a batch of {items} items (batch_size "
+            f"CUDA ran out of memory in {where} on a batch of {items} items (batch_size "
             f"{batch_size}, device {device}{'; ' + memory if memory else ''})",
             hint=f"lower batch_size{_set_hint(label, 'batch_size', max(1, batch_size // 2))}, "
             "or free the GPU of other processes",
