@@ -13,7 +13,8 @@
 # GPU decode against the CPU pool (bench_decode.py); the loader's GPU rows (bench_loader.py
 # --only scale: GPU busy share, host-to-device copies, a ResNet behind 1-16 loader workers).
 # Environment: OUT (results folder; default benchmarks/results), PYTHON (default: .venv/bin/python
-# with --cpu, else python3), DEVICE_CHECK_SCALE (quick|full; default full on a GPU, quick on CPU).
+# with --cpu, else python3), DEVICE_CHECK_SCALE (quick|full; default full on a GPU, quick on CPU),
+# DEVICE_CHECK_COMMIT (the commit to name where the copy has no .git).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -54,7 +55,7 @@ stage() {
 }
 
 : >"$results"
-say "# Device check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+say "# Device check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit ${DEVICE_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
 say ""
 if [ $cpu = 0 ]; then
     # the carried wheels (Dagster and its pure dependencies) beside the image's torch; the
