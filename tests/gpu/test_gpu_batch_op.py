@@ -175,8 +175,15 @@ def test_a_sharded_day_leases_the_gpu_shard_by_shard(nightly_inputs, run_wf, tmp
     assert run.success, run.failure
     details = _classify_details(run)
     assert details["shards"] == 2 and details["device"] == "cuda"
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        said = [
+            m.user_message
+            for m in instance.all_logs(run.run_id)
+            if "GPU lease" in m.user_message or "leased GPU" in m.user_message
+        ]
     # each shard leased the machine's one GPU (one shard per GPU: the second waited its turn)
-    assert details["gpus_leased"] == "0", details
+    assert details.get("gpus_leased") == "0", (details, said)
+    assert len([m for m in said if "leased GPU 0" in m]) == 2, said
     assert len(_labels(run)) == nightly_inputs["count"]
 
 
@@ -193,3 +200,20 @@ def test_stored_notes_hold_cpu_tensors_where_a_step_left_cuda_ones():
     assert back["embedding"].untyped_storage().nbytes() == 3 * 4
     assert back["nested"][0][0].device.type == "cpu" and back["nested"][0][0].shape == (4, 3)
     assert note["embedding"].is_cuda  # the step's own note is left as it was
+
+
+def test_cuda_counts_as_started_only_once_the_driver_is_initialized():
+    """A shard's lease must come before CUDA starts in its process; importing torch (which loads
+    the driver library on some builds) does not start it, a device query does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from dagster_graphbook.execution.ownership.leases import cuda_started\n"
+        "before = cuda_started()\n"
+        "torch.cuda.is_available()\n"
+        "print(before, cuda_started())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"], done.stdout + done.stderr

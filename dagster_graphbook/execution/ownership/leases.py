@@ -107,14 +107,29 @@ def _default_dir_name() -> str:
     return f"dagster-graphbook-gpu-leases-{os.getuid()}"
 
 
+_CUDA_ERROR_NOT_INITIALIZED = 3  # what the driver API answers before cuInit
+
+
 def cuda_started() -> bool:
-    """Whether CUDA has started in this process (after that, its GPUs are fixed)."""
+    """Whether CUDA has started in this process: the driver's ``cuInit`` ran (a bare
+    ``torch.cuda.is_available()`` runs it too), after which its GPUs are fixed. The driver
+    library being loaded is not enough: some torch builds load it at ``import torch``, and
+    ``CUDA_VISIBLE_DEVICES`` is read only by ``cuInit``. Asking the loaded driver for its device
+    count answers "not initialized" without initializing it."""
     try:
         with open("/proc/self/maps") as maps:
-            return any(_LIBCUDA.search(line) for line in maps)
+            loaded = any(_LIBCUDA.search(line) for line in maps)
     except OSError:  # no /proc: torch's own flag, which misses a bare cudaGetDeviceCount
         torch = sys.modules.get("torch")
         return bool(torch is not None and torch.cuda.is_initialized())
+    if not loaded:
+        return False
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")  # the loaded library: no second copy, no init
+    except OSError:  # loaded under another name: assume started, as before
+        return True
+    count = ctypes.c_int(0)
+    return driver.cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED
 
 
 def gpus_wanted(device: str, gpus: Optional[int]) -> int:
