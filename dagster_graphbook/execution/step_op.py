@@ -27,7 +27,7 @@ from ..plan.settings import (
     StreamSettings,
     read_runtime,
 )
-from ..store.previews import PREVIEW_META, contact_sheet
+from ..store.previews import PREVIEW_META, contact_sheet, store_protocols
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .ownership.guard import check_code_config, check_partition_key
@@ -90,8 +90,14 @@ def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optiona
     return check_partition_key(key, partitions_def, context.instance, plan.label)
 
 
-def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[str, Any]) -> Any:
-    """The step instance from its op config (parameters, checked partition key) and resources."""
+def make_step(
+    context: dg.AssetExecutionContext,
+    plan: StepPlan,
+    config: Dict[str, Any],
+    resources: Any = None,
+) -> Any:
+    """The step instance from its op config (parameters, checked partition key) and resources
+    (``context.resources``, or those a shard op built itself: ``resources``)."""
     partition_key = _partition_key(context, plan)
     if partition_key is None:
         partitioned = context.assets_def.partitions_def is not None
@@ -100,7 +106,7 @@ def make_step(context: dg.AssetExecutionContext, plan: StepPlan, config: Dict[st
         config, plan.function_params, plan.overridable, plan.label, partition_key
     )
     for key, resource_key in plan.resource_keys.items():
-        kwargs[key] = getattr(context.resources, resource_key)
+        kwargs[key] = getattr(resources or context.resources, resource_key)
     try:
         step = plan.cls(**kwargs)
     except Exception as exc:
@@ -213,11 +219,13 @@ def run_op(
     *,
     notes: Optional[List[Any]] = None,
     first_note: int = 0,
+    resources: Any = None,
 ) -> OpRun:
     """Build the op's steps from their config and run them (the part of ``execute_op`` a shard
     op runs alone): ``notes`` are a shard's slice of the step's input notes (instead of
     ``inputs``), the first of them the step's note ``first_note``; ``max_skipped_fraction`` is
-    then the commit's to check, on the whole step's share."""
+    then the commit's to check, on the whole step's share; ``resources``: the shard's own
+    (``shards.shard_resources``)."""
     die_with_the_run()
     config = op_config(context)
     emit = log_emitter(context.log)
@@ -230,7 +238,7 @@ def run_op(
             _check_not_sharded(op, plan, runtime)
             if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
                 runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it
-            step = make_step(context, plan, step_config)
+            step = make_step(context, plan, step_config, resources)
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,
             node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
@@ -366,7 +374,10 @@ def _outputs(
                 "stored": dg.MetadataValue.bool(stored),
             }
         notes = result.outputs.get(pin, []) if stored else None
-        sheet = contact_sheet(notes or [], result.files, plan.preview) if stored else None
+        sheet = None
+        if stored and plan.preview.on:  # URLs open only in the notes store's own bucket
+            protocols = store_protocols(_notes_dir(context, op))
+            sheet = contact_sheet(notes or [], result.files, plan.preview, protocols)
         if sheet is not None:  # pictures of the pin's notes, or of the files its step wrote
             pin_meta = {**pin_meta, PREVIEW_META: sheet}
         if isinstance(notes, PinNotes):
@@ -374,15 +385,21 @@ def _outputs(
         yield dg.Output(notes, output_name=op.outputs[(plan.node_id, pin)], metadata=pin_meta)
 
 
+def _notes_dir(context: dg.AssetExecutionContext, op: OpPlan) -> str:
+    """Where the IO manager stores ``op``'s notes (a folder, or a bucket URL)."""
+    from ..store.io_manager import NOTES_DIR_META, instance_notes_dir
+
+    return op.storage.get(NOTES_DIR_META) or instance_notes_dir(context.instance)
+
+
 def _store_manifest(
     context: dg.AssetExecutionContext, op: OpPlan, plan: StepPlan, files: List[Tuple[str, Any]]
 ) -> dg.MetadataValue:
     """The manifest of the files the step wrote, beside the notes of its first pin (where the
     IO manager puts them: the bucket when notes_dir is one), pruned with them."""
-    from ..store.io_manager import NOTES_DIR_META, instance_notes_dir
     from ..store.manifests import manifest_path, write_manifest
 
-    notes_dir = op.storage.get(NOTES_DIR_META) or instance_notes_dir(context.instance)
+    notes_dir = _notes_dir(context, op)
     key = context.asset_key_for_output(op.outputs[(plan.node_id, plan.pins[0])])
     partitioned = context.assets_def.partitions_def is not None and context.has_partition_key
     partition = context.partition_key if partitioned else None

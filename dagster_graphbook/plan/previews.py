@@ -1,5 +1,8 @@
 """Image previews, as a workflow asks for them: ``preview: {max: 12, size: 96}`` (every step),
-``preview: false`` (none), or per step (``preview: {ReviewSplit: {max: 6}, Train: false}``).
+``preview: false`` (none), or per step (``preview: {ReviewSplit: {max: 6}, Train: false}``);
+``field`` picks the note field shown (default: the files a ``dump_fn`` wrote when they are
+images, else the first image in each note), and time and size bounds keep a preview from
+blocking or filling memory (``timeout_s``, ``image_timeout_s``, ``max_megapixels``).
 
 The settings are fixed at definition time and travel on each ``StepPlan``; the thumbnails are
 made by ``store/previews.py`` where the notes already are (a step's outputs), never by a second
@@ -14,19 +17,28 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ..model.workflow import Workflow, WorkflowError
 from .refs import resolve_refs, step_refs_of
 
-_KEYS = ("max", "size", "caption")
+_KEYS = ("max", "size", "caption", "field", "timeout_s", "image_timeout_s", "max_megapixels")
+_SECONDS = ("timeout_s", "image_timeout_s", "max_megapixels")  # positive numbers
 
 
 @dataclass(frozen=True)
 class PreviewSettings:
     """How a step's pins are previewed: up to ``max`` thumbnails (0: none), ``size`` pixels on the
     longest side, captioned with the note fields ``caption`` (empty: the note's last short
-    scalar fields), in one metadata entry of at most ``max_bytes``."""
+    scalar fields), in one metadata entry of at most ``max_bytes``. ``field``: the note field
+    whose images are shown (empty: the image files the step's ``dump_fn`` wrote, when it wrote
+    any, else each note's first image). At most ``timeout_s`` seconds per pin's preview and
+    ``image_timeout_s`` per image (an image over it is skipped, with a sentence); an image
+    file over ``max_megapixels`` (after a JPEG's reduced decoding) is skipped undecoded."""
 
     max: int = 12
     size: int = 96
     caption: Tuple[str, ...] = ()
     max_bytes: int = 64 * 1024
+    field: str = ""
+    timeout_s: float = 10.0
+    image_timeout_s: float = 3.0
+    max_megapixels: float = 50.0
 
     @property
     def on(self) -> bool:
@@ -40,7 +52,7 @@ def resolve_previews(
     workflow: Workflow, setting: Any, step_names: Mapping[str, str]
 ) -> Dict[str, PreviewSettings]:
     """Node id -> the step's ``PreviewSettings`` (steps left out get the defaults). ``setting``:
-    ``None``/``True`` (defaults), ``False`` (off), or a mapping of ``max``/``size``/``caption``
+    ``None``/``True`` (defaults), ``False`` (off), or a mapping of the keys of ``_KEYS``
     (every step) and step names (step name, label, class name or node id) to ``False``, ``True``
     or such a mapping. Anything else is a load error naming the option."""
     if setting is None or setting is True:
@@ -51,7 +63,7 @@ def resolve_previews(
         raise WorkflowError(
             workflow.source,
             [
-                "preview must be true, false or a mapping (max, size, caption, steps), "
+                f"preview must be true, false or a mapping ({', '.join(_KEYS)}, steps), "
                 f"got {setting!r}"
             ],
         )
@@ -88,7 +100,7 @@ def resolve_previews(
 def _settings(
     workflow: Workflow, where: str, given: Mapping[str, Any], base: Optional[PreviewSettings] = None
 ) -> PreviewSettings:
-    """``given`` (``max``, ``size``, ``caption``) over ``base`` (or the defaults), checked."""
+    """``given`` (the keys of ``_KEYS``) over ``base`` (or the defaults), checked."""
     unknown = sorted(str(k) for k in given if k not in _KEYS)
     problems = (
         [f"{where} has unknown keys {unknown} (known: {', '.join(_KEYS)})"] if unknown else []
@@ -102,6 +114,19 @@ def _settings(
                 problems.append(f"{where}.{key} must be a whole number, {low} or more, got {v!r}")
             else:
                 values[key] = v
+    for key in _SECONDS:
+        if key in given:
+            v = given[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                problems.append(f"{where}.{key} must be a number above 0, got {v!r}")
+            else:
+                values[key] = float(v)
+    if "field" in given:
+        v = given["field"]
+        if not isinstance(v, str) or not v:
+            problems.append(f"{where}.field must be a note field's name, got {v!r}")
+        else:
+            values["field"] = v
     if "caption" in given:
         v = given["caption"]
         v = [v] if isinstance(v, str) else v

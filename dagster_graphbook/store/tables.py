@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import math
+from typing import Any, Dict, List, Optional
 
 import dagster as dg
 
 _PREVIEW_ROWS = 5
+_CELL_CHARS = 200
 
 
 def write_table(notes: List[dict], path: Any) -> Dict[str, Any]:
@@ -15,18 +17,74 @@ def write_table(notes: List[dict], path: Any) -> Dict[str, Any]:
 
     from .versions import write_atomic
 
-    df = pd.DataFrame.from_records(notes)
+    df = _one_type_per_column(pd.DataFrame.from_records(notes))
     write_atomic(path, lambda f: df.to_parquet(f, index=False))
     schema = dg.TableSchema(columns=[dg.TableColumn(str(c), str(t)) for c, t in df.dtypes.items()])
-    # the first rows as a table the UI renders (cells as text: notes hold lists, tensors, paths)
-    head = df.head(_PREVIEW_ROWS).astype(str)
-    preview = dg.MetadataValue.table(
-        records=[dg.TableRecord(dict(zip(map(str, head.columns), row))) for row in head.values],
-        schema=dg.TableSchema(columns=[dg.TableColumn(str(c), "string") for c in head.columns]),
-    )
     return {
         "dagster/row_count": dg.MetadataValue.int(len(df)),
         "dagster/column_schema": dg.MetadataValue.table_schema(schema),
-        "preview": preview,  # io_manager moves it to table_preview beside a pin's thumbnails
+        "preview": table_preview(df),  # io_manager moves it to table_preview beside thumbnails
         "table_path": dg.MetadataValue.path(str(path)),
     }
+
+
+def _one_type_per_column(df: Any) -> Any:
+    """``df`` with each column of mixed value types (numbers and strings, as notes hold
+    ``"1.5"`` beside ``2.5``; lists and text) as text, missing values kept missing: Parquet
+    stores one type per column."""
+    mixed = [c for c in df.columns if df[c].dtype == object and len(_kinds(df[c])) > 1]
+    if not mixed:
+        return df
+    df = df.copy()
+    for column in mixed:
+        df[column] = [None if _missing(v) else str(v) for v in df[column]]
+    return df
+
+
+def _kinds(values: Any) -> set:
+    """The kinds of the non-missing ``values``: numbers (bool apart) count as one."""
+    kinds = set()
+    for v in values:
+        if not _missing(v):
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            kinds.add("number" if number else type(v).__name__)
+    return kinds
+
+
+def table_preview(df: Any) -> dg.MetadataValue:
+    """The first rows of ``df`` as a table the UI renders: every cell text (one type per column;
+    notes hold lists, tensors, paths, numbers as strings), a missing value (None, NaN, NaT) an
+    empty cell (JSON null: a NaN in a record is no JSON, and the UI then shows "Could not parse
+    record"), a list, dict or tensor short text on one line."""
+    head = df.head(_PREVIEW_ROWS)
+    columns = [str(c) for c in head.columns]
+    records = [
+        dg.TableRecord(dict(zip(columns, map(_cell, row))))
+        for row in head.itertuples(index=False, name=None)
+    ]
+    return dg.MetadataValue.table(
+        records=records,
+        schema=dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns]),
+    )
+
+
+def _cell(value: Any) -> Optional[str]:
+    """``value`` as a preview cell: text of at most ``_CELL_CHARS``, or None when missing."""
+    if _missing(value):
+        return None
+    text = value if isinstance(value, str) else " ".join(str(value).split())
+    return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 1] + "…"
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN, pd.NA or NaT (a list or an array is not missing)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    if isinstance(value, (str, list, tuple, dict)):
+        return False
+    try:
+        import pandas as pd
+
+        return pd.isna(value) is True
+    except (TypeError, ValueError):
+        return False

@@ -76,10 +76,13 @@ def test_a_day_shows_thumbnails_of_each_pin_with_label_and_confidence(
 
     classify = meta["nightly_shapes/ClassifyShapes"]["preview"].value
     assert len(_thumbs(classify)) == 12 and "12 of 30 images" in classify
-    # SaveResized's notes hold the input image and the resized copy's path: the notes' image wins
+    # SaveResized's notes hold the input image (64 px) and the copy its dump_fn wrote (48 px):
+    # the preview shows what the step made, the copies, captioned with their file names
     saved = meta["nightly_shapes/SaveResized"]
     if saved["dagster/row_count"].value:
-        assert _thumbs(saved["preview"].value)
+        copies = _thumbs(saved["preview"].value)
+        assert copies and all(t.size == (48, 48) for _, t in copies)
+        assert all(caption.endswith(".png") for caption, _ in copies)
 
 
 def test_preview_off_leaves_the_metadata_as_before(project, tmp_path, run_wf, dagster_home):
@@ -136,3 +139,94 @@ def test_skipped_items_show_their_pictures_on_the_step_materialization(
     assert classify["errors_skipped"].value == 1
     pictures = classify["errors_preview"].value
     assert "load\\_fn failed" in pictures and NOT_AN_IMAGE in pictures
+
+
+HOSTILE_NODES = """
+from graphbook.steps import SourceStep
+
+
+class Paths(SourceStep):
+    \"\"\"Passes paths along, as the demo's IncomingImages does: one note per ``paths`` entry.\"\"\"
+    RequiresInput = False
+    Outputs = ["out"]
+    Parameters = {"paths": {"type": "string", "default": ""}}
+
+    def __init__(self, paths=""):
+        super().__init__()
+        self.paths = paths
+
+    def load(self):
+        return {"out": [{"image": p, "n": i} for i, p in enumerate(self.paths.split("|"))]}
+"""
+
+
+def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path):
+    """A FIFO named ``fifo.png`` (reading it would block for ever), an ``http://`` URL to a
+    listener of the test's own and an EXIF-rotated JPEG, in a step that only passes paths along:
+    the run ends, the preview says what it skipped, no connection arrives, the JPEG is upright."""
+    import os
+    import socket
+    import threading
+
+    from dagster_graphbook import run_workflow
+    from dagster_graphbook.store.previews import SKIPPED
+    from tests.conftest import step_node, write_nodes, write_workflow
+
+    good, rotated, fifo = tmp_path / "good.png", tmp_path / "rotated.jpg", tmp_path / "fifo.png"
+    Image.new("RGB", (40, 40), (0, 200, 0)).save(good)
+    stored = Image.new("RGB", (80, 40), (0, 0, 255))  # shown 40x80 (orientation 6)
+    stored.paste((255, 0, 0), (0, 0, 16, 16))  # ... the red block top right
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    stored.save(rotated, exif=exif.tobytes(), quality=95)
+    os.mkfifo(fifo)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    connections: list = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/track.png"
+    nodes = write_nodes(tmp_path / "nodes", "paths_nodes.py", HOSTILE_NODES)
+    wf = write_workflow(tmp_path, "paths", [step_node("0", "Paths", source=True)], [])
+    ran: Dict[str, Any] = {}
+    run = threading.Thread(
+        target=lambda: ran.update(
+            run=run_workflow(
+                wf,
+                custom_nodes=[nodes],
+                params={"Paths.paths": "|".join(map(str, (good, fifo, url, rotated)))},
+                dagster_home=str(tmp_path / "home"),
+                executor="in_process",
+            )
+        ),
+        daemon=True,
+    )
+    try:
+        run.start()
+        run.join(120)
+        assert not run.is_alive(), "the run did not end: the preview blocked"
+    finally:
+        stop.set()
+        listener.close()
+        try:  # frees a reader left blocked on the FIFO
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    assert ran["run"].success, ran["run"].failure
+    assert connections == []
+    meta = _materializations(str(tmp_path / "home"), ran["run"].run_id)["paths/Paths"]
+    text = meta["preview"].value.replace("\\", "")
+    assert f"note 1: {SKIPPED}: a FIFO, not a regular file" in text
+    assert f"note 2: {SKIPPED}: a URL (http://), not opened" in text
+    (_, green), (_, upright) = _thumbs(meta["preview"].value)
+    assert upright.size == (40, 80) and green.size == (40, 40)
+    red = upright.convert("RGB").getpixel((36, 3))
+    assert red[0] > 180 and red[2] < 80, red

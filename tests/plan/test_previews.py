@@ -48,6 +48,15 @@ def test_workflow_settings_with_per_step_overrides():
     assert got["ReviewSplit"] == PreviewSettings(size=48) and got["SaveResized"] == OFF
 
 
+def test_the_field_shown_and_the_bounds_are_settings():
+    defaults = PreviewSettings()
+    assert (defaults.field, defaults.timeout_s, defaults.image_timeout_s) == ("", 10.0, 3.0)
+    assert defaults.max_megapixels == 50.0
+    got = _by_step({"timeout_s": 4, "SaveResized": {"field": "image", "max_megapixels": 8}})
+    assert got["SaveResized"] == PreviewSettings(field="image", timeout_s=4.0, max_megapixels=8.0)
+    assert got["ReviewSplit"] == PreviewSettings(timeout_s=4.0)
+
+
 @pytest.mark.parametrize(
     "setting, says",
     [
@@ -57,6 +66,9 @@ def test_workflow_settings_with_per_step_overrides():
         ({"ReviewSplit": {"colour": 1}}, "preview['ReviewSplit'] has unknown keys ['colour']"),
         ({"ReviewSplit": 3}, "preview['ReviewSplit'] must be true, false or a mapping, got 3"),
         ("yes", "preview must be true, false or a mapping"),
+        ({"field": ""}, "preview.field must be a note field's name, got ''"),
+        ({"image_timeout_s": 0}, "preview.image_timeout_s must be a number above 0, got 0"),
+        ({"ReviewSplit": {"timeout_s": "5"}}, "preview['ReviewSplit'].timeout_s must be a number"),
     ],
 )
 def test_bad_settings_fail_at_load_naming_the_setting(setting, says):

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
+import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import List
 
@@ -14,11 +20,14 @@ import torch
 from PIL import Image
 
 from dagster_graphbook.plan.previews import PreviewSettings
+from dagster_graphbook.store import previews
 from dagster_graphbook.store.previews import (
     NOT_AN_IMAGE,
+    SKIPPED,
     contact_sheet,
     image_in,
     item_picture,
+    store_protocols,
 )
 
 URI = re.compile(r"!\[([^\]]*)\]\(data:image/jpeg;base64,([A-Za-z0-9+/=]+)\)")
@@ -155,3 +164,218 @@ def test_a_pin_of_many_notes_is_sampled_without_reading_every_note(tmp_path):
     first, middle, last = [int(alt[1:]) for alt, _ in URI.findall(sheet.value)]
     assert (first, last) == (0, 19_999) and abs(middle - 10_000) < 10  # evenly, over all notes
     assert Counted.reads <= 4096 + 3  # bounded: notes looked at, then the captions
+
+
+# -- previews that never block, fill memory or fetch (issue 43) ---------------------------------
+
+
+def _bounded(fn, seconds: float = 30.0):
+    """``fn()`` in a thread, failing the test (not hanging it) when it has not ended in time."""
+    box: dict = {}
+    worker = threading.Thread(target=lambda: box.update(value=fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    return box["value"]
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A FIFO named ``fifo.png``; opened for writing at the end, which frees any reader left
+    blocked on it."""
+    path = tmp_path / "fifo.png"
+    os.mkfifo(path)
+    yield str(path)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # no reader: nothing blocked
+        pass
+
+
+def test_a_fifo_named_like_an_image_is_skipped_not_read(tmp_path, fifo):
+    notes = [{"image": _draw(tmp_path / "good.png", (0, 200, 0))}, {"image": fifo}]
+    sheet = _bounded(lambda: contact_sheet(notes, [], PreviewSettings()))
+    assert sheet is not None and len(_thumbs(sheet.value)) == 1
+    assert f"note 1: {SKIPPED}: a FIFO, not a regular file" in sheet.value
+    assert _bounded(lambda: item_picture(fifo, 48)) == (
+        f"{fifo} {SKIPPED}: a FIFO, not a regular file"
+    )
+    # a pin of only FIFOs says so too
+    alone = _bounded(lambda: contact_sheet([{"image": fifo}], [], PreviewSettings()))
+    assert alone is not None and "a FIFO, not a regular file" in alone.value
+
+
+def test_an_image_over_its_time_is_skipped_and_the_sheet_goes_on(tmp_path, monkeypatch):
+    """A slow read (a stalled mount) past ``image_timeout_s`` is skipped; past ``timeout_s``
+    the rest are skipped without being started."""
+    release = threading.Event()
+    monkeypatch.setattr(previews, "_decoded", lambda *a: release.wait(30) and b"")
+    notes = _notes(tmp_path, 4)
+    start = time.monotonic()
+    try:
+        sheet = contact_sheet(notes, [], PreviewSettings(timeout_s=0.5, image_timeout_s=0.3))
+    finally:
+        release.set()
+    assert time.monotonic() - start < 5
+    assert sheet is not None
+    text = sheet.value.replace("\\", "")
+    assert f"note 0: {SKIPPED}: not made within 0.3 s" in text
+    # ... given what the sheet had left, about 0.2 s
+    assert re.search(rf"note 1: {SKIPPED}: not made within 0\.[12]\d* s", text), text
+    assert f"note 3: {SKIPPED}: the preview's 0.5 s ran out" in text
+
+
+def test_a_url_field_makes_no_request(tmp_path):
+    """An ``http://`` image field (a note from an untrusted source) never reaches the listener;
+    URLs open only for the notes store's own protocol (``s3`` when the notes are in a bucket)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    connections = []
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    stop = threading.Event()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}/track.png"
+    try:
+        notes = [{"image": url}, {"img": {"type": "image", "value": url}}]
+        sheet = contact_sheet(notes, [], PreviewSettings(), protocols=store_protocols("s3://b/n"))
+        assert item_picture(url, 48).startswith(f"{url} {SKIPPED}: a URL (http://), not opened")
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+    assert connections == []
+    assert sheet is not None and not _thumbs(sheet.value)
+    assert sheet.value.replace("\\", "").count("a URL (http://), not opened") == 2
+    assert store_protocols("s3://bucket/notes") == ("s3", "s3a")
+    assert store_protocols(str(tmp_path)) == () == store_protocols("file:///x")
+
+
+def test_an_exif_rotated_jpeg_is_shown_upright(tmp_path):
+    """Stored 200x100 with a red block top left and orientation 6 (turn 90 degrees clockwise
+    to show): shown 100x200, the block top right."""
+    image = Image.new("RGB", (200, 100), (0, 0, 255))
+    image.paste((255, 0, 0), (0, 0, 40, 40))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "rotated.jpg"
+    image.save(path, exif=exif.tobytes(), quality=95)
+    (thumb,) = _thumbs(contact_sheet([{"image": str(path)}], [], PreviewSettings(size=64)).value)
+    assert thumb.size == (32, 64)
+    red, blue = thumb.convert("RGB").getpixel((28, 3)), thumb.convert("RGB").getpixel((3, 60))
+    assert red[0] > 180 and red[2] < 80, red
+    assert blue[2] > 180 and blue[0] < 80, blue
+
+
+_RSS_CHILD = """
+import re, sys
+from dagster_graphbook.plan.previews import PreviewSettings
+from dagster_graphbook.store.previews import contact_sheet
+
+def kib(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+
+def peak_of(notes):  # the peak RSS while making the sheet, above the RSS before it
+    before = kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM (the peak) starts again at the RSS now
+    sheet = contact_sheet(notes, [], PreviewSettings())
+    return kib("VmHWM") - before, sheet.value
+
+small, big = sys.argv[1:]
+contact_sheet([{"image": small}], [], PreviewSettings())  # imports and plugins loaded
+without, _ = peak_of([{"image": small}, {"image": small, "n": 1}])
+with_big, text = peak_of([{"image": small}, {"image": big}])
+print(without, with_big, text.replace("\\\\", ""))
+"""
+
+
+def test_a_huge_png_does_not_raise_the_step_peak_memory(tmp_path):
+    """A 13000x13000 PNG of one colour (a small file, under PIL's bomb limit) is measured, not
+    decoded: the peak RSS of a child process making the sheet (VmHWM, reset before each sheet
+    through /proc/self/clear_refs) stays within 100 MB of the same sheet without it."""
+    big, small = tmp_path / "huge.png", _draw(tmp_path / "small.png", (200, 0, 0))
+    make = (
+        "from PIL import Image; Image.new('L', (13000, 13000), 90).save(__import__('sys').argv[1])"
+    )
+    subprocess.run([sys.executable, "-c", make, str(big)], check=True, timeout=120)
+    assert big.stat().st_size < 1_000_000
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_CHILD, small, str(big)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    without, with_big, text = out.split(" ", 2)
+    print(f"peak RSS above the RSS before the sheet: {without} KiB without, {with_big} KiB with")
+    assert int(with_big) - int(without) < 100 * 1024, out
+    assert f"note 1: {SKIPPED}: 13000x13000 is over 50 megapixels" in text
+
+
+def test_field_picks_the_images_shown_and_written_files_come_first(tmp_path):
+    notes = [
+        {
+            "image": _draw(tmp_path / f"in{i}.png", (255, 0, 0)),
+            "copy": _draw(tmp_path / f"copy{i}.png", (0, 0, 255), (30, 30)),
+        }
+        for i in range(3)
+    ]
+    blue = lambda sheet: [t.convert("RGB").getpixel((2, 2))[2] > 200 for t in _thumbs(sheet.value)]  # noqa: E731
+    assert blue(contact_sheet(notes, [], PreviewSettings())) == [False] * 3  # the first image
+    assert blue(contact_sheet(notes, [], PreviewSettings(field="copy"))) == [True] * 3
+    assert contact_sheet(notes, [], PreviewSettings(field="nope")) is None
+    # a dump_fn's image files are what the step made: shown before the notes' images
+    files = [(n["copy"], 100) for n in notes]
+    sheet = contact_sheet(notes, files, PreviewSettings())
+    assert blue(sheet) == [True] * 3 and "copy0.png" in sheet.value
+    assert blue(contact_sheet(notes, files, PreviewSettings(field="image"))) == [False] * 3
+    # files that are no images leave the notes' images shown
+    assert (
+        blue(contact_sheet(notes, [(str(tmp_path / "t.csv"), 1)], PreviewSettings())) == [False] * 3
+    )
+
+
+def test_a_table_preview_holds_only_what_dagster_records_take(tmp_path):
+    """NaN, infinity, numbers as strings, lists, dicts and long text: every cell is text or
+    null, so the record is JSON (a NaN in it is not, and the UI shows "Could not parse"); a
+    column of numbers and strings is stored as text (Parquet refused it)."""
+    import json
+
+    import dagster as dg
+    import pandas as pd
+    from dagster._serdes import serialize_value
+    from upath import UPath
+
+    from dagster_graphbook.store.tables import write_table
+
+    notes = [
+        {"cls": float("nan"), "x": "1.5", "tags": [1, 2], "d": {"a": 1}, "z": float("inf")},
+        {"cls": 2.0, "x": 2.5, "tags": None, "d": None, "z": 1.0, "long": "y" * 500},
+    ]
+    meta = write_table(notes, UPath(tmp_path / "t.parquet"))  # "1.5" beside 2.5: stored as text
+    assert pd.read_parquet(tmp_path / "t.parquet")["x"].tolist() == ["1.5", "2.5"]
+    preview = meta["preview"]
+    assert isinstance(preview, dg.TableMetadataValue)
+    json.loads(serialize_value(preview), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    first, second = (r.data for r in preview.records)
+    assert first == {
+        "cls": None,
+        "x": "1.5",
+        "tags": "[1, 2]",
+        "d": "{'a': 1}",
+        "z": "inf",
+        "long": None,
+    }
+    assert second["cls"] == "2.0" and second["x"] == "2.5" and second["tags"] is None
+    assert len(second["long"]) == 200 and second["long"].endswith("…")
+    assert {c.type for c in preview.schema.columns} == {"string"}
