@@ -176,7 +176,8 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     @dg.op(
         name=shard.shard_op,
         out=dg.Out(**stored),
-        required_resource_keys=resources,
+        # none: the shard builds its resources after its GPU lease (shards.shard_resources)
+        required_resource_keys=set(),
         **shard_ops,
     )
     def shard_op(context, piece):

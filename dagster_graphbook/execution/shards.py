@@ -18,6 +18,7 @@ import functools
 import inspect
 import multiprocessing
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -122,6 +123,40 @@ def plan_shards(
         yield dg.DynamicOutput(value, mapping_key=f"shard_{index}")
 
 
+def shard_resource_keys(op: OpPlan) -> List[str]:
+    """The resources a shard op's steps take, and those they are built from."""
+    return sorted({key for plan in op.steps for key in plan.resource_keys.values()})
+
+
+@contextmanager
+def shard_resources(context: Any, op: OpPlan) -> Iterator[Any]:
+    """The shard's resources, built in its op body after its GPU lease: a resource Dagster built
+    before the op (a model loaded onto ``cuda``) would have started CUDA on every GPU of the
+    process before the lease chose one. Built from the job's own definitions and the run's
+    config, as Dagster would (``dg.build_resources``), torn down when the shard ends."""
+    keys = shard_resource_keys(op)
+    if not keys:
+        yield None
+        return
+    defs = context.job_def.resource_defs
+    needed, todo = set(), list(keys)
+    while todo:  # with the resources they take (a resource parameter bound to another)
+        key = todo.pop()
+        if key not in needed:
+            needed.add(key)
+            todo.extend(defs[key].required_resource_keys)
+    given = context.run_config.get("resources") or {}
+    config = {k: given[k] for k in needed if given.get(k)}  # {"config": ...}, as run config
+    with dg.build_resources(
+        {k: defs[k] for k in needed},
+        instance=context.instance,
+        resource_config=config,
+        dagster_run=context.dagster_run,
+        log_manager=context.log,
+    ) as resources:
+        yield resources
+
+
 def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> ShardResult:
     """A shard op: the step over its slice, through the one op body, on GPUs leased for it
     (``leases.py``); no output yet.
@@ -141,8 +176,16 @@ def run_shard(context: Any, op: OpPlan, piece: ShardSlice, crash_only: bool) -> 
         with (
             failures_named(plan.label),
             lease_for(log=context.log.info, warn=context.log.warning) as lease,
+            shard_resources(context, op) as resources,  # a model loads on the leased GPU
         ):
-            run = run_op(context, op, {}, notes=list(piece.notes), first_note=piece.start)
+            run = run_op(
+                context,
+                op,
+                {},
+                notes=list(piece.notes),
+                first_note=piece.start,
+                resources=resources,
+            )
     except dg.Failure as failure:
         failure.allow_retries = failure.allow_retries and not crash_only
         raise

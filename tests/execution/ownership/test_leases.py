@@ -34,6 +34,7 @@ from tests.conftest import (
     can_make_read_only,
     edge,
     read_only_switch,
+    resource_node,
     step_node,
     write_nodes,
     write_workflow,
@@ -227,7 +228,17 @@ NODES = """
     import os
     import time
 
+    from graphbook.resources import Resource
     from graphbook.steps import BatchStep, SourceStep
+
+
+    class WhereBuilt(Resource):
+        \"\"\"What CUDA_VISIBLE_DEVICES was when the resource was built (a model loaded onto
+        the GPU there would have started CUDA on those GPUs).\"\"\"
+        Parameters = {}
+
+        def __init__(self):
+            super().__init__(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
     class Numbers(SourceStep):
@@ -244,11 +255,15 @@ NODES = """
         hold their leases at once.\"\"\"
         RequiresInput = True
         Outputs = ["out"]
-        Parameters = {"marks": {"type": "string", "default": ""}}
+        Parameters = {
+            "marks": {"type": "string", "default": ""},
+            "built": {"type": "resource"},
+        }
 
-        def __init__(self, marks=""):
+        def __init__(self, marks="", built=None):
             super().__init__(batch_size=4, item_key="items")
             self.marks = marks
+            self.built = built
 
         def on_start(self):
             open(os.path.join(self.marks, str(os.getpid())), "w").close()
@@ -263,6 +278,7 @@ NODES = """
         def on_item_batch(self, outputs, items, notes):
             for note in notes:
                 note.update(pid=os.getpid(), visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                note["built"] = self.built
                 note["device"] = str(self.device)
 """
 
@@ -278,8 +294,12 @@ def test_each_shard_process_gets_its_own_gpu(tmp_path, dagster_home):
     wf = write_workflow(
         tmp_path,
         "leases",
-        [step_node("0", "Numbers", source=True), step_node("1", "WhereAmI")],
-        [edge("0", "out", "1")],
+        [
+            step_node("0", "Numbers", source=True),
+            step_node("1", "WhereAmI"),
+            resource_node("2", "WhereBuilt"),
+        ],
+        [edge("0", "out", "1"), edge("2", "resource", "1", "built")],
     )
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -305,6 +325,9 @@ def test_each_shard_process_gets_its_own_gpu(tmp_path, dagster_home):
     seen = {n["pid"]: n["visible"] for n in notes}
     assert len(seen) == 2 and os.getpid() not in seen, seen
     assert sorted(seen.values()) == ["0", "1"], seen
+    # each shard's resource was built under its lease (the device check's H200 found resources
+    # built before it: a model loaded onto cuda had started CUDA on every GPU of the process)
+    assert {n["pid"]: n["built"] for n in notes} == seen
     assert {n["device"] for n in notes} == {"cpu"}  # the ids were given: torch sees no GPU
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         messages = [e.user_message for e in instance.all_logs(run["run_id"])]
