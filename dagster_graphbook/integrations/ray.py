@@ -1,9 +1,19 @@
-"""dagster-ray's executor, with a step whose Ray job cannot be placed failing instead of waiting.
+"""dagster-ray's executor, with a step whose Ray job cannot be placed failing instead of waiting,
+and the steps that ask the cluster for nothing run beside the run worker.
 
 dagster-ray submits each step as a Ray job holding the step's ``dagster-ray/config`` resources
 (``graphbook.ray.options(num_gpus=1)``). A job asking for what no node has stays PENDING, and the
 run with it: no event after STEP_WORKER_STARTING until Ray's own job start timeout (15 minutes).
 Here:
+
+- a step that asks the cluster for nothing (``on_cluster``: no GPU, CPU, memory or custom
+  resource, no runtime_env of its own, from its ``dagster-ray/config`` tag or the executor's
+  config; a source listing, a sharded step's plan and commit) runs in a process forked beside
+  the run worker from its preloaded forkserver (``beside.ForkedSteps``), not as a Ray job,
+  whose process start (Python, Dagster, torch, the code location) cost about 5 s a step on the
+  critical path. The op tag ``dagster-graphbook/on-cluster`` (``true``/``false``; an empty
+  ``graphbook.ray.options()`` on the class sets ``true``) overrides the rule per step, and
+  ``light_steps_on_cluster: true`` in the executor's config sends every step to the cluster.
 
 - before a step's job is submitted, what it asks for is compared with the cluster's nodes. Where
   no node has it and the cluster cannot grow (no autoscaler: a cluster of ``ray start`` nodes,
@@ -23,8 +33,9 @@ Here:
   within ``head_lost_timeout_s`` + twice that.
 
 Same configuration as ``dagster_ray.ray_executor`` (``ray: {address, env_vars, ...}``, retries)
-plus ``placement_timeout_s``, ``head_lost_timeout_s`` and ``health_check_interval_s``; what
-``graphbook.ray.RayExecutor`` runs with. Needs the ``ray`` extra.
+plus ``placement_timeout_s``, ``head_lost_timeout_s``, ``health_check_interval_s`` and
+``light_steps_on_cluster``; what ``graphbook.ray.RayExecutor`` runs with. Needs the ``ray``
+extra.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import requests
 from dagster_ray.configs import RayExecutionConfig
 from dagster_ray.core.executor import _RAY_EXECUTOR_CONFIG_SCHEMA, RayStepHandler
 from dagster_ray.core.executor import ray_executor as _upstream
+from dagster_ray.utils import resolve_env_vars_list
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from ..dagster_internals import (
@@ -49,6 +61,8 @@ from ..dagster_internals import (
 )
 from ..errors import RayHeadLostError
 from ..execution.ownership.dead_runs import own_run
+from ..plan.gpus import ON_CLUSTER_TAG
+from .beside import ForkedSteps
 
 # how long a step's Ray job may wait to be placed (an autoscaler adding a GPU node takes minutes)
 PLACEMENT_TIMEOUT_S = 600.0
@@ -148,6 +162,27 @@ def requested(ray: RayStepHandler, tags: Mapping[str, Any]) -> Dict[str, float]:
     return {k: float(v) for k, v in amounts.items() if v}
 
 
+def on_cluster(ray: RayStepHandler, tags: Mapping[str, Any], light_steps_on_cluster: bool) -> bool:
+    """Whether a step runs as a Ray job (else beside the run worker): its
+    ``dagster-graphbook/on-cluster`` tag where it has one; else whether it asks the cluster for
+    anything (``requested``: GPUs, CPUs, memory, custom resources) or needs the cluster's
+    environment (a ``runtime_env`` of its own, or the executor's beyond ``env_vars``: pip,
+    working_dir, containers), or the executor sends every step there."""
+    said = tags.get(ON_CLUSTER_TAG)
+    if said is not None:
+        return str(said).strip().lower() not in ("false", "0", "no", "")
+    if light_steps_on_cluster or requested(ray, tags):
+        return True
+    own_env = RayExecutionConfig.from_tags({**tags}).runtime_env
+    return bool(own_env) or bool(set(ray.runtime_env) - {"env_vars"})
+
+
+def job_env(ray: RayStepHandler) -> Dict[str, str]:
+    """The variables the executor gives each step's Ray job (``runtime_env``'s ``env_vars``,
+    then ``env_vars``), as dagster-ray's ``launch_step`` sets them."""
+    return {**(ray.runtime_env.get("env_vars") or {}), **resolve_env_vars_list(ray.env_vars)}
+
+
 class PlacedRayStepHandler(StepHandler):
     """dagster-ray's step handler (``ray``), checking that each step's Ray job can be placed
     before submitting it and while it waits, and that the head answers (module docstring)."""
@@ -157,11 +192,14 @@ class PlacedRayStepHandler(StepHandler):
         ray: RayStepHandler,
         placement_timeout_s: float,
         head_lost_timeout_s: float = HEAD_LOST_TIMEOUT_S,
+        light_steps_on_cluster: bool = False,
     ) -> None:
         super().__init__()
         self.ray = ray
         self.placement_timeout_s = placement_timeout_s
         self.head_lost_timeout_s = head_lost_timeout_s
+        self.light_steps_on_cluster = light_steps_on_cluster
+        self.beside = ForkedSteps(job_env(ray))  # the steps that ask the cluster for nothing
         self._ended: Set[str] = set()  # submission ids whose step failed here (its failure logged)
         # when the head first did not answer since it last did (time.monotonic()), and how
         self._silent_since: Optional[float] = None
@@ -182,6 +220,20 @@ class PlacedRayStepHandler(StepHandler):
             key,
             self.ray._get_ray_job_submission_id(ctx),
             requested(self.ray, ctx.step_tags[key]),
+        )
+
+    def _beside(self, ctx: StepHandlerContext) -> Optional[str]:
+        """The step's key where it runs beside the run worker (``on_cluster``), else None."""
+        key = self.ray._get_step_key(ctx)
+        tags = ctx.step_tags[key]
+        return None if on_cluster(self.ray, tags, self.light_steps_on_cluster) else key
+
+    def runs_beside(self, execution_plan: Any) -> bool:
+        """Whether a step of ``execution_plan`` that this run executes runs beside the run
+        worker."""
+        steps = (execution_plan.get_step_by_key(k) for k in execution_plan.step_keys_to_execute)
+        return any(
+            not on_cluster(self.ray, step.tags or {}, self.light_steps_on_cluster) for step in steps
         )
 
     def _head(self, ctx: StepHandlerContext, key: str, request: Mapping[str, float]) -> str:
@@ -241,6 +293,10 @@ class PlacedRayStepHandler(StepHandler):
 
     def launch_step(self, step_handler_context: StepHandlerContext) -> Iterator[dg.DagsterEvent]:
         ctx = step_handler_context
+        beside = self._beside(ctx)
+        if beside is not None:
+            yield from self.beside.launch(ctx, beside)
+            return
         key, submission, request = self._what(ctx)
         while True:  # the head answers, or its silence is past head_lost_timeout_s
             try:
@@ -281,6 +337,9 @@ class PlacedRayStepHandler(StepHandler):
 
     def check_step_health(self, step_handler_context: StepHandlerContext) -> CheckStepHealthResult:
         ctx = step_handler_context
+        beside = self._beside(ctx)
+        if beside is not None:
+            return self.beside.health(ctx, beside)
         key, submission, request = self._what(ctx)
         if submission in self._ended:  # failed here; its failure is on its way
             return CheckStepHealthResult.healthy()
@@ -329,6 +388,10 @@ class PlacedRayStepHandler(StepHandler):
 
     def terminate_step(self, step_handler_context: StepHandlerContext) -> Iterator[dg.DagsterEvent]:
         ctx = step_handler_context
+        beside = self._beside(ctx)
+        if beside is not None:
+            yield from self.beside.terminate(ctx, beside)
+            return
         key, submission, _ = self._what(ctx)
         if submission in self._ended:  # failed here: never submitted, or its head gone
             return
@@ -345,12 +408,17 @@ class PlacedRayStepHandler(StepHandler):
 
 
 class _OwnedExecutor(dg.Executor):
-    """dagster-ray's executor, run while this process holds the run's owner lock."""
+    """dagster-ray's executor, run while this process holds the run's owner lock; the server
+    its light steps fork from started at once (``handler``'s, unless every step is a Ray
+    job)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, handler: PlacedRayStepHandler) -> None:
         self.inner = inner
+        self.handler = handler
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
+        if self.handler.runs_beside(execution_plan):
+            self.handler.beside.warm_up(plan_context.instance)
         with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
             yield from self.inner.execute(plan_context, execution_plan)
 
@@ -388,6 +456,16 @@ class _OwnedExecutor(dg.Executor):
                 "default: 20): how soon a failed job or a lost head is seen"
             ),
         ),
+        "light_steps_on_cluster": dg.Field(
+            bool,
+            default_value=False,
+            description=(
+                "Run every step as a Ray job. By default a step that asks the cluster for "
+                "nothing (no GPU, CPU, memory or custom resource, no runtime_env of its own) runs "
+                "in a process forked beside the run worker; the op tag "
+                "dagster-graphbook/on-cluster (true/false) decides per step"
+            ),
+        ),
     },
     requirements=dg.multiple_process_executor_requirements(),
 )
@@ -395,14 +473,19 @@ def ray_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     """dagster-ray's ``ray_executor`` whose steps fail when their Ray job cannot be placed: at
     once on a cluster without an autoscaler where no node has what the step asks for, else after
     ``placement_timeout_s`` in PENDING (the job stopped); and when the head has not answered for
-    ``head_lost_timeout_s``. Its run owned by this process."""
+    ``head_lost_timeout_s``. A step asking the cluster for nothing runs beside the run worker
+    (``on_cluster``). Its run owned by this process."""
     creation = _upstream.executor_creation_fn
     assert creation is not None
     executor: Any = creation(init_context)  # dagster-ray's StepDelegatingExecutor, configured
     config: Mapping[str, Any] = init_context.executor_config
-    executor._step_handler = PlacedRayStepHandler(
-        executor._step_handler, config["placement_timeout_s"], config["head_lost_timeout_s"]
+    handler = PlacedRayStepHandler(
+        executor._step_handler,
+        config["placement_timeout_s"],
+        config["head_lost_timeout_s"],
+        config["light_steps_on_cluster"],
     )
+    executor._step_handler = handler
     # dagster-ray builds the StepDelegatingExecutor without it: Dagster's 20 s then
     executor._check_step_health_interval_seconds = config["health_check_interval_s"]
-    return _OwnedExecutor(executor)
+    return _OwnedExecutor(executor, handler)

@@ -4,7 +4,9 @@
 - Kubernetes (``k8s_job_executor``, ``K8sRunLauncher``): ``dagster-k8s/config`` container limits
   ``nvidia.com/gpu`` (the NVIDIA device plugin's resource name);
 - Ray (``dagster-ray``'s executor): ``dagster-ray/config`` ``num_gpus`` and the other Ray options
-  a step's Ray job takes (``num_cpus``, ``memory``, ``resources``, ``runtime_env``);
+  a step's Ray job takes (``num_cpus``, ``memory``, ``resources``, ``runtime_env``); an empty
+  ``graphbook.ray.options()`` puts the step on the cluster (``ON_CLUSTER_TAG``: this package's
+  Ray executor runs a step asking for nothing beside the run worker, integrations/ray.py);
 - Dask (``dagster-dask``'s executor): ``dagster-dask/resource_requirements`` ``{"GPU": N}``, which
   needs workers started with ``--resources GPU=<n>``.
 
@@ -29,6 +31,9 @@ RAY_OPTIONS_ATTR = "Ray_Options"
 # placement) have no meaning for a step that runs as a job, and are said so at load
 _RAY_AMOUNTS = ("num_gpus", "num_cpus", "memory")
 _RAY_JOB_OPTIONS = frozenset(_RAY_AMOUNTS + ("resources", "runtime_env", "accelerator_type"))
+# the op tag saying whether a step runs as a Ray job ("true") or beside the run worker ("false")
+# on dagster_graphbook.integrations.ray's executor, whatever it asks for
+ON_CLUSTER_TAG = "dagster-graphbook/on-cluster"
 
 
 def gpu_op_tags(gpus: float, ray: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -145,8 +150,16 @@ def step_request(workflow: Workflow, node: WorkflowNode) -> Tuple[float, Dict[st
 
 
 def step_op_tags(workflow: Workflow, node: WorkflowNode) -> Dict[str, Any]:
-    """The GPU and Ray op tags of step ``node`` (``step_request`` as ``gpu_op_tags``)."""
-    return gpu_op_tags(*step_request(workflow, node))
+    """The GPU and Ray op tags of step ``node`` (``step_request`` as ``gpu_op_tags``); a class
+    (or a resource it uses) with Ray options that ask for nothing (``graphbook.ray.options()``)
+    goes on the cluster all the same (``ON_CLUSTER_TAG``)."""
+    tags = gpu_op_tags(*step_request(workflow, node))
+    marked = any(
+        getattr(n.cls, RAY_OPTIONS_ATTR, None) is not None for n in _with_resources(workflow, node)
+    )
+    if marked and "dagster-ray/config" not in tags:
+        tags[ON_CLUSTER_TAG] = "true"
+    return tags
 
 
 def ray_option_notices(workflow: Workflow) -> List[str]:

@@ -293,3 +293,80 @@ def test_multiprocess_step_processes_fork_with_the_instance_storage_and_pandas_l
     assert any(name.startswith("_sqlite3.") for name in libraries), sorted(libraries)
     assert any("/sqlalchemy/" in line for line in mapped.splitlines()), sorted(libraries)
     assert any("/pandas/_libs/" in line for line in mapped.splitlines()), sorted(libraries)
+
+
+# ---------------------------------------------------------------------------------------------
+# dagster-graphbook's Ray executor: which steps run as Ray jobs, which beside the run worker
+# (tests/e2e/test_deploy_distributed.py runs both on a Ray head)
+
+
+def _ray_handler(**config):
+    from dagster_ray.core.executor import RayStepHandler
+
+    amounts = {k: config.pop(k, None) for k in ("num_cpus", "num_gpus", "memory", "resources")}
+    return RayStepHandler(
+        client=None,
+        env_vars=config.pop("env_vars", None),
+        runtime_env=config.pop("runtime_env", None),
+        **amounts,
+    )
+
+
+def test_on_the_ray_executor_only_steps_asking_the_cluster_for_something_are_ray_jobs():
+    """A step asking for no GPU, CPU, memory, custom resource or runtime_env runs beside the run
+    worker; the ``dagster-graphbook/on-cluster`` tag decides either way, and
+    ``light_steps_on_cluster`` (or executor-wide amounts, a runtime_env beyond env_vars) sends
+    every step to the cluster."""
+    import json
+
+    pytest.importorskip("dagster_ray", reason="needs the ray extra")
+    from dagster_graphbook.integrations.ray import job_env, on_cluster
+    from dagster_graphbook.plan.gpus import ON_CLUSTER_TAG
+
+    ray = "dagster-ray/config"
+    plain = _ray_handler()
+    assert not on_cluster(plain, {}, False)
+    assert not on_cluster(plain, {"dagster/pool": "x", ray: json.dumps({})}, False)
+    for asked in ({"num_gpus": 1}, {"num_cpus": 2}, {"memory": 2**30}, {"resources": {"ssd": 1}}):
+        assert on_cluster(plain, {ray: json.dumps(asked)}, False), asked
+    assert on_cluster(plain, {ray: json.dumps({"runtime_env": {"pip": ["x"]}})}, False)
+    assert on_cluster(plain, {ON_CLUSTER_TAG: "true"}, False)
+    assert not on_cluster(plain, {ON_CLUSTER_TAG: "false", ray: '{"num_gpus": 1}'}, False)
+    assert on_cluster(plain, {}, True)  # light_steps_on_cluster
+    assert not on_cluster(plain, {ON_CLUSTER_TAG: "false"}, True)
+    assert on_cluster(_ray_handler(num_cpus=1), {}, False)  # every step's job asks for a CPU
+    assert on_cluster(_ray_handler(runtime_env={"working_dir": "."}), {}, False)
+    env_only = _ray_handler(runtime_env={"env_vars": {"A": "1"}}, env_vars=["B=2"])
+    assert not on_cluster(env_only, {}, False)
+    assert job_env(env_only) == {"A": "1", "B": "2"}  # what a forked step gets, as a Ray job
+
+
+def test_an_empty_graphbook_ray_options_puts_a_step_on_the_cluster():
+    """``@graphbook.ray.options()`` asking for nothing tags the step for the cluster; a step
+    with no options has no such tag, and one asking for a GPU has only its Ray amounts."""
+    from dagster_graphbook.plan.gpus import ON_CLUSTER_TAG
+    from graphbook import Graph
+    from graphbook.steps import SourceStep, Step
+
+    class Source(SourceStep):
+        Outputs = ["out"]
+
+        def load(self):
+            return {"out": [{"i": 0}]}
+
+    class Marked(Step):
+        Ray_Options: dict = {}  # what graphbook.ray.options() sets
+
+    class OnGpu(Step):
+        Ray_Options = {"num_gpus": 1}
+
+    g = Graph()
+    source = g.step(Source)
+    g.step(Marked).bind(source)
+    g.step(OnGpu).bind(source)
+    g.name = "marks"
+    job = build_definitions([GraphbookWorkflow(g)]).resolve_job_def("marks")
+    tags = {n.name.split("__", 1)[1]: n.definition.tags for n in job.graph.nodes}
+    assert tags["Marked"][ON_CLUSTER_TAG] == "true"
+    assert ON_CLUSTER_TAG not in tags["Source"] and ON_CLUSTER_TAG not in tags["OnGpu"]
+    assert "num_gpus" in tags["OnGpu"]["dagster-ray/config"]

@@ -234,7 +234,8 @@ def test_sample_workflow_on_ray_matches_one_process(ray_cluster, tmp_path, dagst
 
 # A Graphbook 0.13.3 program for Ray, unchanged: Graphbook's imports, ``graphbook.ray.options`` on
 # a step, ``g.run(executor=RayExecutor(address=...))``. Each step records the GPUs Ray gave its
-# process (Ray sets CUDA_VISIBLE_DEVICES for a job's entrypoint from its num_gpus).
+# process (Ray sets CUDA_VISIBLE_DEVICES for a job's entrypoint from its num_gpus), its pid and
+# whether it runs as a Ray job (Ray gives a job's entrypoint RAY_JOB_CONFIG_JSON_ENV_VAR).
 GRAPHBOOK_RAY_PROGRAM = """
 import os
 
@@ -248,8 +249,10 @@ class Numbers(steps.GeneratorSourceStep):
     Outputs = ["out"]
 
     def load(self):
+        ray_job = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
         for i in range(3):
-            yield {"out": {"i": i, "source_gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}}
+            gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+            yield {"out": {"i": i, "source_gpus": gpus, "pid": os.getpid(), "ray_job": ray_job}}
 
 
 @gb.step("Inference/Predict")
@@ -257,6 +260,7 @@ class Numbers(steps.GeneratorSourceStep):
 def predict(ctx, data):
     data["predict_gpus"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     data["y"] = data["i"] * 10
+    data["predict_ray_job"] = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
 
 
 g = gb.Graph()
@@ -274,41 +278,100 @@ if __name__ == "__main__":
 """
 
 
+# the program with a third step marked for the cluster by an empty ``options()``: it asks for
+# nothing, and runs as a Ray job all the same
+MARKED_STEP = """
+@gb.step("Inference/Tally")
+@options()
+def tally(ctx, data):
+    data["tally_ray_job"] = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+g = gb.Graph()
+"""
+
+
+def _where_steps_ran(instance: dg.DagsterInstance, run_id: str) -> Dict[str, Dict[str, str]]:
+    """Each step's STEP_WORKER_STARTING metadata (a Ray job's "Ray Submission ID", a forked
+    step's "Beside the run worker") and its process's pid (STEP_WORKER_STARTED's)."""
+    found: Dict[str, Dict[str, str]] = {}
+    for kind in (dg.DagsterEventType.STEP_WORKER_STARTING, dg.DagsterEventType.STEP_WORKER_STARTED):
+        for record in instance.get_records_for_run(run_id, of_type=kind).records:
+            entry = record.event_log_entry
+            metadata = entry.dagster_event.event_specific_data.metadata
+            found.setdefault(entry.step_key, {}).update({k: v.value for k, v in metadata.items()})
+    return found
+
+
 @ON_RAY
 def test_graphbook_ray_program_runs_unchanged_on_the_cluster(ray_cluster, tmp_path, dagster_home):
-    """``python app.py`` runs the workflow through Dagster with dagster-ray's executor: each step
-    a Ray job, the ``options(num_gpus=1)`` step's job holding one of the cluster's GPUs."""
+    """``python app.py`` runs the workflow through Dagster with dagster-graphbook's Ray executor:
+    the ``options(num_gpus=1)`` step a Ray job holding one of the cluster's GPUs, the step
+    marked by an empty ``options()`` a Ray job too, and the source, which asks the cluster for
+    nothing, in a process forked beside the run worker (the program's process), no Ray job."""
+    import time
+
+    import psutil
     from ray.job_submission import JobSubmissionClient
 
+    from dagster_graphbook.integrations.beside import BESIDE_META
+
     program = tmp_path / "ray_app.py"
-    program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", ray_cluster))
-    env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=240
+    text = GRAPHBOOK_RAY_PROGRAM.replace("{address}", ray_cluster)
+    text = text.replace("\n\ng = gb.Graph()\n", MARKED_STEP, 1)
+    text = text.replace(
+        "    model.bind(numbers)", "    model.bind(numbers)\n    g.step(tally).bind(numbers)"
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "succeeded" in done.stdout
+    program.write_text(text)
+    env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+    forked: Dict[int, List[int]] = {}  # the program's children: its forkserver's, a step's
+    with subprocess.Popen(
+        [sys.executable, str(program)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            out = pool.submit(proc.communicate, timeout=240)
+            while proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    for child in psutil.Process(proc.pid).children(recursive=True):
+                        forked.setdefault(child.pid, [p.pid for p in child.parents()])
+                time.sleep(0.05)
+            stdout, stderr = out.result()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "succeeded" in stdout
     wdefs = build_workflow(GraphbookWorkflow(str(program)))
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         (record,) = instance.get_run_records()
         run_id = record.dagster_run.run_id
         notes = _load_notes(run_id, wdefs, GraphbookTranslator(), instance)
-        started = instance.get_records_for_run(
-            run_id, of_type=dg.DagsterEventType.STEP_WORKER_STARTING
-        ).records
-        jobs = {}
-        for record in started:
-            entry = record.event_log_entry
-            data = entry.dagster_event.event_specific_data
-            jobs[entry.step_key] = data.metadata["Ray Submission ID"].value
+        where = _where_steps_ran(instance, run_id)
     assert [n["y"] for n in notes["Predict"]["out"]] == [0, 10, 20]
     assert {n["predict_gpus"] for n in notes["Predict"]["out"]} <= {"0", "1", "2", "3"}  # one of 4
     assert {n["source_gpus"] for n in notes["Numbers"]["out"]} <= {None, ""}  # none asked for
-    client = JobSubmissionClient(ray_cluster)  # each step ran as a Ray job of the cluster
+    # the GPU step and the marked one ran as Ray jobs of the cluster, the source as none
+    jobs = {s: m["Ray Submission ID"] for s, m in where.items() if "Ray Submission ID" in m}
+    client = JobSubmissionClient(ray_cluster)
     assert {step: str(client.get_job_status(job)) for step, job in jobs.items()} == {
-        "ray_app__Numbers": "SUCCEEDED",
         "ray_app__Predict": "SUCCEEDED",
+        "ray_app__Tally": "SUCCEEDED",
     }
+    assert _ray_jobs(ray_cluster, run_id) == {
+        "ray_app__Predict": "SUCCEEDED",
+        "ray_app__Tally": "SUCCEEDED",
+    }
+    assert {n["predict_ray_job"] for n in notes["Predict"]["out"]} == {True}
+    assert {n["tally_ray_job"] for n in notes["Tally"]["out"]} == {True}
+    # the source: forked beside the run worker, a descendant of the program's process
+    numbers = where["ray_app__Numbers"]
+    assert "Ray Submission ID" not in numbers
+    assert numbers[BESIDE_META].endswith(f"run worker pid {proc.pid}"), numbers
+    (pid,) = {n["pid"] for n in notes["Numbers"]["out"]}
+    assert numbers["pid"] == str(pid)
+    assert {n["ray_job"] for n in notes["Numbers"]["out"]} == {False}
+    assert proc.pid in forked.get(pid, []), forked
 
 
 def _ray_jobs(address: str, run_id: Optional[str] = None) -> Dict[str, str]:
@@ -343,7 +406,7 @@ def test_a_step_asking_for_gpus_a_cluster_without_them_cannot_give_fails_at_once
     assert "job ray_app, step ray_app__Predict: its Ray job asks for GPU 1" in said, said[-3000:]
     assert "CPU 2, memory" in said  # what the cluster's one node has
     assert "no autoscaler" in said and "not submitted" in said
-    assert jobs == {"ray_app__Numbers": "SUCCEEDED"}  # none for Predict: nothing left pending
+    assert jobs == {}  # none for Predict: nothing left pending (Numbers ran beside the run worker)
     with dg.DagsterInstance.from_config(dagster_home) as instance:
         (record,) = instance.get_run_records()
         run_id = record.dagster_run.run_id
@@ -458,6 +521,7 @@ import time
 
 import graphbook as gb
 from graphbook import steps
+from graphbook.ray import options
 
 
 class Numbers(steps.GeneratorSourceStep):
@@ -469,6 +533,7 @@ class Numbers(steps.GeneratorSourceStep):
 
 
 @gb.step("Wait/Hold")
+@options()  # asks for nothing: a Ray job all the same (else it would run beside the run worker)
 def hold(ctx, data):
     open("{folder}/started", "w").close()
     while not os.path.exists("{folder}/go"):
@@ -734,12 +799,14 @@ def test_materialize_and_its_resume_run_a_ray_jobs_steps_as_ray_jobs(
 ):
     """A code location whose job runs on the Ray executor: ``materialize`` submits each step as a
     Ray job of the cluster (it ran them in its own process, no Ray job at all), and
-    ``--from-failure`` runs the failed step as a Ray job again, only that one."""
+    ``--from-failure`` runs the failed step as a Ray job again, only that one. Its steps ask for
+    nothing: ``light_steps_on_cluster`` sends them to the cluster all the same."""
     address = ray_cluster
     executor = (
         "__import__('dagster_graphbook.integrations.ray', fromlist=['ray_executor'])"
         f".ray_executor.configured({{'ray': {{'address': {address!r}, 'env_vars': "
-        f"['PYTHONPATH={tmp_path}{os.pathsep}{REPO}', 'CHECK_DIR={tmp_path}']}}}})"
+        f"['PYTHONPATH={tmp_path}{os.pathsep}{REPO}', 'CHECK_DIR={tmp_path}']}}, "
+        "'light_steps_on_cluster': True})"
     )
     env = cli_project(tmp_path, executor)
     (tmp_path / "fail_check").write_text("")
