@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared check for a lent GPU machine: one command, at most about 8 minutes (about 4 minutes 40 s on an H200), every result in
+# The prepared check for a lent GPU machine: one command, at most about 8 minutes (3 min 35 s on an H200 with half these images), every result in
 # one Markdown file under $OUT (gpu-<date>.md), the full logs beside it.
 #
 #   bash benchmarks/gpu/device_check.sh            on the device machine (python3 there has
