@@ -176,8 +176,7 @@ def sharded_asset(op: OpPlan) -> dg.AssetsDefinition:
     @dg.op(
         name=shard.shard_op,
         out=dg.Out(**stored),
-        # none: the shard builds its resources after its GPU lease (shards.shard_resources)
-        required_resource_keys=set(),
+        required_resource_keys=set(),  # built after the GPU lease (shards.shard_resources)
         **shard_ops,
     )
     def shard_op(context, piece):
