@@ -473,7 +473,7 @@ def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
             f"for the batch from item {done} {short_repr(run.items[done], 80)} (note "
             f"{run.offset + run.owner[done]})"
         )
-    pending = list(dumps.pending.values()) if dumps is not None else []
+    pending = dumps.pending_keys() if dumps is not None else []
     if pending:
         shown = ", ".join(f"item {i} {short_repr(run.items[i], 60)}" for i in pending[:3])
         parts.append(

@@ -23,7 +23,7 @@ from ..authoring.log import Emit, LogTarget, log_target
 from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
 from .batch import run_batch_step
-from .errors import ItemError, StepFailure, short_repr, skip_hint
+from .errors import ItemError, StepFailure, named_url, short_repr, skip_hint, url_named
 from .pools.batch_pools import BatchPools
 from .routing import Pins, StepResult, dropped_stats, normalize_yield
 from .stall import StallWatchdog
@@ -167,8 +167,11 @@ class StepDriver:
             except Exception as exc:
                 raise StepFailure(
                     self.label,
-                    f"load failed after {self.produced} notes: {type(exc).__name__}: {exc}",
-                    ItemError("load", self.produced, None, "", "", traceback.format_exc()),
+                    f"load failed after {self.produced} notes: {type(exc).__name__}: {exc}"
+                    f"{named_url(exc)}",
+                    ItemError(
+                        "load", self.produced, None, "", "", url_named(traceback.format_exc(), exc)
+                    ),
                 ) from exc
             routed = out.declared(normalize_yield(value, self.pins, warn, warned), "the source")
             self.produced += sum(len(v) for v in routed.values())
@@ -199,11 +202,13 @@ class StepDriver:
             try:
                 routed = self.step(note)
             except Exception as exc:
-                error = ItemError("step", index, None, "", short_repr(note), traceback.format_exc())
+                tb = url_named(traceback.format_exc(), exc)
+                error = ItemError("step", index, None, "", short_repr(note), tb)
                 if self.runtime.on_item_error != "skip":
                     raise StepFailure(
                         self.label,
-                        f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}"
+                        f"{named_url(exc)}",
                         error,
                         note=note,
                         hint=skip_hint(self.label, batch=False),

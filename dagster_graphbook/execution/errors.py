@@ -30,6 +30,42 @@ def exit_hint(exc: BaseException, where: str) -> str:
     )
 
 
+def named_url(exc: BaseException) -> str:
+    """`` (at s3://bucket/key)``: the URL a failed filesystem call was on, when ``exc`` does not
+    name it (s3fs's error for wrong credentials says only ``The AWS Access Key Id you provided
+    does not exist in our records``; a missing bucket's names the key), else ``""``. Read from
+    the traceback: the innermost frame of an fsspec filesystem's method with a ``path``."""
+    spec = sys.modules.get("fsspec.spec")  # no fsspec imported: no bucket call failed
+    if spec is None:
+        return ""
+    found: Optional[Tuple[Any, str]] = None
+    tb = exc.__traceback__
+    while tb is not None:  # outermost first: the innermost call on a path wins
+        local = tb.tb_frame.f_locals
+        fs, path = local.get("self"), local.get("path", local.get("rpath"))
+        if isinstance(fs, spec.AbstractFileSystem) and isinstance(path, str) and path:
+            found = (fs, path)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    fs, path = found
+    try:
+        url = fs.unstrip_protocol(path)
+    except Exception:  # noqa: BLE001 - a driver's own spelling: the path as it is
+        url = path
+    said = str(exc)
+    return "" if path.strip("/") in said or url in said else f" (at {url})"
+
+
+def url_named(text: str, exc: BaseException) -> str:
+    """A traceback's ``text`` whose last line (the error) ends naming the URL (``named_url``)."""
+    hint = named_url(exc)
+    if not hint:
+        return text
+    body = text.rstrip("\n")
+    return f"{body}{hint}\n"
+
+
 CUDA_FORK_HINT = (
     "load_fn and dump_fn run in forked workers and must not use CUDA; move GPU work into "
     "on_item_batch"

@@ -93,6 +93,15 @@ class BatchRuntime(StepRuntime):
     max_dumps_in_flight: int = Field(
         default=64, ge=1, description="dump calls pending before on_item_batch waits"
     )
+    io_concurrency: int = Field(
+        default=32,
+        ge=1,
+        le=512,
+        description="load_fn calls on bucket URLs (s3://...) in flight at once across the loader "
+        "workers, and as many dump_fn calls with a URL argument across the dump workers: each "
+        "worker runs its share on threads, as such calls wait on the network, not on a core "
+        "(local paths: one call at a time per worker); 1: one call at a time",
+    )
     progress_interval_s: float = _progress_interval()
     worker_nice: int = Field(
         default=-1,

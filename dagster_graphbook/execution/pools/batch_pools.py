@@ -28,6 +28,7 @@ class BatchPools:
 
     def loader(self, run: Any, batch_size: int, device: str, has_load: bool) -> Any:
         """The batches of the run's items: ``load_fn`` in worker processes or threads (or none)."""
+        from .io_calls import share
         from .loader_pool import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
 
         settings, step = run.settings, run.step
@@ -37,6 +38,14 @@ class BatchPools:
             run.items, step.load_fn, dict(getattr(step, "load_fn_params", None) or {})
         )
         dataset.call_timeout_s = settings.call_timeout_s
+        # items on bucket URLs, this many at a time in each worker (io_calls.py): a share of
+        # io_concurrency per worker process, all of it where the step process loads
+        in_workers = settings.worker_type == "process" and settings.num_workers > 0
+        dataset.io_threads = (
+            share(settings.io_concurrency, settings.num_workers)
+            if in_workers
+            else settings.io_concurrency
+        )
         if settings.worker_type != "process":
             return ThreadLoader(dataset, batch_size, settings, stack=device != "cpu")
         if self.process_loader is not None:

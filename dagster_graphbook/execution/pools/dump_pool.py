@@ -3,6 +3,11 @@
 Built on ``concurrent.futures``: a dead worker surfaces as ``BrokenProcessPool`` on the next
 result instead of a hang, raised here as ``WorkerDied`` naming the dead workers. ``dump_fn``
 reaches the workers once, through the pool initializer.
+
+Calls with a bucket URL among their arguments (an upload) wait on the network: they go to a
+worker process in chunks, each run there on threads (``io_calls.py``), so the workers keep
+``runtime.io_concurrency`` of them in flight; with thread workers, on that many threads of their
+own. Other calls go one by one, one at a time per worker, as ever.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from concurrent.futures import (
     wait,
 )
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ...authoring._tempfiles import is_url, url_sizes
 from ...authoring.files import recording_files
 from ...errors import Label
 from ...plan.settings import BatchRuntime
-from ..errors import WorkerDied, cuda_fork_hint, exit_hint, killed_by_signal
+from ..errors import WorkerDied, cuda_fork_hint, exit_hint, killed_by_signal, url_named
+from .io_calls import close_pool, map_calls, on_urls, own_pool, share
 from .threads import pool_processes, pool_thread_ids
 from .workers import PoolNice, init_worker
 
@@ -114,7 +120,16 @@ def _call(
                 result = call(*args)
             return None, _written(result, through_helper)
     except (Exception, SystemExit) as exc:  # sys.exit() in dump_fn is this item's error too
-        return traceback.format_exc() + exit_hint(exc, "dump_fn") + cuda_fork_hint(exc), []
+        tb = url_named(traceback.format_exc(), exc)  # a bucket's error may not name the URL
+        return tb + exit_hint(exc, "dump_fn") + cuda_fork_hint(exc), []
+
+
+Called = Tuple[Optional[str], List[Tuple[str, Optional[int]]]]  # a call's (error, files)
+
+
+def _call_many(calls: List[Tuple[Any, ...]], threads: int) -> List[Called]:
+    """A chunk of calls on bucket URLs in a worker process, ``threads`` at a time."""
+    return map_calls(_call, calls, threads)
 
 
 def _exited(procs: List[Any], wait_s: float = DEATH_WAIT_S) -> List[Tuple[int, int]]:
@@ -146,13 +161,25 @@ class DumpPool:
         self.dump_fn = dump_fn
         self.label = label  # names the step in a WorkerDied
         self.max_in_flight = max(1, settings.max_dumps_in_flight)
-        self.pending: Dict[Future, Any] = {}
+        self.pending: Dict[Future, List[Any]] = {}  # a task -> the keys of its calls
+        self.chunks: Set[Future] = set()  # the tasks that are chunks of calls (``_call_many``)
+        self.chunk: List[Tuple[Any, Tuple[Any, ...]]] = []  # calls on URLs not sent yet
         size = max(1, settings.dump_pool_size)
         self.threads = settings.worker_type == "thread" or settings.num_workers == 0
         self.nice = PoolNice(settings.worker_nice, processes=not self.threads)
         self.size = size
         # the worker processes, kept here: a broken pool may forget its own before we look
         self.workers: Dict[int, Any] = {}
+        # calls on URLs in flight per worker process (all of them on thread workers); one at a
+        # time under call_timeout_s, whose limit needs the worker's main thread
+        self.io_threads = (
+            1
+            if settings.call_timeout_s is not None
+            else settings.io_concurrency
+            if self.threads
+            else share(settings.io_concurrency, size)
+        )
+        self.io_executor: Optional[ThreadPoolExecutor] = None  # thread workers' calls on URLs
         if self.threads:
             self.executor: Any = ThreadPoolExecutor(
                 size,
@@ -176,22 +203,51 @@ class DumpPool:
             self.nice.lower(pids, by, processes=True)
 
     def submit(self, key: Any, args: Sequence[Any]) -> List[DumpDone]:
-        done = self.poll(block=len(self.pending) >= self.max_in_flight)
-        try:
-            future = (
-                self.executor.submit(_call, tuple(args), self.dump_fn)
-                if self.threads
-                else self.executor.submit(_call, tuple(args))
-            )
-        except BrokenProcessPool as exc:  # a worker died before its call's result was seen
-            raise self._died(exc) from exc
-        self.pending[future] = key
-        if not self.threads and len(self.workers) < self.size:  # started on the first calls
-            self.workers.update((p.pid, p) for p in pool_processes(self.executor))
+        done = self._poll(block=self.in_flight() >= self.max_in_flight)
+        args = tuple(args)
+        if self.io_threads > 1 and on_urls(args):
+            if not self.threads:  # sent with the next calls on URLs, as one task
+                self.chunk.append((key, args))
+                if len(self.chunk) >= self.io_threads:
+                    self._flush()
+                return done
+            if self.io_executor is None:
+                self.io_executor = own_pool(self.io_threads, "dump")
+            self.pending[self.io_executor.submit(_call, args, self.dump_fn)] = [key]
+            return done
+        if self.threads:
+            self._send([key], _call, args, self.dump_fn)
+        else:
+            self._send([key], _call, args)
         return done
 
+    def _send(self, keys: List[Any], fn: Callable[..., Any], *args: Any) -> Future:
+        try:
+            future = self.executor.submit(fn, *args)
+        except BrokenProcessPool as exc:  # a worker died before its call's result was seen
+            raise self._died(exc) from exc
+        self.pending[future] = keys
+        if not self.threads and len(self.workers) < self.size:  # started on the first calls
+            self.workers.update((p.pid, p) for p in pool_processes(self.executor))
+        return future
+
+    def _flush(self) -> None:
+        """Send the calls on URLs gathered so far to a worker process, as one task."""
+        if self.chunk:
+            chunk, self.chunk = self.chunk, []
+            future = self._send([k for k, _ in chunk], _call_many, [a for _, a in chunk],
+                                self.io_threads)  # fmt: skip
+            self.chunks.add(future)
+
     def poll(self, block: bool = False) -> List[DumpDone]:
-        """Finished calls; with ``block``, wait for at least one. Raises if a worker died."""
+        """Finished calls (the calls on URLs gathered so far are sent first); with ``block``,
+        wait for at least one. Raises if a worker died."""
+        self._flush()
+        return self._poll(block)
+
+    def _poll(self, block: bool) -> List[DumpDone]:
+        if block:  # what it waits for must be under way
+            self._flush()
         if not self.pending:
             return []
         finished, _ = wait(
@@ -199,12 +255,15 @@ class DumpPool:
         )
         out = []
         for future in finished:
-            key = self.pending.pop(future)
+            keys = self.pending.pop(future)
             try:
-                error, files = future.result()
+                results = future.result()
             except BrokenProcessPool as exc:
                 raise self._died(exc) from exc
-            out.append(DumpDone(key, error, files))
+            if future not in self.chunks:
+                results = [results]
+            self.chunks.discard(future)
+            out += [DumpDone(key, error, files) for key, (error, files) in zip(keys, results)]
         return out
 
     def _died(self, exc: BrokenProcessPool) -> WorkerDied:
@@ -231,17 +290,24 @@ class DumpPool:
 
     def drain(self) -> List[DumpDone]:
         out: List[DumpDone] = []
+        self._flush()
         while self.pending:
             out += self.poll(block=True)
         return out
 
     def in_flight(self) -> int:
-        return len(self.pending)
+        """Calls submitted and not yet done."""
+        return sum(len(keys) for keys in self.pending.values()) + len(self.chunk)
+
+    def pending_keys(self) -> List[Any]:
+        """The keys of the calls submitted and not yet done, in the order they were sent."""
+        return [key for keys in self.pending.values() for key in keys] + [k for k, _ in self.chunk]
 
     def close(self, abort: bool = False, grace_s: float = ABORT_GRACE_S) -> None:
         """Shut down. On abort, calls not started are cancelled and calls under way get ``grace_s``
         to finish (a killed ``dump_fn`` would strand its temporary file); workers still busy after
         that are killed, so nothing outlives the step."""
+        self.chunk.clear()  # never sent: nothing of them started
         if abort:
             for future in self.pending:
                 future.cancel()
@@ -253,6 +319,9 @@ class DumpPool:
                 for proc in pool_processes(self.executor):
                     if stuck and proc.is_alive():
                         proc.kill()
+        io, self.io_executor = self.io_executor, None
+        if io is not None:  # thread workers' calls on URLs: ended as the workers below
+            close_pool(io, grace_s=0 if abort else None)
         if self.threads:
             from .threads import shut_down_threads
 
@@ -261,6 +330,7 @@ class DumpPool:
             self.executor.shutdown(wait=True, cancel_futures=True)
             self._release_workers()
         self.pending.clear()
+        self.chunks.clear()
 
     def _release_workers(self) -> None:
         """Close the kept worker handles: each holds a sentinel pipe until closed."""

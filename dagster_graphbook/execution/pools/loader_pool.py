@@ -42,7 +42,8 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSample
 from ...errors import Label
 from ...plan.settings import BatchRuntime
 from ...store.tensors import map_tensors
-from ..errors import WorkerDied, cuda_fork_hint, exit_hint
+from ..errors import WorkerDied, cuda_fork_hint, exit_hint, url_named
+from .io_calls import close_pool, map_calls, on_urls, own_pool
 from .threads import pool_thread_ids
 from .torch_internals import (
     BatchNotReady,
@@ -92,6 +93,23 @@ class ItemDataset(Dataset):
         return len(self.items)
 
     call_timeout_s: Optional[float] = None  # runtime.call_timeout_s (see call_timeout.py)
+    # items on bucket URLs loaded this many at a time (io_calls.py): this worker's share of
+    # runtime.io_concurrency, on ``io_pool`` (a loader's own threads in the step process) or the
+    # worker process's I/O threads
+    io_threads: int = 1
+    io_pool: Optional[ThreadPoolExecutor] = None
+
+    def __getitems__(self, keys: List[Any]) -> List[Tuple[int, Any, Optional[str]]]:
+        """A batch's items (DataLoader's fetcher and ``_load_range`` call this): on bucket URLs,
+        ``io_threads`` at a time; else one after another. Under ``call_timeout_s`` one after
+        another: the limit needs the worker's main thread (``call_timeout.py``)."""
+        threads = self.io_threads if self.call_timeout_s is None else 1
+        if threads > 1 and any(self._on_url(key) for key in keys):
+            return map_calls(self.__getitem__, keys, threads, self.io_pool)
+        return [self[key] for key in keys]
+
+    def _on_url(self, key: Any) -> bool:
+        return key.on_url if isinstance(key, _Sent) else on_urls((self.items[key],))
 
     def __getitem__(self, key: Any) -> Tuple[int, Any, Optional[str]]:
         """``key``: an item's index, or a ``_Sent`` item (a stream's later chunks, which the
@@ -107,7 +125,8 @@ class ItemDataset(Dataset):
             with time_limit(self.call_timeout_s, f"load_fn on item {i}"):
                 return i, self.load_fn(item, **params), None
         except (Exception, SystemExit) as exc:  # sys.exit() in load_fn is this item's error too
-            return i, None, traceback.format_exc() + exit_hint(exc, "load_fn") + cuda_fork_hint(exc)
+            tb = url_named(traceback.format_exc(), exc)  # a bucket's error may not name the URL
+            return i, None, tb + exit_hint(exc, "load_fn") + cuda_fork_hint(exc)
 
     def _params_of(self, key: _Sent) -> Dict[str, Any]:
         """The chunk's ``load_fn_params`` (unpickled once per chunk in each worker: each task
@@ -124,12 +143,15 @@ class _Sent(NamedTuple):
     i: int  # the item's index in the chunk
     item: bytes
     params: bytes  # the chunk's load_fn_params, the same bytes object for the whole chunk
+    on_url: bool = False  # the item is a bucket URL (``io_calls.on_urls``)
 
 
 def _sent(dataset: ItemDataset) -> List[_Sent]:
     """``dataset``'s items pickled for the kept workers (raises when one does not pickle)."""
     params = _by_value(dataset.params)
-    return [_Sent(i, _by_value(item), params) for i, item in enumerate(dataset.items)]
+    return [
+        _Sent(i, _by_value(item), params, on_urls((item,))) for i, item in enumerate(dataset.items)
+    ]
 
 
 def _by_value(obj: Any) -> bytes:
@@ -500,6 +522,8 @@ class ProcessLoader:
         self.piped = 0  # batches that came through the pipe fallback
         # pinning happens at the copy out of the ring (DataLoader's pin thread would copy blocks)
         self.dataset = dataset
+        if num_workers == 0 and dataset.io_threads > 1:  # loads in this process: threads of its own
+            dataset.io_pool = own_pool(dataset.io_threads, "load")
         self.tasks = _Tasks(len(dataset), batch_size)
         self.loader = DataLoader(
             dataset,
@@ -661,6 +685,9 @@ class ProcessLoader:
         shutdown_workers(self._it)
         self._it = None
         self.blocks.clear()
+        held = self.loader.dataset
+        if isinstance(held, ItemDataset):  # num_workers=0: its I/O threads are this process's
+            _close_io_pool(held)
 
 
 def _check_stamp(block: torch.Tensor, ref: SlabRef) -> None:
@@ -695,10 +722,17 @@ def _drop_ring() -> None:
     _RING = None
 
 
+def _close_io_pool(dataset: ItemDataset) -> None:
+    """End the I/O threads a loader of the step process gave ``dataset`` (``io_calls``)."""
+    pool, dataset.io_pool = dataset.io_pool, None
+    if pool is not None:
+        close_pool(pool)
+
+
 def _load_range(dataset: ItemDataset, indices: List[int], stack: bool) -> LoadedBatch:
     """One batch in a loader thread. Stacking only pays off for the one copy to a GPU: on the CPU
     the values stay as loaded (no extra copy of the batch)."""
-    samples = [dataset[i] for i in indices]
+    samples = dataset.__getitems__(indices)
     if stack:
         return collate(samples)
     indices_ok, values, errors = _split(samples)
@@ -726,6 +760,8 @@ class ThreadLoader:
             thread_name_prefix="graphbook-load",
             initializer=self.nice.thread_started,
         )
+        if self.dataset.io_threads > 1:  # items on URLs: threads of their own (io_calls.py)
+            self.dataset.io_pool = own_pool(self.dataset.io_threads, "load")
         ranges = iter(self.ranges)
         for r in ranges:
             self.pending.append(self.pool.submit(_load_range, self.dataset, r, self.stack))
@@ -746,6 +782,7 @@ class ThreadLoader:
         return len(self.pending)
 
     def close(self) -> None:
+        _close_io_pool(self.dataset)
         if self.pool is not None:
             # a load_fn stuck in C code (a read on a stalled mount) never returns: wait a little,
             # then leave its thread behind rather than hang the step's end (see threads.py)
