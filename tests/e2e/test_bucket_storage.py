@@ -195,6 +195,46 @@ def test_a_bucketed_nightly_day_costs_three_requests_per_image(
         assert saved["files_bytes"] == sum(bucket.objects(f"outputs/{day}").values()) > 0
 
 
+def test_a_bucketed_days_batch_steps_keep_many_requests_in_flight(
+    project, tmp_path, run_wf, bucket, monkeypatch
+):
+    """A bucket 50 ms away (a proxy of the test's own in front of moto's server): the demo's
+    batch steps keep many requests in flight, not one per worker (2 loader and 2 dump workers,
+    runtime.io_concurrency 32): at least 16 whole-object reads at once (the loaders'; a
+    preview's reads are ranged) and 16 writes (the dumps'; notes are written one at a time).
+    Counted at the proxy, not timed. Every image is read once by each of the two steps and
+    every copy written once: nothing retried or read twice."""
+    from tests.latency_proxy import latency_proxy
+
+    images, day = 64, "2026-05-09"
+    folder = _shapes_data().make_day(tmp_path / "incoming", day, images)
+    for image in folder.iterdir():  # straight to the server, not through the proxy
+        bucket.fs.put_file(str(image), f"{bucket.name}/incoming/{day}/{image.name}")
+    with latency_proxy(bucket.endpoint, 50) as proxy:
+        s3_env(monkeypatch, proxy.endpoint)
+        result = run_wf(
+            WORKFLOW,
+            [NODES],
+            {
+                "IncomingImages.folder": f"{bucket.url}/incoming/{day}",
+                "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+                "ReviewSplit.threshold": 0.0,  # every image on to SaveResized
+                "SaveResized.output_dir": f"{bucket.url}/outputs/{day}",
+            },
+            notes_dir=f"{bucket.url}/notes",
+        )
+        stats = proxy.stats()
+    assert result.success, result.failure
+    most = stats["max_in_flight_by"]
+    assert most["GET bytes=0-"] >= 16 and most["PUT"] >= 16, most
+    counted = stats["by_request"]
+    reads = {k: n for k, n in counted.items() if k.startswith("GET ") and k.endswith(" bytes=0-")}
+    writes = {k: n for k, n in counted.items() if k.startswith(f"PUT /{bucket.name}/outputs/")}
+    assert len(reads) == images and set(reads.values()) == {2}, reads
+    assert len(writes) == images and set(writes.values()) == {1}, writes
+    assert len(bucket.objects(f"outputs/{day}")) == images
+
+
 def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_loses_nothing(
     tmp_path, run_wf, bucket, monkeypatch
 ):
@@ -246,7 +286,7 @@ READ_WRITE = {
 
 
 def test_a_bucket_that_denies_writes_fails_the_step_naming_the_url_and_loses_nothing(
-    tmp_path, run_wf, monkeypatch
+    project, tmp_path, run_wf, monkeypatch
 ):
     """moto with IAM enforced: a user whose policy only reads. Its run fails the step that
     stores notes, naming the URL, and the notes a writer committed stay as they were."""
@@ -290,3 +330,23 @@ def test_a_bucket_that_denies_writes_fails_the_step_naming_the_url_and_loses_not
         assert f"cannot write {notes}/chain/Start/{denied.run_id}.pkl" in (denied.failure or "")
         assert "PermissionError: Access Denied" in (denied.failure or "")
         assert objects(as_user("writer")) == committed
+
+        # credentials the bucket does not know: s3fs's error names no object; the failure
+        # names the folder the demo's source was listing
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "no-such-key")
+        s3fs.S3FileSystem.clear_instance_cache()
+        incoming = "s3://nightly/incoming/2026-04-02"
+        stranger = run_wf(
+            WORKFLOW,
+            [NODES],
+            {
+                "IncomingImages.folder": incoming,
+                "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+                "SaveResized.output_dir": "s3://nightly/outputs",
+            },
+            notes_dir=notes,
+        )
+        assert not stranger.success
+        failure = stranger.failure or ""
+        assert "step 'IncomingImages'" in failure and "PermissionError" in failure, failure
+        assert f"(at {incoming})" in failure, failure
