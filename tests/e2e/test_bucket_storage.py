@@ -233,6 +233,10 @@ def test_a_bucketed_days_batch_steps_keep_many_requests_in_flight(
     assert len(reads) == images and set(reads.values()) == {2}, reads
     assert len(writes) == images and set(writes.values()) == {1}, writes
     assert len(bucket.objects(f"outputs/{day}")) == images
+    # the loaders' preview: its 12 reads, at once in the step process once its forked workers
+    # ended, each made (none waited out the preview's timeout)
+    preview = _materialized(result)["nightly_shapes/ClassifyShapes"]["preview"]
+    assert preview.count("data:image/jpeg;base64,") == 12, preview[-300:]
 
 
 def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_loses_nothing(
