@@ -27,7 +27,12 @@ from ..plan.settings import (
     StreamSettings,
     read_runtime,
 )
-from ..store.previews import PREVIEW_META, contact_sheet, store_protocols
+from ..store.previews import (
+    PREVIEW_META,
+    contact_sheet,
+    opening_store_urls,
+    store_protocols,
+)
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
 from .ownership.guard import check_code_config, check_partition_key
@@ -244,7 +249,8 @@ def run_op(
             node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
             first_note=first_note,
         )  # fmt: skip
-    with failures_named(None if op.streamed else op.steps[0].label):
+    protocols = store_protocols(_notes_dir(context, op))  # a failed item's picture may open
+    with failures_named(None if op.streamed else op.steps[0].label), opening_store_urls(protocols):
         try:
             if op.streamed:
                 stream = StreamSettings(**dict(config.get(STREAM_KEY) or {}))

@@ -24,7 +24,9 @@ import os
 import stat
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
@@ -451,16 +453,34 @@ def _markdown(cells: Sequence[Tuple[str, str]], total: str) -> str:
     return "\n".join(lines)
 
 
-def item_picture(item: Any, size: int, protocols: Sequence[str] = ()) -> str:
+# the URL protocols a failed item's picture may open: the notes store's, set by the op running
+# the step (``opening_store_urls``), so that the batch driver needs no notion of the store
+_ITEM_PROTOCOLS: ContextVar[Tuple[str, ...]] = ContextVar("item_protocols", default=())
+
+
+@contextmanager
+def opening_store_urls(protocols: Sequence[str]) -> Iterator[None]:
+    """Within the block, failed items' pictures open URLs of ``protocols`` (the notes store's
+    bucket, ``store_protocols``), as the step's preview does."""
+    token = _ITEM_PROTOCOLS.set(tuple(protocols))
+    try:
+        yield
+    finally:
+        _ITEM_PROTOCOLS.reset(token)
+
+
+def item_picture(item: Any, size: int, protocols: Optional[Sequence[str]] = None) -> str:
     """A failed item, as the failure shows it: its thumbnail as a markdown image, a plain
     sentence saying it ``does not open as an image`` when it names an image that does not open
     (a corrupt JPEG) or why it was skipped (a FIFO, a URL: see ``thumbnail``), or '' when the
-    item is no image at all. Made within ``PICTURE_SECONDS``."""
+    item is no image at all. Made within ``PICTURE_SECONDS``; URLs of ``protocols`` open (by
+    default those ``opening_store_urls`` set)."""
     found = image_in(item)
     if found is None:
         return ""
+    allowed = _ITEM_PROTOCOLS.get() if protocols is None else tuple(protocols)
     try:
-        jpeg = bounded_thumbnail(found[1], size, PICTURE_SECONDS, protocols=tuple(protocols))
+        jpeg = bounded_thumbnail(found[1], size, PICTURE_SECONDS, protocols=allowed)
     except Skipped as why:
         return f"{str(found[1])[:200]} {SKIPPED}: {why}"
     except Exception as exc:

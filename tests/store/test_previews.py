@@ -379,3 +379,22 @@ def test_a_table_preview_holds_only_what_dagster_records_take(tmp_path):
     assert second["cls"] == "2.0" and second["x"] == "2.5" and second["tags"] is None
     assert len(second["long"]) == 200 and second["long"].endswith("…")
     assert {c.type for c in preview.schema.columns} == {"string"}
+
+
+def test_a_failed_items_picture_opens_urls_of_the_notes_store_only_within_its_op():
+    """The op running a step lets failed items' pictures open its notes store's URLs (a bucket
+    pipeline's corrupt-image failure shows the image), and no others (never http)."""
+    import fsspec
+    from PIL import Image
+
+    from dagster_graphbook.store.previews import item_picture, opening_store_urls
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30), "red").save(buffer, format="PNG")
+    fsspec.filesystem("memory").pipe("/store/failed.png", buffer.getvalue())
+    url = "memory://store/failed.png"
+    assert "skipped" in item_picture({"image": url}, 32)  # outside an op: no URL opens
+    with opening_store_urls(("memory",)):
+        assert item_picture({"image": url}, 32).startswith("![failed item](data:image/jpeg")
+        assert "skipped" in item_picture({"image": "http://127.0.0.1:9/x.png"}, 32)
+    assert "skipped" in item_picture({"image": url}, 32)  # the op's setting ended with it
