@@ -24,11 +24,22 @@ def resolve_device(device: str) -> str:
 
 
 def is_cuda_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is CUDA running out of device memory (``torch.cuda.OutOfMemoryError``)."""
+    """Whether ``exc`` is the device running out of memory: torch's ``OutOfMemoryError`` (the
+    caching allocator's), or the ``AcceleratorError`` a CUDA library's own allocation raises
+    (``CUDA error: out of memory``: cuBLAS, nvJPEG), which has no type of its own."""
     import sys
 
     torch = sys.modules.get("torch")  # no torch imported: it was not CUDA that failed
-    return torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)
+    if torch is None:
+        return False
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    accelerator = getattr(torch, "AcceleratorError", None)
+    return (
+        accelerator is not None
+        and isinstance(exc, accelerator)
+        and "out of memory" in str(exc).lower()
+    )
 
 
 def memory_line(device: str) -> str:

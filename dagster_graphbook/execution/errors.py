@@ -239,9 +239,10 @@ class WorkerDied(StepFailure):
 
 class GpuOutOfMemory(StepFailure):
     """CUDA ran out of memory in ``on_item_batch``. The step fails at once, under
-    ``on_item_error: skip`` too: every later batch of that size would fail alike, and skipping
-    them all would lose the day. The batch is not halved and retried: ``on_item_batch`` may have
-    changed the step's state (counters, notes) before it failed."""
+    ``on_item_error: skip`` too and without ``runtime.retries``: every later batch of that size
+    would fail alike, and skipping them all would lose the day. The batch is not halved and
+    retried: ``on_item_batch`` may have changed the step's state (counters, notes) before it
+    failed."""
 
     def __init__(
         self,
@@ -260,6 +261,7 @@ class GpuOutOfMemory(StepFailure):
             f"{batch_size}, device {device}{'; ' + memory if memory else ''})",
             hint=f"lower batch_size{_set_hint(label, 'batch_size', max(1, batch_size // 2))}, "
             "or free the GPU of other processes",
+            allow_retries=False,  # a retry runs the same batch size into the same wall
         )
 
 

@@ -149,12 +149,13 @@ def _retry_or_raise(
     the op again; once spent, the op fails with ``exc`` itself."""
     runtime = max(runtimes, key=lambda r: r.retries)
     attempt = context.retry_number + 1
-    if attempt > runtime.retries:
-        return
+    if attempt > runtime.retries or not getattr(exc, "allow_retries", True):
+        return  # spent, or a failure that says a retry would fail alike (GPU out of memory)
     label = op.steps[0].label if not op.streamed else f"streaming op {op.name}"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first.removeprefix(f"{label}: ")  # a StepFailure's headline names the step already
     context.log.warning(
-        f"{label}: attempt {attempt} of {runtime.retries + 1} failed: "
-        f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}; retrying"
+        f"{label}: attempt {attempt} of {runtime.retries + 1} failed: {first}; retrying"
     )
     raise dg.RetryRequested(
         max_retries=runtime.retries, seconds_to_wait=runtime.retry_delay_s

@@ -40,9 +40,25 @@ def is_oversized_view(obj: Any) -> bool:
 
 
 def _on_device(obj: Any) -> bool:
-    """A tensor on a GPU (or another device than the CPU)."""
+    """A tensor with data on a GPU (or another device than the CPU; ``meta`` holds no data and
+    pickles as it is). A non-leaf tensor that requires grad is left to pickle, which refuses it
+    on every device alike."""
     torch = _torch()
-    return torch is not None and isinstance(obj, torch.Tensor) and obj.device.type != "cpu"
+    return (
+        torch is not None
+        and isinstance(obj, torch.Tensor)
+        and obj.device.type not in ("cpu", "meta")
+        and (obj.is_leaf or not obj.requires_grad)
+    )
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """``obj``'s CPU copy, of its own type (a ``Parameter`` stays one) and ``requires_grad``."""
+    torch = _torch()
+    copy = obj.detach().cpu()
+    if isinstance(obj, torch.nn.Parameter):
+        return torch.nn.Parameter(copy, requires_grad=obj.requires_grad)
+    return copy.requires_grad_(obj.requires_grad)
 
 
 class _NotesPickler(pickle.Pickler):
@@ -56,7 +72,7 @@ class _NotesPickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         if _on_device(obj):  # its CPU copy is compact already
-            return obj.detach().cpu().requires_grad_(obj.requires_grad).__reduce_ex__(self.protocol)
+            return _cpu_copy(obj).__reduce_ex__(self.protocol)
         if is_oversized_view(obj):
             # a copy with storage of its own bytes; same dtype, shape and requires_grad
             copy = obj.detach().clone().requires_grad_(obj.requires_grad)

@@ -365,3 +365,49 @@ def test_terminate_mid_run_stops_every_worker_and_frees_shared_memory(
     )  # stopped mid-step, not finished
     assert len(list(out_dir.iterdir())) < 4000
     assert not any(p.name.startswith(".tmp-") for p in out_dir.iterdir())
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU out of memory: no retry, under skip too
+
+OOM_NODES = """
+    import os
+
+    import torch
+    from graphbook import batch, param, source, step
+
+
+    @step("Oom/Items")
+    @source()
+    def items(ctx):
+        yield {"out": {"items": [1, 2, 3]}}
+
+
+    @step("Oom/Model")
+    @batch(2, "items")
+    @param("calls", "string", default="")
+    def model(ctx, outputs, items, notes):
+        open(os.path.join(ctx.calls, str(len(os.listdir(ctx.calls)))), "w").close()
+        # what a CUDA library's own allocation raises (cuBLAS, nvJPEG): no OutOfMemoryError type
+        raise torch.AcceleratorError("CUDA error: out of memory")
+    """
+
+
+def test_a_gpu_out_of_memory_fails_the_step_at_once_without_its_retries(tmp_path, run_wf):
+    """A retry would run the same batch size into the same wall: runtime.retries is not spent on
+    it (the model reloaded each time), and skip does not skip every batch."""
+    nodes = write_nodes(tmp_path / "oom_nodes", "oom_nodes.py", OOM_NODES)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    wf = write_workflow(
+        tmp_path,
+        "oomwf",
+        [step_node("1", "Items", source=True), step_node("2", "Model", {"calls": str(calls)})],
+        [edge("1", "out", "2")],
+    )
+    params = {"Model.runtime.retries": 2, "Model.runtime.on_item_error": "skip"}
+    run = run_wf(wf, [nodes], {**params, "Model.runtime.device": "cpu"})
+    assert not run.success
+    assert "CUDA ran out of memory in on_item_batch on a batch of 2 items" in run.failure
+    assert "lower batch_size (--set Model.batch_size=1" in run.failure
+    assert len(list(calls.iterdir())) == 1  # one call: no retry, no second batch

@@ -217,3 +217,12 @@ def test_cuda_counts_as_started_only_once_the_driver_is_initialized():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "True"], done.stdout + done.stderr
+
+
+def test_a_cuda_parameter_is_stored_as_a_cpu_parameter():
+    from dagster_graphbook.store import codec
+
+    layer = torch.nn.Linear(3, 2).cuda()
+    back = codec.loads(codec.dumps(layer))
+    assert isinstance(back.weight, torch.nn.Parameter) and back.weight.device.type == "cpu"
+    assert torch.equal(back.weight, layer.weight.detach().cpu())

@@ -54,3 +54,18 @@ def test_codec_stores_a_batch_view_as_its_own_bytes():
     assert shared[0].data_ptr() == shared[1].data_ptr()
     array = np.zeros((8, 1000))
     assert len(notes_codec.dumps([array[1]])) < 1.1 * 8000
+
+
+def test_meta_tensors_and_parameters_store_as_they_are():
+    """A ``meta`` tensor (no data: a model built on ``device="meta"``) pickles as before; a
+    Parameter on the CPU stays a Parameter (tests/gpu checks CUDA tensors come back on the CPU)."""
+    import torch
+
+    from dagster_graphbook.store import codec
+
+    back = codec.loads(codec.dumps({"shape": torch.empty(3, 4, device="meta")}))
+    assert back["shape"].device.type == "meta" and back["shape"].shape == (3, 4)
+    layer = torch.nn.Linear(2, 2, device="meta")
+    assert codec.loads(codec.dumps(layer)).weight.device.type == "meta"
+    weight = torch.nn.Parameter(torch.ones(2))
+    assert isinstance(codec.loads(codec.dumps({"w": weight}))["w"], torch.nn.Parameter)
