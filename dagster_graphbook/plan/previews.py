@@ -109,9 +109,11 @@ def _settings(
     for key in ("max", "size"):
         if key in given:
             v = given[key]
-            low = 0 if key == "max" else 8
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                problems.append(f"{where}.{key} must be a whole number, {low} or more, got {v!r}")
+            low, high = (0, 256) if key == "max" else (8, 1024)  # a preview, not a gallery
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+                problems.append(
+                    f"{where}.{key} must be a whole number from {low} to {high}, got {v!r}"
+                )
             else:
                 values[key] = v
     for key in _SECONDS:

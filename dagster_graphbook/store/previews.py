@@ -410,14 +410,22 @@ def _thumbnails(
     deadline = time.monotonic() + settings.timeout_s
     bounds = {"protocols": tuple(protocols), "max_pixels": settings.max_megapixels * 1e6}
     cells: List[Tuple[str, str]] = []
-    # images in a bucket are read all at once (a request each: one after another, a 50 ms
-    # bucket would add 0.6 s to each step's preview of 12); files stay one at a time
-    reading = {
-        k: _started(source, settings.size, bounds)
+    # images in a bucket are read _READ_AHEAD at once (a request each: one after another, a
+    # 50 ms bucket would add 0.6 s to each step's preview of 12); files stay one at a time
+    urls = [
+        k
         for k, (_, source, _) in enumerate(chosen)
         if is_url(source) and str(source).partition("://")[0].lower() in protocols
-    }
+    ]
+    reading: Dict[int, _Thumbnail] = {}
+
+    def read_ahead() -> None:
+        while urls and len(reading) < _READ_AHEAD:
+            k = urls.pop(0)
+            reading[k] = _started(chosen[k][1], settings.size, bounds)
+
     for k, (name, source, caption) in enumerate(chosen):
+        read_ahead()
         left = deadline - time.monotonic()
         if left <= 0:
             why = f"the preview's {settings.timeout_s:.3g} s ran out"
@@ -425,7 +433,7 @@ def _thumbnails(
             continue
         seconds = min(left, settings.image_timeout_s)
         try:
-            made = reading.get(k) or _started(source, settings.size, bounds)
+            made = reading.pop(k, None) or _started(source, settings.size, bounds)
             jpeg = made.result(seconds)
         except Skipped as why:
             cells.append(("", _text(f"{name}: {SKIPPED}: {why}", _SENTENCE_CHARS)))
@@ -434,6 +442,9 @@ def _thumbnails(
         else:
             cells.append((data_uri(jpeg), caption))
     return cells
+
+
+_READ_AHEAD = 16  # bucket images of one preview read at once (each up to _REMOTE_BYTES)
 
 
 def _markdown(cells: Sequence[Tuple[str, str]], total: str) -> str:

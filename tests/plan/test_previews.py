@@ -61,8 +61,9 @@ def test_the_field_shown_and_the_bounds_are_settings():
     "setting, says",
     [
         ({"Nope": False}, "preview names step 'Nope', which is not in the workflow"),
-        ({"max": -1}, "preview.max must be a whole number, 0 or more, got -1"),
-        ({"size": 2}, "preview.size must be a whole number, 8 or more, got 2"),
+        ({"max": -1}, "preview.max must be a whole number from 0 to 256, got -1"),
+        ({"max": 1000}, "preview.max must be a whole number from 0 to 256, got 1000"),
+        ({"size": 2}, "preview.size must be a whole number from 8 to 1024, got 2"),
         ({"ReviewSplit": {"colour": 1}}, "preview['ReviewSplit'] has unknown keys ['colour']"),
         ({"ReviewSplit": 3}, "preview['ReviewSplit'] must be true, false or a mapping, got 3"),
         ("yes", "preview must be true, false or a mapping"),

@@ -398,3 +398,36 @@ def test_a_failed_items_picture_opens_urls_of_the_notes_store_only_within_its_op
         assert item_picture({"image": url}, 32).startswith("![failed item](data:image/jpeg")
         assert "skipped" in item_picture({"image": "http://127.0.0.1:9/x.png"}, 32)
     assert "skipped" in item_picture({"image": url}, 32)  # the op's setting ended with it
+
+
+def test_a_preview_reads_at_most_16_bucket_images_at_once(monkeypatch):
+    """Bucket images are read ahead 16 at a time (each may be up to 64 MB), not all at once."""
+    import fsspec
+    from PIL import Image
+
+    from dagster_graphbook.store import previews
+
+    fs = fsspec.filesystem("memory")
+    buffer = io.BytesIO()
+    Image.new("RGB", (20, 20), "blue").save(buffer, format="PNG")
+    for i in range(40):
+        fs.pipe(f"/many/{i}.png", buffer.getvalue())
+    live, peak, lock = [0], [0], threading.Lock()
+    real = previews._from_url
+
+    def counted(*args, **kwargs):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.05)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                live[0] -= 1
+
+    monkeypatch.setattr(previews, "_from_url", counted)
+    notes = [{"image": f"memory://many/{i}.png"} for i in range(40)]
+    sheet = contact_sheet(notes, [], PreviewSettings(max=40, size=16), protocols=("memory",))
+    assert sheet is not None and len(_thumbs(sheet.value)) == 40
+    assert 2 <= peak[0] <= 16, peak[0]
