@@ -30,15 +30,28 @@ def write_table(notes: List[dict], path: Any) -> Dict[str, Any]:
 
 def _one_type_per_column(df: Any) -> Any:
     """``df`` with each column of mixed value types (numbers and strings, as notes hold
-    ``"1.5"`` beside ``2.5``; lists and text) as text, missing values kept missing: Parquet
-    stores one type per column."""
-    mixed = [c for c in df.columns if df[c].dtype == object and len(_kinds(df[c])) > 1]
+    ``"1.5"`` beside ``2.5``; lists and text; lists of mixed elements) as text, missing values
+    kept missing: Parquet stores one type per column."""
+    objects = [c for c in df.columns if df[c].dtype == object]
+    mixed = [c for c in objects if len(_kinds(df[c])) > 1 or not _arrow_takes(df[c])]
     if not mixed:
         return df
     df = df.copy()
     for column in mixed:
         df[column] = [None if _missing(v) else str(v) for v in df[column]]
     return df
+
+
+def _arrow_takes(values: Any) -> bool:
+    """Whether Parquet can store ``values`` as one column: lists or dicts whose elements mix
+    types (``[1, "x"]``, ``{"k": 1}`` beside ``{"k": "s"}``) it cannot."""
+    import pyarrow as pa
+
+    try:
+        pa.array(values.tolist(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 def _kinds(values: Any) -> set:

@@ -431,3 +431,22 @@ def test_a_preview_reads_at_most_16_bucket_images_at_once(monkeypatch):
     sheet = contact_sheet(notes, [], PreviewSettings(max=40, size=16), protocols=("memory",))
     assert sheet is not None and len(_thumbs(sheet.value)) == 40
     assert 2 <= peak[0] <= 16, peak[0]
+
+
+def test_a_table_of_lists_and_dicts_of_mixed_elements_is_stored_as_text(tmp_path):
+    """Parquet refuses ``[1, "x"]`` or ``{"k": 1}`` beside ``{"k": "s"}``: such a column is
+    stored as text (the sink failed before), the others keep their types."""
+    import pandas as pd
+    from upath import UPath
+
+    from dagster_graphbook.store.tables import write_table
+
+    notes = [
+        {"mixed": [1, "x"], "nested": {"k": 1}, "fine": [1, 2], "n": 1},
+        {"mixed": [2, "y"], "nested": {"k": "s"}, "fine": [3], "n": 2},
+    ]
+    write_table(notes, UPath(tmp_path / "t.parquet"))
+    back = pd.read_parquet(tmp_path / "t.parquet")
+    assert list(back["mixed"]) == ["[1, 'x']", "[2, 'y']"]
+    assert list(back["nested"]) == ["{'k': 1}", "{'k': 's'}"]
+    assert [list(v) for v in back["fine"]] == [[1, 2], [3]] and list(back["n"]) == [1, 2]
