@@ -152,6 +152,8 @@ def thumbnail(
         return _jpeg(_as_pil(source), size)
     if is_url(source):
         return _from_url(str(source), size, protocols, max_pixels)
+    if isinstance(source, str) and source.startswith(("file://", "local://")):
+        source = source.partition("://")[2]  # a local file named as a URL (is_url: local)
     try:  # a file the run's earlier steps showed (the same image on every pin it passes through)
         info = os.stat(str(source))
     except OSError:

@@ -450,3 +450,12 @@ def test_a_table_of_lists_and_dicts_of_mixed_elements_is_stored_as_text(tmp_path
     assert list(back["mixed"]) == ["[1, 'x']", "[2, 'y']"]
     assert list(back["nested"]) == ["{'k': 1}", "{'k': 's'}"]
     assert [list(v) for v in back["fine"]] == [[1, 2], [3]] and list(back["n"]) == [1, 2]
+
+
+def test_a_local_file_named_by_a_file_url_is_shown(tmp_path):
+    from PIL import Image
+
+    from dagster_graphbook.store.previews import item_picture
+
+    Image.new("RGB", (20, 20), "green").save(tmp_path / "g.png")
+    assert item_picture(f"file://{tmp_path}/g.png", 16).startswith("![failed item](data:")
