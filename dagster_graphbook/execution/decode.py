@@ -29,6 +29,15 @@ line says what was wrong (``corrupt or truncated JPEG data in /data/a.jpg``). CU
 memory is raised, not taken for a corrupt image.
 torchvision 0.29 warns that its decoders are deprecated (for TorchCodec): that warning is
 silenced here.
+
+Decompression bombs are refused as PIL refuses them: an image over ``2 * Image.MAX_IMAGE_PIXELS``
+pixels (read at each call, so a user's setting counts; None: no bound) is a failure of its item
+alone, ``16000x16000 is over 178,956,970 pixels (PIL's decompression-bomb bound,
+Image.MAX_IMAGE_PIXELS x 2): /data/a.jpg``. A JPEG's size is read from its SOF marker before any
+decoder sees it (a 633-byte JPEG whose header says 16000x16000 would take ~770 MB of the CPU's
+or the GPU's memory, for garbage); PIL checks the other formats' headers itself when it opens
+them (its ``DecompressionBombError`` gets the same sentence). A JPEG whose SOF is not found is
+left to the decoder, which fails it as corrupt.
 """
 
 from __future__ import annotations
@@ -95,9 +104,10 @@ def _decode_all(encoded: List[EncodedImage], dev: Any) -> Tuple[List[Any], List[
     """uint8 ``[3, h, w]`` tensors on ``dev`` (None where it failed), and the failures (by
     position in ``encoded``)."""
     images: List[Any] = [None] * len(encoded)
-    failures: List[Failure] = []
-    jpegs = [i for i, e in enumerate(encoded) if _batched(e.data, dev)]
-    alone = sorted(set(range(len(encoded))) - set(jpegs))
+    failures = _too_large(encoded)
+    todo = sorted(set(range(len(encoded))) - {i for i, _ in failures})
+    jpegs = [i for i in todo if _batched(encoded[i].data, dev)]
+    alone = sorted(set(todo) - set(jpegs))
     if jpegs:
         try:
             for i, img in zip(jpegs, _jpegs([encoded[i].data for i in jpegs], dev)):
@@ -105,10 +115,88 @@ def _decode_all(encoded: List[EncodedImage], dev: Any) -> Tuple[List[Any], List[
         except Exception as exc:  # one is corrupt: find it, decoding one by one
             if _out_of_memory(exc):
                 raise
-            alone = list(range(len(encoded)))
+            alone = todo
     for i in alone:
         images[i] = _one(encoded[i], dev, failures, i)
-    return images, failures
+    return images, sorted(failures)
+
+
+# -- decompression bombs ---------------------------------------------------------------------------
+
+# Start-of-frame markers, which carry the frame's size: 0xC0-0xCF but DHT, JPG and DAC.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# Markers with no length after them: TEM, RST0-7, SOI (and 0x00, a stuffed 0xFF in data).
+_STANDALONE = frozenset({0x00, 0x01, *range(0xD0, 0xD9)})
+
+
+def _pixel_bound() -> Optional[int]:
+    """PIL's: ``Image.open`` refuses an image over twice ``Image.MAX_IMAGE_PIXELS`` (read now,
+    so a user's setting counts); None when it is None."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    return None if limit is None else int(2 * limit)
+
+
+def _too_large(encoded: List[EncodedImage]) -> List[Failure]:
+    """The JPEGs whose SOF says they are over PIL's bound, as failures (no decoder sees them)."""
+    bound = _pixel_bound()
+    if bound is None:
+        return []
+    failures: List[Failure] = []
+    for i, e in enumerate(encoded):
+        size = jpeg_size(e.data) if image_format(e.data) == "jpeg" else None
+        if size is not None and size[0] * size[1] > bound:
+            failures.append((i, _failure(e, "jpeg", "", size=size, bound=bound)))
+    return failures
+
+
+def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` from a JPEG's first SOF marker, walking the marker segments from SOI
+    as libjpeg does (bytes between segments skipped, fill bytes too); None when there is none
+    before the first scan or the end."""
+    n, i = len(data), 2
+    while i < n:
+        if data[i] != 0xFF:  # not a marker: libjpeg skips such bytes too ("extraneous")
+            i += 1
+            continue
+        while i < n and data[i] == 0xFF:  # fill bytes
+            i += 1
+        if i >= n:
+            return None
+        marker = data[i]
+        i += 1
+        if marker in _STANDALONE:
+            continue
+        if marker in (0xD9, 0xDA):  # EOI or SOS before any frame
+            return None
+        if i + 2 > n:
+            return None
+        if marker in _SOF:
+            if i + 7 > n:
+                return None
+            height = (data[i + 3] << 8) | data[i + 4]
+            width = (data[i + 5] << 8) | data[i + 6]
+            return width, height
+        i += max(2, (data[i] << 8) | data[i + 1])  # a length under 2 skips nothing more
+    return None
+
+
+def _header_size(data: bytes, kind: str) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` from the header, for a message: JPEG, PNG and GIF; None otherwise."""
+    if kind == "jpeg":
+        return jpeg_size(data)
+    if kind == "png" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if kind == "gif" and len(data) >= 10:
+        return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    return None
+
+
+def _is_bomb(exc: Optional[BaseException]) -> bool:
+    from PIL import Image
+
+    return isinstance(exc, Image.DecompressionBombError)
 
 
 def _batched(data: bytes, dev: Any) -> bool:
@@ -149,6 +237,7 @@ def _one(encoded: EncodedImage, dev: Any, failures: List[Failure], at: int) -> A
     kind = image_format(encoded.data)
     tries: List[Callable[[], Any]] = []
     tb = ""
+    error: Optional[BaseException] = None
     if kind == "jpeg":
         if dev.type == "cuda" and _whole(encoded.data):
             tries.append(lambda: _jpegs([encoded.data], dev)[0])
@@ -161,8 +250,12 @@ def _one(encoded: EncodedImage, dev: Any, failures: List[Failure], at: int) -> A
         except Exception as exc:  # the last one's traceback is the item's
             if _out_of_memory(exc):
                 raise  # the device's, not the image's: the step's error
-            tb = traceback.format_exc()
-    failures.append((at, _failure(encoded, kind, tb)))
+            tb, error = traceback.format_exc(), exc
+    if _is_bomb(error):  # PIL's header check, before it decodes anything
+        size, bound = _header_size(encoded.data, kind), _pixel_bound()
+        failures.append((at, _failure(encoded, kind, tb, size=size, bound=bound)))
+    else:
+        failures.append((at, _failure(encoded, kind, tb)))
     return None
 
 
@@ -190,17 +283,29 @@ def _with_pil(data: bytes) -> Any:
     return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
 
 
-def _failure(encoded: EncodedImage, kind: str, tb: str) -> str:
-    """The traceback of what went wrong, ending in one line that says it."""
+def _failure(
+    encoded: EncodedImage,
+    kind: str,
+    tb: str,
+    *,
+    size: Optional[Tuple[int, int]] = None,
+    bound: Optional[int] = None,
+) -> str:
+    """The traceback of what went wrong, ending in one line that says it (``bound``: it is
+    over PIL's decompression-bomb bound; ``size``: its width and height, where known)."""
     where = encoded.source or f"{len(encoded.data)} bytes"
-    if not encoded.data:
+    if bound is not None:
+        pixels = f"{size[0]}x{size[1]}" if size is not None else "the image"
+        what = f"{pixels} is over {bound:,} pixels (PIL's decompression-bomb bound, "
+        what += f"Image.MAX_IMAGE_PIXELS x 2): {where}"
+    elif not encoded.data:
         what = f"empty file: {where}"
     elif kind == "other":
         what = f"not an image format PIL reads (first bytes {encoded.data[:8]!r})"
         what += f": {where}"
     else:
         what = f"corrupt or truncated {kind.upper()} data in {where}"
-    return f"{tb}\n{ImageDecodeError.__name__}: {what}\n"
+    return f"{tb}\n{ImageDecodeError.__name__}: {what}\n".lstrip("\n")
 
 
 # -- resize and convert ----------------------------------------------------------------------------

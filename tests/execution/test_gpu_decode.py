@@ -6,8 +6,13 @@ nightly demo's PIL ``load_fn`` within the documented tolerance, corrupt files lo
 
 from __future__ import annotations
 
+import io
 import pickle
 import random
+import resource
+import struct
+import time
+import zlib
 
 import numpy as np
 import pytest
@@ -96,6 +101,48 @@ def corrupt(tmp_path_factory, images):
         "empty.jpg": b"",
         "broken.png": png[:60] + bytes(200) + png[260:],
     }
+    for name, data in made.items():
+        (folder / name).write_bytes(data)
+    return {name: str(folder / name) for name in made}
+
+
+BOUND = "over 178,956,970 pixels (PIL's decompression-bomb bound, Image.MAX_IMAGE_PIXELS x 2)"
+
+
+def _bomb_jpeg() -> bytes:
+    """A 16x16 JPEG whose SOF0 says 16000x16000: 633 bytes that libjpeg-turbo or nvJPEG would
+    decode into ~770 MB of garbage."""
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(out, "JPEG")
+    data = bytearray(out.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", 16000, 16000)  # height, width
+    return bytes(data)
+
+
+def _bomb_png() -> bytes:
+    """A 16x16 PNG whose IHDR says 20000x20000 (its CRC made to match)."""
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (10, 200, 10)).save(out, "PNG")
+    data = bytearray(out.getvalue())
+    data[16:24] = struct.pack(">II", 20000, 20000)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    return bytes(data)
+
+
+def _bomb_bmp() -> bytes:
+    """A BMP whose header says 20000x20000: PIL refuses it, and only PIL reads its size."""
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(out, "BMP")
+    data = bytearray(out.getvalue())
+    data[18:26] = struct.pack("<ii", 20000, 20000)
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bombs")
+    made = {"bomb.jpg": _bomb_jpeg(), "bomb.png": _bomb_png(), "bomb.bmp": _bomb_bmp()}
     for name, data in made.items():
         (folder / name).write_bytes(data)
     return {name: str(folder / name) for name in made}
@@ -279,6 +326,124 @@ def test_a_batch_of_only_corrupt_files_releases_its_notes(corrupt):
     settings = BatchRuntime(num_workers=0, device="cpu", on_item_error="skip")
     result = run_batch_step(EncodedClassify(), _notes(paths), settings)
     assert len(result.errors) == 2 and len(result.outputs["out"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Decompression bombs: refused as PIL refuses them, by the item alone
+
+
+def _last_lines(failures):
+    return {pos: tb.strip().splitlines()[-1] for pos, tb in failures}
+
+
+@DEVICES
+def test_a_jpeg_bomb_fails_alone_before_any_decoder_sees_it(images, bombs, device, monkeypatch):
+    from dagster_graphbook.execution import decode
+
+    decode_batch([encoded_image(images[3], 32)], device)  # torch and the decoders loaded
+    seen = []
+    batched = decode._jpegs
+
+    def recording(datas, dev):
+        seen.extend(len(d) for d in datas)
+        return batched(datas, dev)
+
+    monkeypatch.setattr(decode, "_jpegs", recording)
+    order = [images[3], bombs["bomb.jpg"], images[0], images[4]] * 4
+    peak, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    decoded, failures = decode_batch([encoded_image(p, 32) for p in order], device)
+    elapsed = time.perf_counter() - t0
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    last = _last_lines(failures)
+    assert sorted(last) == [1, 5, 9, 13]
+    for line in last.values():
+        assert line == f"ImageDecodeError: 16000x16000 is {BOUND}: {bombs['bomb.jpg']}"
+    assert all(tb.count("\n") == 1 for _, tb in failures)  # no traceback: nothing raised
+    for pos in set(range(len(order))) - set(last):
+        assert decoded[pos].shape == (3, 32, 32)
+    assert len(_bomb_jpeg()) not in seen and len(seen) == 8  # the 8 good JPEGs, no bomb
+    assert elapsed < 1.0, elapsed  # decoding the 4 bombs took seconds and ~3 GB
+    assert grown_mb < 200, grown_mb
+
+
+def test_the_bound_is_pils_setting_at_call_time(images, bombs, monkeypatch):
+    from dagster_graphbook.execution.decode import _too_large
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 256x256 is over 200 pixels
+    decoded, failures = decode_batch([encoded_image(p, 8) for p in images[3:5]], "cpu")
+    assert _last_lines(failures) == {
+        0: "ImageDecodeError: 256x256 is over 200 pixels (PIL's decompression-bomb bound, "
+        f"Image.MAX_IMAGE_PIXELS x 2): {images[3]}",
+        1: "ImageDecodeError: 256x256 is over 200 pixels (PIL's decompression-bomb bound, "
+        f"Image.MAX_IMAGE_PIXELS x 2): {images[4]}",
+    }
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # PIL's "no bound"
+    assert _too_large([encoded_image(bombs["bomb.jpg"], 8)]) == []
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 128_000_000)  # 256 M pixels: under 2x
+    assert _too_large([encoded_image(bombs["bomb.jpg"], 8)]) == []
+
+
+def test_pils_bomb_error_has_its_own_sentence_not_corrupt(images, bombs):
+    order = [images[0], bombs["bomb.png"], bombs["bomb.bmp"], images[3]]
+    decoded, failures = decode_batch([encoded_image(p, 16) for p in order], "cpu")
+    last = _last_lines(failures)
+    assert last == {
+        1: f"ImageDecodeError: 20000x20000 is {BOUND}: {bombs['bomb.png']}",
+        2: f"ImageDecodeError: the image is {BOUND}: {bombs['bomb.bmp']}",
+    }
+    assert "DecompressionBombError" in failures[0][1]  # PIL's own error above it
+    assert decoded[0].shape == decoded[3].shape == (3, 16, 16)
+
+
+def test_jpeg_size_reads_the_sof_as_libjpeg_finds_it(images, corrupt):
+    from dagster_graphbook.execution.decode import jpeg_size
+
+    for path in images:
+        data = open(path, "rb").read()
+        if data[:3] == b"\xff\xd8\xff":
+            with Image.open(path) as image:
+                assert jpeg_size(data) == image.size, path
+    progressive = io.BytesIO()
+    Image.open(images[3]).save(progressive, "JPEG", progressive=True)
+    assert jpeg_size(progressive.getvalue()) == (256, 256)  # SOF2
+    data = open(images[3], "rb").read()
+    decoy = b"\xff\xef\x00\x0b" + b"\xff\xc0\x00\x11\x08\x3e\x80\x3e\x80"
+    assert jpeg_size(data[:2] + decoy + data[2:]) == (256, 256)  # an SOF inside an APP15
+    assert jpeg_size(data[:2] + b"junk\xff\xff" + data[2:]) == (256, 256)  # bytes, fill
+    assert jpeg_size(data[:2] + b"\xff\xe0\x00\x00" + data[2:]) == (256, 256)  # length 0
+    assert jpeg_size(b"\xff\xd8\xff\xd9") is None and jpeg_size(b"\xff\xd8\xff\xe0\x00") is None
+    assert jpeg_size(b"\xff\xd8\xff\xc4\x00\x04\x00\x00\xff\xd9") is None  # DHT is no SOF
+    assert jpeg_size(_bomb_jpeg()) == (16000, 16000)
+
+
+@DEVICES
+def test_a_bomb_is_skipped_by_name_through_the_batch_op(images, bombs, device):
+    paths = images[:3] + [bombs["bomb.jpg"]] + images[3:5] + [bombs["bomb.png"]]
+    settings = BatchRuntime(num_workers=2, device=device, on_item_error="skip")
+    result = run_batch_step(EncodedClassify(), _notes(paths), settings, label="step 'S'")
+    assert [(e.stage, e.note_index, e.item) for e in result.errors] == [
+        ("load_fn", 3, repr(bombs["bomb.jpg"])),
+        ("load_fn", 6, repr(bombs["bomb.png"])),
+    ]
+    assert f"16000x16000 is {BOUND}" in result.errors[0].error
+    assert f"20000x20000 is {BOUND}" in result.errors[1].error
+    out = {n["id"]: n for n in result.outputs["out"]}
+    assert sorted(i for i, n in out.items() if "means" in n) == [0, 1, 2, 4, 5]
+    assert result.stats["items_failed"] == 2
+
+
+def test_a_bomb_fails_the_step_naming_it_under_raise(images, bombs):
+    paths = images[:2] + [bombs["bomb.jpg"]] + images[2:4]
+    with pytest.raises(StepFailure) as info:
+        run_batch_step(
+            EncodedClassify(),
+            _notes(paths),
+            BatchRuntime(num_workers=0, device="cpu"),
+            label="step 'S'",
+        )
+    msg = str(info.value)
+    assert f"load_fn failed on item {bombs['bomb.jpg']!r} (note 2, item 0)" in msg
+    assert f"16000x16000 is {BOUND}" in msg
 
 
 # ---------------------------------------------------------------------------------------------
