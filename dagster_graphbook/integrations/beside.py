@@ -9,18 +9,26 @@ where a fork from the preloaded server starts in a fraction of a second. A forke
 a Ray job's ``dagster api execute_step`` does, with the same arguments: it writes its events to
 the instance, which the run worker's executor reads, so retries, failures and the run's end are
 Dagster's as for a Ray job.
+
+A forked step is known by its own pid (and start time), not by the forkserver's report: with
+the forkserver gone (killed), ``Process.exitcode`` reads 255 while the step runs on. Stopping a
+step escalates, as ``ray job stop`` does: SIGINT (Dagster's step interrupt), SIGTERM after
+``INTERRUPT_GRACE_S``, SIGKILL ``TERM_GRACE_S`` later, in a thread of its own; steps still alive
+when the run worker ends (``ForkedSteps.end``, at exit too) are stopped so, and waited for.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
 import sys
 import threading
+import time
 from multiprocessing import forkserver, get_context
 from multiprocessing.process import BaseProcess
-from typing import Any, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
@@ -29,6 +37,83 @@ from ..dagster_internals import CheckStepHealthResult, StepHandlerContext
 # the metadata key of a forked step's STEP_WORKER_STARTING event (a Ray job's has dagster-ray's
 # "Ray Submission ID"): where it ran, "<host>, run worker pid <pid>"
 BESIDE_META = "Beside the run worker"
+INTERRUPT_GRACE_S = 10.0  # after a step's SIGINT, before its SIGTERM
+TERM_GRACE_S = 5.0  # after its SIGTERM, before its SIGKILL
+END_GRACE_S = 2.0  # for a step still ending when the run worker does, before its SIGINT
+_PROC = os.path.isdir("/proc/self")
+
+
+def _started(pid: int) -> Optional[bytes]:
+    """When process ``pid`` started (its /proc stat's start time: a pid used again later has
+    another), None once it ended (gone, or a zombie not reaped yet); b"" without /proc, where
+    ``os.kill(pid, 0)`` tells only whether it is there."""
+    if not _PROC:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return b""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in (b"Z", b"X") else fields[19]
+
+
+class Forked:
+    """A step's forked process, judged by its own pid: ``process`` (multiprocessing's) only
+    gives its exit status, which the forkserver reports."""
+
+    def __init__(self, process: BaseProcess) -> None:
+        self.process = process
+        self.pid: int = process.pid or 0
+        self.started = _started(self.pid) if self.pid else None  # (pid 0: its whole group)
+        self.stopping: Optional[threading.Thread] = None
+
+    def alive(self) -> bool:
+        return self.started is not None and _started(self.pid) == self.started
+
+    def unhealthy(self, key: str) -> Optional[str]:
+        """Why the step's process failed, None while it runs or when it ended well (its events
+        tell the rest) or its status is not in yet."""
+        if self.alive():
+            return None
+        code = self.process.exitcode
+        if not code:
+            return None
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if code == 255:  # what a lost forkserver reads as too
+            how += " (or its forkserver ended first, its status unknown)"
+        where = f"forked beside the run worker (pid {self.pid})"
+        return f"the process of step {key}, {where}, ended with {how}"
+
+    def stop(
+        self, graces: Sequence[float] = (INTERRUPT_GRACE_S, TERM_GRACE_S), wait_s: float = 0.0
+    ) -> None:
+        """Stop the process in a thread (once): wait ``wait_s`` for it to end, then SIGINT,
+        SIGTERM and SIGKILL, each ``graces`` apart, while it lives on."""
+        if self.stopping is None:
+            steps = [(None, wait_s), (signal.SIGINT, graces[0]), (signal.SIGTERM, graces[1])]
+            self.stopping = threading.Thread(
+                target=self._stop, args=(steps,), name=f"stopping pid {self.pid}", daemon=True
+            )
+            self.stopping.start()
+
+    def _stop(self, steps: Sequence[Tuple[Optional[int], float]]) -> None:
+        for signum, grace in [*steps, (signal.SIGKILL, 1.0)]:  # 1 s: its end seen
+            if signum is not None and self.alive():
+                try:
+                    os.kill(self.pid, signum)
+                except ProcessLookupError:
+                    return
+            deadline = time.monotonic() + grace
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not self.alive():
+                return
 
 
 def _run_step(env: Mapping[str, str]) -> None:
@@ -51,10 +136,12 @@ class ForkedSteps:
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
-        self._processes: Dict[Tuple[str, str], BaseProcess] = {}
+        self._processes: Dict[Tuple[str, str], Forked] = {}
         self._server_ready = False
         self._lock = threading.Lock()
         self._preload: List[str] = []
+        self.graces = (INTERRUPT_GRACE_S, TERM_GRACE_S)  # SIGINT's, then SIGTERM's
+        atexit.register(self.end)  # where the executor's end did not (an exception, a signal)
 
     def warm_up(self, instance: dg.DagsterInstance) -> None:
         """Start the forkserver now, in a thread, while the run starts: it imports torch and the
@@ -102,36 +189,43 @@ class ForkedSteps:
             **{e["name"]: e["value"] for e in args.get_command_env()},
             **self.env,
         }
-        process = self._context().Process(target=_run_step, args=(env,), name=f"step {key}")
+        self._processes[(args.run_id, key)] = self.fork(_run_step, (env,), f"step {key}")
+
+    def fork(self, target: Callable[..., None], args: Tuple[Any, ...], name: str) -> Forked:
+        """``target(*args)`` in a process forked from the forkserver."""
+        process = self._context().Process(target=target, args=args, name=name)
         process.start()
-        self._processes[(args.run_id, key)] = process
+        return Forked(process)
 
     def health(self, ctx: StepHandlerContext, key: str) -> CheckStepHealthResult:
-        process = self._processes.get((ctx.execute_step_args.run_id, key))
-        if process is None:  # a run resumed by another run worker: run it again
+        step = self._processes.get((ctx.execute_step_args.run_id, key))
+        if step is None:  # a run resumed by another run worker: run it again
             return CheckStepHealthResult.unhealthy(
                 reason=f"step {key} ran beside another run worker: no process of it here"
             )
-        code = process.exitcode
-        if not code:  # running, or ended well (its events tell the rest)
+        reason = step.unhealthy(key)
+        if reason is None:
             return CheckStepHealthResult.healthy()
-        how = f"signal {-code}" if code < 0 else f"exit code {code}"
-        return CheckStepHealthResult.unhealthy(
-            reason=(
-                f"the process of step {key}, forked beside the run worker (pid {process.pid}), "
-                f"ended with {how}"
-            )
-        )
+        return CheckStepHealthResult.unhealthy(reason=reason)
 
     def terminate(self, ctx: StepHandlerContext, key: str) -> Iterator[dg.DagsterEvent]:
-        process = self._processes.get((ctx.execute_step_args.run_id, key))
-        if process is None or process.exitcode is not None or process.pid is None:
+        step = self._processes.get((ctx.execute_step_args.run_id, key))
+        if step is None or step.stopping is not None or not step.alive():
             return
         yield dg.DagsterEvent.engine_event(
             ctx.get_step_context(key),
-            f"Interrupting the process of step {key} (pid {process.pid}), beside the run worker",
+            f"Interrupting the process of step {key} (pid {step.pid}), beside the run worker: "
+            f"SIGTERM after {self.graces[0]:g} s, SIGKILL {self.graces[1]:g} s later if it "
+            "runs on",
         )
-        try:
-            os.kill(process.pid, signal.SIGINT)  # Dagster's step interrupt, as the CLI's
-        except ProcessLookupError:
-            pass
+        step.stop(self.graces)
+
+    def end(self, wait_s: float = END_GRACE_S) -> None:
+        """Stop the steps still alive (each given ``wait_s`` to end first, as one ending with
+        the run does) and wait for all stopping: none outlives the run worker's executor."""
+        steps = [step for step in self._processes.values() if step.stopping or step.alive()]
+        for step in steps:
+            step.stop(self.graces, wait_s)
+        for step in steps:
+            if step.stopping is not None:
+                step.stopping.join()
