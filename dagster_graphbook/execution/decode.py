@@ -260,9 +260,11 @@ def _one(encoded: EncodedImage, dev: Any, failures: List[Failure], at: int) -> A
 
 
 def _out_of_memory(exc: BaseException) -> bool:
-    import torch
+    """The device's memory ran out (the step's error, not the image's): what the batch op then
+    raises as ``GpuOutOfMemory`` (``device.is_cuda_oom``, one test for both)."""
+    from .device import is_cuda_oom
 
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    return is_cuda_oom(exc)
 
 
 def _cpu() -> Any:

@@ -45,7 +45,7 @@ def _one_type_per_column(df: Any) -> Any:
 def _arrow_takes(values: Any) -> bool:
     """Whether Parquet can store ``values`` as one column: lists or dicts whose elements mix
     types (``[1, "x"]``, ``{"k": 1}`` beside ``{"k": "s"}``) it cannot."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     try:
         pa.array(values.tolist(), from_pandas=True)
