@@ -20,6 +20,7 @@ This module imports neither torch nor PIL: the worker only reads bytes.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
@@ -64,13 +65,18 @@ def encoded_image(
     return EncodedImage(_read(source), _size(size), _dtype(dtype), _name(source))
 
 
+def _positive_int(value: Any) -> bool:
+    """A positive whole number (a numpy integer too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
 def _size(size: Optional[Size]) -> Optional[Tuple[int, int]]:
     if size is None:
         return None
     pair = (size, size) if isinstance(size, int) else tuple(size)
     if (
         len(pair) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair)
+        or not all(_positive_int(v) for v in pair)
     ):  # fmt: skip
         raise ValueError(
             f"encoded_image size must be a positive int or (height, width), got {size!r}"

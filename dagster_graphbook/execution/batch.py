@@ -22,7 +22,7 @@ from ..errors import Label
 from ..plan.settings import BatchRuntime
 from ..store.codec import LOST_ITEMS_KEY, compact
 from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
-from .decode import any_encoded, decode_batch
+from .decode import any_encoded, decode_batch, is_encoded
 from .device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
 from .errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
 from .pools.batch_pools import BatchPools
@@ -555,7 +555,7 @@ def _decode_images(
     t0 = time.perf_counter()
     decoded, failures = decode_batch(outputs, device)
     progress.decode_s += time.perf_counter() - t0
-    progress.images_decoded += len(outputs) - len(failures)
+    progress.images_decoded += sum(map(is_encoded, outputs)) - len(failures)
     for pos, tb in failures:
         run.item_failed("load_fn", indices[pos], tb, progress)  # raises under raise
     bad = {pos for pos, _ in failures}

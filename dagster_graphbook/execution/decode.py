@@ -60,6 +60,11 @@ class ImageDecodeError(ValueError):
     """An encoded image that no decoder reads (the last line of its item's traceback)."""
 
 
+def is_encoded(value: Any) -> bool:
+    """Whether ``value`` is an image ``load_fn`` left encoded (``encoded_image``)."""
+    return isinstance(value, EncodedImage)
+
+
 def any_encoded(values: Optional[Sequence[Any]]) -> bool:
     """Whether any loaded value is an ``EncodedImage`` (nothing else to do when none is)."""
     return values is not None and any(isinstance(v, EncodedImage) for v in values)

@@ -523,3 +523,11 @@ def test_a_job_whose_load_fn_is_one_line_classifies_as_the_pil_path(images, tmp_
     for name, note in pil.items():
         assert enc[name]["label"] == note["label"], name
         assert max(abs(a - b) for a, b in zip(enc[name]["mean"], note["mean"])) <= tolerance
+
+
+def test_a_numpy_integer_size_is_a_size():
+    import numpy as np
+
+    from dagster_graphbook.authoring.images import encoded_image
+
+    assert encoded_image(b"\xff\xd8", np.int64(224)).size == (224, 224)
