@@ -67,17 +67,15 @@ def encoded_image(
 
 def _positive_int(value: Any) -> bool:
     """A positive whole number (a numpy integer too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > 0
 
 
 def _size(size: Optional[Size]) -> Optional[Tuple[int, int]]:
     if size is None:
         return None
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if (
-        len(pair) != 2
-        or not all(_positive_int(v) for v in pair)
-    ):  # fmt: skip
+    given: Any = size  # an int, a numpy integer or a pair
+    pair = (given, given) if isinstance(given, numbers.Integral) else tuple(given)
+    if len(pair) != 2 or not all(_positive_int(v) for v in pair):
         raise ValueError(
             f"encoded_image size must be a positive int or (height, width), got {size!r}"
         )
