@@ -419,8 +419,11 @@ class _OwnedExecutor(dg.Executor):
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
         if self.handler.runs_beside(execution_plan):
             self.handler.beside.warm_up(plan_context.instance)
-        with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
-            yield from self.inner.execute(plan_context, execution_plan)
+        try:
+            with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
+                yield from self.inner.execute(plan_context, execution_plan)
+        finally:  # no step forked beside the run worker outlives its run
+            self.handler.beside.end()
 
     @property
     def retries(self) -> Any:
