@@ -149,6 +149,45 @@ def run_wf(dagster_home: str):
     return run
 
 
+@dataclasses.dataclass
+class Listener:
+    """A TCP listener on 127.0.0.1 of the test's own: ``connections`` holds every connection
+    made to ``port`` (what a preview or a page must never reach)."""
+
+    port: int
+    connections: List[Any]
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    """A ``Listener`` accepting in a thread for the whole test, closed at its end."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    found = Listener(server.getsockname()[1], [])
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                found.connections.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+        for connection in found.connections:
+            connection.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # Builders for workflow files in Graphbook's editor format
 

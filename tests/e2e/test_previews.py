@@ -160,12 +160,11 @@ class Paths(SourceStep):
 """
 
 
-def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path):
+def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
     """A FIFO named ``fifo.png`` (reading it would block for ever), an ``http://`` URL to a
     listener of the test's own and an EXIF-rotated JPEG, in a step that only passes paths along:
     the run ends, the preview says what it skipped, no connection arrives, the JPEG is upright."""
     import os
-    import socket
     import threading
 
     from dagster_graphbook import run_workflow
@@ -180,20 +179,7 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path):
     exif[0x0112] = 6
     stored.save(rotated, exif=exif.tobytes(), quality=95)
     os.mkfifo(fifo)
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    connections: list = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connections.append(listener.accept()[0])
-            except OSError:
-                pass
-
-    threading.Thread(target=accept, daemon=True).start()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/track.png"
+    url = f"http://127.0.0.1:{listener.port}/track.png"
     nodes = write_nodes(tmp_path / "nodes", "paths_nodes.py", HOSTILE_NODES)
     wf = write_workflow(tmp_path, "paths", [step_node("0", "Paths", source=True)], [])
     ran: Dict[str, Any] = {}
@@ -214,14 +200,12 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path):
         run.join(120)
         assert not run.is_alive(), "the run did not end: the preview blocked"
     finally:
-        stop.set()
-        listener.close()
         try:  # frees a reader left blocked on the FIFO
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         except OSError:
             pass
     assert ran["run"].success, ran["run"].failure
-    assert connections == []
+    assert listener.connections == []
     meta = _materializations(str(tmp_path / "home"), ran["run"].run_id)["paths/Paths"]
     text = meta["preview"].value.replace("\\", "")
     assert f"note 1: {SKIPPED}: a FIFO, not a regular file" in text

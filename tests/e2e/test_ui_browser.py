@@ -464,14 +464,13 @@ class Hostile(SourceStep):
 """
 
 
-def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(webserver, browser, tmp_path):
+def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(
+    webserver, browser, tmp_path, listener
+):
     """Notes whose caption fields are markup (``<script>``, an image and a ``javascript:`` link
     to a listener of the test's own) and whose table holds NaN, lists and mixed types, run into
     the webserver's instance: the preview shows the markup as text, no request reaches the
     listener, no script runs, and ``table_preview`` renders its rows (no "Could not parse")."""
-    import socket
-    import threading
-
     from PIL import Image
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
@@ -480,20 +479,7 @@ def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(webserver, 
     from dagster_graphbook import run_workflow
     from tests.conftest import step_node, write_nodes, write_workflow
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    port = listener.getsockname()[1]
-    connections: list = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connections.append(listener.accept()[0])
-            except OSError:
-                pass
-
-    threading.Thread(target=accept, daemon=True).start()
+    port = listener.port
     image = tmp_path / "good.png"
     Image.new("RGB", (40, 40), (0, 200, 0)).save(image)
     nodes = write_nodes(tmp_path / "nodes", "hostile_nodes.py", HOSTILE_NODES)
@@ -510,42 +496,36 @@ def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(webserver, 
 
     driver = browser
     wait = WebDriverWait(driver, 60)
-    try:
-        driver.get(f"{webserver.url}/assets/hostile/Hostile?view=events")
-        _skip_community_dialog(driver)
-        show = "//td[normalize-space()='{}']/following-sibling::td//a[normalize-space()='{}']"
-        wait.until(
-            EC.element_to_be_clickable((By.XPATH, show.format("preview", "[Show Markdown]")))
-        )
-        driver.find_element(By.XPATH, show.format("preview", "[Show Markdown]")).click()
-        dialog = "//*[@role='dialog']"
-        wait.until(EC.visibility_of_element_located((By.XPATH, f"{dialog}//img")))
-        images = "Array.from(document.querySelectorAll('[role=dialog] img'))"
-        wait.until(lambda d: d.execute_script(f"return {images}.every(i => i.complete)"))
-        sources = driver.execute_script(f"return {images}.map(i => i.src.slice(0, 23))")
-        assert sources == ["data:image/jpeg;base64,"] * 2, sources  # the thumbnails, no other
-        text = driver.find_element(By.XPATH, dialog).text
-        assert "<script>z=1</script>" in text and f"![x](//127.0.0.1:{port})" in text, text
-        assert "[a](javascript:z=2)" in text, text
-        links = driver.execute_script(
-            "return Array.from(document.querySelectorAll('[role=dialog] a')).map(a => a.href)"
-        )
-        assert not [h for h in links if h.startswith("javascript")], links
-        _save(driver, tmp_path, "ui-hostile-preview.png")
+    driver.get(f"{webserver.url}/assets/hostile/Hostile?view=events")
+    _skip_community_dialog(driver)
+    show = "//td[normalize-space()='{}']/following-sibling::td//a[normalize-space()='{}']"
+    wait.until(EC.element_to_be_clickable((By.XPATH, show.format("preview", "[Show Markdown]"))))
+    driver.find_element(By.XPATH, show.format("preview", "[Show Markdown]")).click()
+    dialog = "//*[@role='dialog']"
+    wait.until(EC.visibility_of_element_located((By.XPATH, f"{dialog}//img")))
+    images = "Array.from(document.querySelectorAll('[role=dialog] img'))"
+    wait.until(lambda d: d.execute_script(f"return {images}.every(i => i.complete)"))
+    sources = driver.execute_script(f"return {images}.map(i => i.src.slice(0, 23))")
+    assert sources == ["data:image/jpeg;base64,"] * 2, sources  # the thumbnails, no other
+    text = driver.find_element(By.XPATH, dialog).text
+    assert "<script>z=1</script>" in text and f"![x](//127.0.0.1:{port})" in text, text
+    assert "[a](javascript:z=2)" in text, text
+    links = driver.execute_script(
+        "return Array.from(document.querySelectorAll('[role=dialog] a')).map(a => a.href)"
+    )
+    assert not [h for h in links if h.startswith("javascript")], links
+    _save(driver, tmp_path, "ui-hostile-preview.png")
 
-        # the sink table's first rows, shown inline: NaN an empty cell, lists as text
-        driver.get(f"{webserver.url}/assets/hostile/Hostile?view=events")  # the dialog closed
-        cell = "//td[normalize-space()='table_preview']/following-sibling::td"
-        wait.until(EC.visibility_of_element_located((By.XPATH, f"{cell}//table")))
-        table = driver.find_element(By.XPATH, cell).text
-        _save(driver, tmp_path, "ui-hostile-table.png")
-        assert "Could not parse" not in table, table
-        assert "[1, 2]" in table and "1.5" in table and "2.5" in table, table
-        rows = driver.find_elements(By.XPATH, f"{cell}//table//tr[td]")
-        assert len(rows) == 2, table
-        time.sleep(0.5)  # anything the page would fetch has been asked for
-        assert driver.execute_script("return typeof window.z") == "undefined"  # no script ran
-    finally:
-        stop.set()
-        listener.close()
-    assert connections == [], "the page sent a request to the test's listener"
+    # the sink table's first rows, shown inline: NaN an empty cell, lists as text
+    driver.get(f"{webserver.url}/assets/hostile/Hostile?view=events")  # the dialog closed
+    cell = "//td[normalize-space()='table_preview']/following-sibling::td"
+    wait.until(EC.visibility_of_element_located((By.XPATH, f"{cell}//table")))
+    table = driver.find_element(By.XPATH, cell).text
+    _save(driver, tmp_path, "ui-hostile-table.png")
+    assert "Could not parse" not in table, table
+    assert "[1, 2]" in table and "1.5" in table and "2.5" in table, table
+    rows = driver.find_elements(By.XPATH, f"{cell}//table//tr[td]")
+    assert len(rows) == 2, table
+    time.sleep(0.5)  # anything the page would fetch has been asked for
+    assert driver.execute_script("return typeof window.z") == "undefined"  # no script ran
+    assert listener.connections == [], "the page sent a request to the test's listener"

@@ -7,7 +7,6 @@ import base64
 import io
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -225,35 +224,15 @@ def test_an_image_over_its_time_is_skipped_and_the_sheet_goes_on(tmp_path, monke
     assert f"note 3: {SKIPPED}: the preview's 0.5 s ran out" in text
 
 
-def test_a_url_field_makes_no_request(tmp_path):
+def test_a_url_field_makes_no_request(tmp_path, listener):
     """An ``http://`` image field (a note from an untrusted source) never reaches the listener;
     URLs open only for the notes store's own protocol (``s3`` when the notes are in a bucket)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    port = listener.getsockname()[1]
-    connections = []
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connections.append(listener.accept()[0])
-            except OSError:
-                pass
-
-    stop = threading.Event()
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}/track.png"
-    try:
-        notes = [{"image": url}, {"img": {"type": "image", "value": url}}]
-        sheet = contact_sheet(notes, [], PreviewSettings(), protocols=store_protocols("s3://b/n"))
-        assert item_picture(url, 48).startswith(f"{url} {SKIPPED}: a URL (http://), not opened")
-        time.sleep(0.3)
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
-    assert connections == []
+    url = f"http://127.0.0.1:{listener.port}/track.png"
+    notes = [{"image": url}, {"img": {"type": "image", "value": url}}]
+    sheet = contact_sheet(notes, [], PreviewSettings(), protocols=store_protocols("s3://b/n"))
+    assert item_picture(url, 48).startswith(f"{url} {SKIPPED}: a URL (http://), not opened")
+    time.sleep(0.3)
+    assert listener.connections == []
     assert sheet is not None and not _thumbs(sheet.value)
     assert sheet.value.replace("\\", "").count("a URL (http://), not opened") == 2
     assert store_protocols("s3://bucket/notes") == ("s3", "s3a")
