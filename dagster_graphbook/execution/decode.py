@@ -48,6 +48,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring.images import EncodedImage
+from .device import is_cuda_oom
 
 Failure = Tuple[int, str]  # (position in the batch, traceback text)
 
@@ -118,7 +119,7 @@ def _decode_all(encoded: List[EncodedImage], dev: Any) -> Tuple[List[Any], List[
             for i, img in zip(jpegs, _jpegs([encoded[i].data for i in jpegs], dev)):
                 images[i] = img
         except Exception as exc:  # one is corrupt: find it, decoding one by one
-            if _out_of_memory(exc):
+            if is_cuda_oom(exc):
                 raise
             alone = todo
     for i in alone:
@@ -253,7 +254,7 @@ def _one(encoded: EncodedImage, dev: Any, failures: List[Failure], at: int) -> A
         try:
             return attempt()
         except Exception as exc:  # the last one's traceback is the item's
-            if _out_of_memory(exc):
+            if is_cuda_oom(exc):
                 raise  # the device's, not the image's: the step's error
             tb, error = traceback.format_exc(), exc
     if _is_bomb(error):  # PIL's header check, before it decodes anything
@@ -262,14 +263,6 @@ def _one(encoded: EncodedImage, dev: Any, failures: List[Failure], at: int) -> A
     else:
         failures.append((at, _failure(encoded, kind, tb)))
     return None
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """The device's memory ran out (the step's error, not the image's): what the batch op then
-    raises as ``GpuOutOfMemory`` (``device.is_cuda_oom``, one test for both)."""
-    from .device import is_cuda_oom
-
-    return is_cuda_oom(exc)
 
 
 def _cpu() -> Any:
