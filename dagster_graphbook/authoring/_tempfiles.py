@@ -98,21 +98,27 @@ def staged_upload(url: str, fs: Any = None, rpath: Optional[str] = None) -> Iter
 def url_sizes(urls: Iterable[str]) -> Dict[str, int]:
     """The sizes in bytes of the objects at ``urls`` that exist, read from their store: one
     fresh listing per folder (not a cached one, nor a request per object)."""
+    return {url: int(entry.get("size") or 0) for url, entry in url_details(urls).items()}
+
+
+def url_details(urls: Iterable[str]) -> Dict[str, Dict[str, Any]]:
+    """What the store lists of each object at ``urls`` that exists (size, ETag, version, ...):
+    one fresh listing per folder (not a cached one, nor a request per object)."""
     import fsspec
 
     folders: Dict[Tuple[Any, str], Dict[str, str]] = {}
     for url in urls:
         fs, rpath = fsspec.core.url_to_fs(url)
         folders.setdefault((fs, fs._parent(rpath)), {})[rpath] = url
-    sizes: Dict[str, int] = {}
+    found: Dict[str, Dict[str, Any]] = {}
     for (fs, folder), wanted in folders.items():
         fs.invalidate_cache(folder)
         try:
             listing = fs.ls(folder, detail=True)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in listing:
-            found = wanted.get(entry["name"].rstrip("/"))
-            if found is not None:
-                sizes[found] = int(entry.get("size") or 0)
-    return sizes
+            hit = wanted.get(entry["name"].rstrip("/"))
+            if hit is not None and entry.get("type", "file") == "file":
+                found[hit] = entry
+    return found

@@ -51,6 +51,11 @@ SET_HELP = (
     "other reads it as YAML (numbers, booleans, lists, mappings; no anchors or aliases)"
 )
 
+FULL_HELP = (
+    "incremental steps recompute every note and refresh their store of earlier runs' outputs "
+    "(docs/incremental.md)"
+)
+
 FROM_FAILURE_HELP = (
     "resume this failed or killed run: run again only its steps that did not finish, reading "
     "the stored notes of the others, with its parameters and partition"
@@ -308,6 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             translator=translator,
             run_config=_console_config(args),
             from_failure=args.from_failure,
+            full=args.full,
             say=_say,
         )
     print(_summary(run))
@@ -361,6 +367,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
             tags={RUN_TOKEN_TAG: token},
             run_config=_console_config(args),
             from_failure=args.from_failure,
+            full=args.full,
             say=_say,
         )
     print(_summary(run))
@@ -479,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
+    run.add_argument("--full", action="store_true", help=FULL_HELP)
     run.set_defaults(func=cmd_run)
     mat = sub.add_parser(
         "materialize",
@@ -510,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mat.add_argument("--no-progress", action="store_true", help="do not print events while running")
     mat.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
+    mat.add_argument("--full", action="store_true", help=FULL_HELP)
     mat.set_defaults(func=cmd_materialize)
     validate.set_defaults(func=cmd_validate)
     for p in (run, validate, mat):  # after the command too; unset there, it keeps the top one

@@ -12,6 +12,7 @@ import dagster as dg
 from ..errors import StepRef
 from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
+from ..execution.incremental.keys import record_resource, resource_version, version_of
 from ..execution.ownership.dead_runs import join_run
 from ..execution.shards import (
     SHARD_CRASH_RETRY,
@@ -264,6 +265,18 @@ def _run_partition(
     return None
 
 
+def config_values(kwargs: Mapping[str, Any], bound: Mapping[str, str]) -> Dict[str, Any]:
+    """A resource's parameters as its run gives them, without the resources bound to it."""
+    return {k: v for k, v in kwargs.items() if k not in bound}
+
+
+def _resource_version(
+    cls: type, params: Mapping[str, Any], bound: Mapping[str, str], run: Any
+) -> str:
+    run_id = run.run_id if run is not None else None
+    return version_of(cls, params, {p: resource_version(run_id, k) for p, k in bound.items()})
+
+
 def _resource_def(
     workflow: Workflow,
     node: WorkflowNode,
@@ -290,6 +303,12 @@ def _resource_def(
         for param, key in bound.items():
             kwargs[param] = getattr(init_context.resources, key)
 
+        run = init_context.dagster_run
+        record_resource(  # what an incremental step's key takes of this resource
+            run.run_id if run is not None else None,
+            resource_keys[node.id],
+            partial(_resource_version, node.cls, config_values(kwargs, bound), bound, run),
+        )
         emit = log_emitter(init_context.log)
         # a step process joins its run before building (a model load), not only in the op body
         with join_run(init_context.instance, init_context.dagster_run, partial(emit, "warning")):

@@ -142,6 +142,7 @@ class _BatchRun:
         emit: Emit,
         dropped: Optional[Dict[str, int]] = None,
         offset: int = 0,
+        numbers: Optional[Sequence[int]] = None,
     ):
         self.step, self.notes, self.settings, self.label, self.node, self.emit = (
             step,
@@ -153,6 +154,10 @@ class _BatchRun:
         )
         self.skip = settings.on_item_error == "skip"
         self.offset = offset  # the step's number of this run's first note (a stream's chunks)
+        # or the step's number of each note (an incremental step computes some of its notes)
+        self.numbers = list(numbers) if numbers is not None else None
+        self.per_note: Dict[int, Dict[str, List[Any]]] = {}  # each released note's outputs
+        self.note_files: Dict[int, List[Tuple[str, Optional[int]]]] = {}  # its dumps' files
         self.out = Pins(pins, label, lambda msg: emit("warning", msg), dropped)
         self.errors: List[ItemError] = []
         self.files: List[Tuple[str, Optional[int]]] = []
@@ -164,6 +169,12 @@ class _BatchRun:
         self.stage = "start"  # what the step waits for now (the stall watchdog reports it)
         self.lost: Dict[int, List[int]] = {}  # note index -> positions of its items lost under skip
         self.released = 0
+
+    def number(self, note_index: int) -> int:
+        """The step's number of note ``note_index`` of this run (what errors and messages say)."""
+        if self.numbers is not None:
+            return self.numbers[note_index]
+        return self.number(note_index)
 
     # -- what each note waits for: changed only here -------------------------------------------
     def item_done(self, index: int) -> None:
@@ -185,7 +196,7 @@ class _BatchRun:
         shown = not self.skip or len(self.errors) < PICTURES_SHOWN
         error = ItemError(
             stage,
-            self.offset + note_index,
+            self.number(note_index),
             self.position[index],
             short_repr(self.items[index]),
             short_repr(self.notes[note_index]),
@@ -196,7 +207,7 @@ class _BatchRun:
             raise StepFailure(
                 self.label,
                 f"{stage} failed on item {short_repr(self.items[index])} (note "
-                f"{self.offset + note_index}, item {self.position[index]})",
+                f"{self.number(note_index)}, item {self.position[index]})",
                 error,
                 note=self.notes[note_index],
                 hint=skip_hint(self.label, batch=True),
@@ -216,12 +227,12 @@ class _BatchRun:
                 items = _items_of(note, item_key)
             except Exception as exc:
                 error = ItemError(
-                    "on_data", self.offset + ni, None, "", short_repr(note), traceback.format_exc()
+                    "on_data", self.number(ni), None, "", short_repr(note), traceback.format_exc()
                 )
                 if not self.skip:
                     raise StepFailure(
                         self.label,
-                        f"note {self.offset + ni} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                        f"note {self.number(ni)} {short_repr(note)}: {type(exc).__name__}: {exc}",
                         error,
                         note=note,
                         hint=skip_hint(self.label, batch=True),
@@ -249,7 +260,7 @@ class _BatchRun:
                 self.step.on_after_item(note)
                 routed = self.step.route(note)
             except Exception as exc:
-                at = self.offset + ni
+                at = self.number(ni)
                 error = ItemError("route", at, None, "", short_repr(note), traceback.format_exc())
                 if not self.skip:
                     raise StepFailure(
@@ -262,7 +273,9 @@ class _BatchRun:
                     ) from exc
                 self.errors.append(error)
                 continue
-            self.out.add_routed(routed, note, f"route of note {self.offset + ni}")
+            self.per_note[ni] = self.out.add_routed(
+                routed, note, f"route of note {self.number(ni)}"
+            )
             progress.add("notes_released")
 
     def dump_done(self, done: Any, progress: Progress) -> None:
@@ -270,6 +283,7 @@ class _BatchRun:
         self.item_done(index)
         progress.add("dumps_done")
         self.files += done.files
+        self.note_files.setdefault(self.owner[index], []).extend(done.files)
         if done.error:
             self.fail_item("dump_fn", index, done.error)
 
@@ -304,13 +318,15 @@ def run_batch_step(
     dropped: Optional[Dict[str, int]] = None,
     note_offset: int = 0,
     pools: Optional[BatchPools] = None,
+    note_numbers: Optional[Sequence[int]] = None,
 ) -> StepResult:
     """Run a Graphbook BatchStep over ``notes`` with a loader pool and a dump pool.
 
     A stream calls this once per chunk of a step's notes: ``note_offset`` is the step's number of
     the chunk's first note (errors and messages count notes from the whole step), ``dropped``
     counts notes routed to undeclared pins across the calls, and ``pools`` (kept by the stream's
-    driver) keeps the worker processes from one chunk to the next."""
+    driver) keeps the worker processes from one chunk to the next. ``note_numbers``: the step's
+    number of each note instead (an incremental step computes only some of its notes)."""
     emit = emit or (lambda level, msg: None)
     settings = _usable_settings(settings if settings is not None else BatchRuntime(), label, emit)
     device = resolve_device(settings.device)
@@ -320,7 +336,9 @@ def run_batch_step(
     if batch_size < 1:
         raise StepFailure(label, f"batch_size must be at least 1, got {batch_size}")
     pins = list(pins or getattr(step, "Outputs", ["out"]))
-    run = _BatchRun(step, notes, settings, pins, label, node, emit, dropped, note_offset)
+    run = _BatchRun(
+        step, notes, settings, pins, label, node, emit, dropped, note_offset, note_numbers
+    )
     run.flatten()
     has_load, has_dump = _own_fns(step, settings, label)
     pools = pools if pools is not None else BatchPools()
@@ -356,7 +374,15 @@ def run_batch_step(
     }
     stats.update(run.out.dropped_stats())
     files = with_sizes(run.files)  # sizes of URLs dump_fn returned: one listing per folder
-    return StepResult(run.out.notes, stats, run.errors, files, items_in=len(run.items))
+    sized = dict(files)
+    note_files = {
+        ni: [(path, sized.get(path, size)) for path, size in written]
+        for ni, written in run.note_files.items()
+    }
+    return StepResult(
+        run.out.notes, stats, run.errors, files, items_in=len(run.items),
+        per_note=run.per_note, note_files=note_files, incomplete=set(run.lost),
+    )  # fmt: skip
 
 
 def _usable_settings(settings: BatchRuntime, label: Label, emit: Emit) -> BatchRuntime:
@@ -471,7 +497,7 @@ def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
     if run.stage == "load_fn" and done < len(run.items):
         parts.append(
             f"for the batch from item {done} {short_repr(run.items[done], 80)} (note "
-            f"{run.offset + run.owner[done]})"
+            f"{run.number(run.owner[done])})"
         )
     pending = dumps.pending_keys() if dumps is not None else []
     if pending:

@@ -22,8 +22,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from ..authoring.log import Emit, LogTarget, log_target
 from ..errors import Label
 from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
-from .batch import run_batch_step
+from .batch import count_items, run_batch_step
 from .errors import ItemError, StepFailure, named_url, short_repr, skip_hint, url_named
+from .incremental.reuse import Reuse
 from .pools.batch_pools import BatchPools
 from .routing import Pins, StepResult, dropped_stats, normalize_yield
 from .stall import StallWatchdog
@@ -58,7 +59,8 @@ class StepDriver:
     ``chunked``: the notes come in chunks of a stream, so a batch run's failure says which chunk
     and its per-chunk progress lines stay out of the log (the stream reports per step).
     ``first_note``: a shard's first note's number in the whole step, so that errors and messages
-    number notes as the unsharded step does.
+    number notes as the unsharded step does. ``reuse``: an incremental step's outputs of earlier
+    runs; only the notes it holds none for are computed (incremental/reuse.py).
     """
 
     def __init__(
@@ -73,11 +75,13 @@ class StepDriver:
         emit: Emit,
         chunked: bool = False,
         first_note: int = 0,
+        reuse: Optional[Reuse] = None,
     ):
         self.step, self.kind, self.pins, self.label, self.node = step, kind, list(pins), label, node
         self.runtime = runtime if runtime is not None else runtime_class(kind)()
         self.emit, self.chunked = emit, chunked
         self.first_note = first_note  # a shard: the step's number of its first note
+        self.reuse = reuse if kind != "source" else None  # incremental: a source always runs
         self.log = LogTarget(node[0], node[1], emit)
         self.watchdog = StallWatchdog(
             str(label),
@@ -144,6 +148,8 @@ class StepDriver:
             self.watchdog.__exit__()
             if self.pools is not None:
                 self.pools.close(abort=failed)
+            if self.reuse is not None:
+                self.reuse.finish()
 
     # -- notes -----------------------------------------------------------------------------------
     def source(self) -> Iterator[Dict[str, List[Any]]]:
@@ -183,21 +189,70 @@ class StepDriver:
         pin; skipped notes and items are kept in ``errors``, numbered within the whole step."""
         offset = self.first_note + self.notes_in
         self.notes_in += len(notes)
-        if self.kind == "batch":
-            result = self._feed_batch(notes, offset)
+        if self.reuse is not None:
+            result = self._feed_reusing(notes, offset, self.reuse)
         else:
-            with self._active():
-                result = self._feed_notes(notes, offset)
+            result = self._compute(notes, offset)
         self.errors += result.errors
         self.files += result.files
         return result
 
-    def _feed_notes(self, notes: Sequence[Any], offset: int) -> StepResult:
+    def _compute(
+        self, notes: Sequence[Any], offset: int, numbers: Optional[List[int]] = None
+    ) -> StepResult:
+        if self.kind == "batch":
+            return self._feed_batch(notes, offset, numbers)
+        with self._active():
+            return self._feed_notes(notes, offset, numbers)
+
+    def _feed_reusing(self, notes: Sequence[Any], offset: int, reuse: Reuse) -> StepResult:
+        """An incremental step: the notes the store holds outputs for are reused, the others
+        computed (numbered as in the whole step), and the outputs merged in the order a full
+        run gives."""
+        keys, hits = reuse.split(notes)
+        todo = [i for i in range(len(notes)) if i not in hits]
+        reuse.computed_notes += len(todo)
+        if todo:
+            result = self._compute([notes[i] for i in todo], offset, [offset + i for i in todo])
+        else:
+            result = StepResult({p: [] for p in self.pins})
+        out = Pins(self.pins, self.label)
+        fresh: Dict[str, List[int]] = {p: [] for p in self.pins}
+        computed = {i: j for j, i in enumerate(todo)}
+        for i in range(len(notes)):
+            if i in hits:
+                out.add(hits[i], f"note {offset + i}")
+                continue
+            j = computed[i]
+            routed = result.per_note.get(j)
+            if routed is None:  # failed (skip): recorded as an error, stored nowhere
+                continue
+            if j not in result.incomplete:
+                reuse.computed(keys[i], routed, result.note_files.get(j, []))
+            before = out.counts()
+            out.add(routed, f"note {offset + i}")
+            for pin, n in out.counts().items():
+                fresh[pin] += range(before[pin], n)
+        if self.kind == "batch":
+            step_items = getattr(self.step, "item_key", None)
+            hit_items = sum(count_items(notes[i], step_items) for i in hits)
+            self.items_in += hit_items
+            result.items_in += hit_items
+        stats = {**result.stats, "notes_in": len(notes), **reuse.stats()}
+        return StepResult(
+            out.notes, stats, result.errors, result.files, items_in=result.items_in,
+            per_note=result.per_note, fresh=fresh,
+        )  # fmt: skip
+
+    def _feed_notes(
+        self, notes: Sequence[Any], offset: int, numbers: Optional[List[int]] = None
+    ) -> StepResult:
         start = time.perf_counter()
         out = Pins(self.pins, self.label, lambda msg: self.emit("warning", msg), self.dropped)
         errors: List[ItemError] = []
+        per_note: Dict[int, Dict[str, List[Any]]] = {}
         for k, note in enumerate(notes):
-            index = offset + k
+            index = numbers[k] if numbers is not None else offset + k
             self.at.set(functools.partial(_feeding, index, note))
             try:
                 routed = self.step(note)
@@ -215,16 +270,18 @@ class StepDriver:
                     ) from exc
                 errors.append(error)
                 continue
-            out.add_routed(routed, note, f"note {index}")
+            per_note[k] = out.add_routed(routed, note, f"note {index}")
         stats = {
             "notes_in": len(notes),
             "notes_out": sum(out.counts().values()),
             "notes_failed": len(errors),
             "seconds": round(time.perf_counter() - start, 4),
         }
-        return StepResult(out.notes, {**stats, **out.dropped_stats()}, errors)
+        return StepResult(out.notes, {**stats, **out.dropped_stats()}, errors, per_note=per_note)
 
-    def _feed_batch(self, notes: Sequence[Any], offset: int) -> StepResult:
+    def _feed_batch(
+        self, notes: Sequence[Any], offset: int, numbers: Optional[List[int]] = None
+    ) -> StepResult:
         emit = self.emit
         if self.chunked:  # the stream reports per step; a chunk's own progress lines would flood
             emit = lambda level, msg: self.emit(level, msg) if level != "info" else None  # noqa: E731
@@ -235,7 +292,7 @@ class StepDriver:
                 result = run_batch_step(
                     self.step, notes, runtime, pins=self.pins, label=self.label,
                     node=self.node, emit=emit, dropped=self.dropped, note_offset=offset,
-                    pools=self.pools,
+                    pools=self.pools, note_numbers=numbers,
                 )  # fmt: skip
         finally:
             self.seconds += time.perf_counter() - start

@@ -4,7 +4,7 @@ step's pins."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..authoring.steps import route_to_output
 from .errors import ItemError
@@ -20,6 +20,13 @@ class StepResult:
     files: List[Tuple[str, int]] = field(default_factory=list)
     items_in: int = 0  # batch steps: the items of the notes it took
     sent: Optional[Dict[str, int]] = None  # streamed: notes sent per pin (none are kept)
+    # each note's outputs per pin by its position in the feed (a note that failed has none) and
+    # the files its dumps wrote: what an incremental step records (incremental/reuse.py)
+    per_note: Dict[int, Dict[str, List[Any]]] = field(default_factory=dict)
+    note_files: Dict[int, List[Tuple[str, Optional[int]]]] = field(default_factory=dict)
+    incomplete: Set[int] = field(default_factory=set)  # notes released with items lost (skip)
+    # an incremental step: the positions of each pin's notes computed in this run (not reused)
+    fresh: Optional[Dict[str, List[int]]] = None
 
 
 class PinNotes(list):
@@ -66,12 +73,15 @@ class Pins:
                 self._drop(pin, notes, where)
         return kept
 
-    def add(self, step_output: Dict[str, List[Any]], where: str) -> None:
-        for pin, notes in self.declared(step_output, where).items():
+    def add(self, step_output: Dict[str, List[Any]], where: str) -> Dict[str, List[Any]]:
+        """Add one note's (or yield's) notes per pin; returns those kept (declared pins)."""
+        kept = self.declared(step_output, where)
+        for pin, notes in kept.items():
             target = self.notes[pin]
             target.extend(notes)
             target.order.extend(range(self._emitted, self._emitted + len(notes)))
             self._emitted += len(notes)
+        return kept
 
     def _drop(self, pin: Any, notes: List[Any], where: str) -> None:
         if pin not in self.dropped and self.warn is not None:
@@ -82,8 +92,8 @@ class Pins:
             )
         self.dropped[pin] = self.dropped.get(pin, 0) + len(notes)
 
-    def add_routed(self, routed: Any, note: Any, where: str) -> None:
-        self.add(route_to_output(routed, note), where)
+    def add_routed(self, routed: Any, note: Any, where: str) -> Dict[str, List[Any]]:
+        return self.add(route_to_output(routed, note), where)
 
     def counts(self) -> Dict[str, int]:
         return {pin: len(v) for pin, v in self.notes.items()}

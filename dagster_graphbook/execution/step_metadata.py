@@ -29,8 +29,11 @@ PLOTTED = frozenset(
         "loader_wait_s",
         "on_item_batch_s",
         "max_notes_queued",
+        "notes_reused",  # an incremental step's (docs/incremental.md)
+        "notes_computed",
     }
 )
+REUSED_FROM = "reused_from"  # an incremental step: the earlier runs whose notes it reused
 # whole-step counts a pin's row count replaces, and duplicates of ``errors_skipped``
 LEFT_OUT = frozenset({"notes_out", "notes", "notes_failed", "items_skipped"})
 FILES_NOTE = "files_note"  # why a step whose dump_fn ran has no files_written
@@ -97,6 +100,8 @@ def step_metadata(
             continue
         if key in PLOTTED or key.startswith("notes_dropped_"):
             meta[key] = figure(value)
+        elif key == REUSED_FROM:  # {run id: notes}
+            meta[key] = dg.MetadataValue.json(dict(value))
         else:
             details[key] = value
     if files:

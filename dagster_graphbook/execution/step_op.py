@@ -27,6 +27,7 @@ from ..plan.settings import (
     StreamSettings,
     read_runtime,
 )
+from ..store.incremental import IncrementalStore
 from ..store.previews import (
     PREVIEW_META,
     contact_sheet,
@@ -35,6 +36,8 @@ from ..store.previews import (
 )
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
+from .incremental.keys import Unkeyable, resource_version, version_of
+from .incremental.reuse import REFRESH_TAG, Reuse
 from .ownership.guard import check_code_config, check_partition_key
 from .pools.workers import die_with_the_run
 from .routing import PinNotes, StepResult, dropped_stats
@@ -245,10 +248,11 @@ def run_op(
             if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
                 runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it
             step = make_step(context, plan, step_config, resources)
+            reuse = incremental_reuse(context, op, plan, runtime, step_config, emit)
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,
             node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
-            first_note=first_note,
+            first_note=first_note, reuse=reuse,
         )  # fmt: skip
     protocols = store_protocols(_notes_dir(context, op))  # a failed item's picture may open
     with failures_named(None if op.streamed else op.steps[0].label), opening_store_urls(protocols):
@@ -266,6 +270,35 @@ def run_op(
         for node_id, d in drivers.items()
     }
     return OpRun(results, figures)
+
+
+def incremental_reuse(
+    context: dg.AssetExecutionContext,
+    op: OpPlan,
+    plan: StepPlan,
+    runtime: StepRuntime,
+    params: Mapping[str, Any],
+    emit: Emit,
+) -> Optional[Reuse]:
+    """An incremental step's store of earlier runs' outputs (None: the step computes all its
+    notes, as without the setting). A run turning ``incremental`` off on a step its workflow
+    made incremental, or tagged ``dagster-graphbook/incremental: refresh`` (``--full``),
+    recomputes every note and refreshes the store."""
+    if plan.kind == "source" or not (runtime.incremental or plan.incremental):
+        return None
+    refresh = not runtime.incremental or context.run.tags.get(REFRESH_TAG) == "refresh"
+    bound = {p: resource_version(context.run_id, key) for p, key in plan.resource_keys.items()}
+    partition_key = _partition_key(context, plan)
+    try:
+        token = version_of(plan.cls, {**params, "partition key": partition_key}, bound)
+    except Unkeyable as exc:
+        emit("warning", f"{plan.label}: incremental: {exc}; every note is computed")
+        return None
+    store = IncrementalStore(_notes_dir(context, op), plan.workflow, plan.step_name, partition_key)
+    return Reuse(
+        store, token, refresh=refresh, label=plan.label,
+        warn=lambda m: emit("warning", m), info=lambda m: emit("info", m), run_id=context.run_id,
+    )  # fmt: skip
 
 
 def emit_outputs(context: dg.AssetExecutionContext, op: OpPlan, ran: OpRun) -> Iterator[dg.Output]:
@@ -345,6 +378,7 @@ def _run_streamed(
             **driver.batch,
             "max_notes_queued": run.max_queued,
             **dropped_stats(driver.dropped),
+            **(driver.reuse.stats() if driver.reuse is not None else {}),
         }
         if plan.kind == "source":
             del stats["notes_in"]  # a source reads no notes: no flat curve of zeros
@@ -384,12 +418,21 @@ def _outputs(
         sheet = None
         if stored and plan.preview.on:  # URLs open only in the notes store's own bucket
             protocols = store_protocols(_notes_dir(context, op))
-            sheet = contact_sheet(notes or [], result.files, plan.preview, protocols)
+            shown = _computed_first(notes or [], (result.fresh or {}).get(pin))
+            sheet = contact_sheet(shown, result.files, plan.preview, protocols)
         if sheet is not None:  # pictures of the pin's notes, or of the files its step wrote
             pin_meta = {**pin_meta, PREVIEW_META: sheet}
         if isinstance(notes, PinNotes):
             notes.source = plan.node_id  # children fed by several of its pins merge by emission
         yield dg.Output(notes, output_name=op.outputs[(plan.node_id, pin)], metadata=pin_meta)
+
+
+def _computed_first(notes: List[Any], fresh: Optional[List[int]]) -> List[Any]:
+    """An incremental step's notes for its preview: those computed in this run first."""
+    if not fresh or len(fresh) == len(notes):
+        return notes
+    chosen = set(fresh)
+    return [notes[i] for i in fresh] + [n for i, n in enumerate(notes) if i not in chosen]
 
 
 def _notes_dir(context: dg.AssetExecutionContext, op: OpPlan) -> str:

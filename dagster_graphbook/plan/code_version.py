@@ -86,6 +86,18 @@ def node_code_version(node: WorkflowNode) -> str:
     return digest.hexdigest()[:16]
 
 
+def class_code_version(cls: type) -> str:
+    """A short hash of what the code of a step or resource class is: its source and its module
+    file (the node's values left out: an incremental run keys the values a run gives)."""
+    digest = hashlib.sha256()
+    path = _source_file(cls)
+    stamp = _file_stamp(path)
+    digest.update(_class_source(cls, stamp).encode())
+    if path is not None:
+        digest.update(_file_bytes(path, stamp))
+    return digest.hexdigest()[:16]
+
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 

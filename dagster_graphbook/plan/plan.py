@@ -44,6 +44,8 @@ class StepPlan:
     overridable: Tuple[str, ...] = ()
     children: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)  # pin -> steps in op
     preview: PreviewSettings = PreviewSettings()  # image previews of its pins (previews.py)
+    # runtime.incremental as its workflow set it: a run turning it off refreshes the store
+    incremental: bool = False
 
     @property
     def label(self) -> StepRef:
@@ -304,6 +306,7 @@ class _Wiring:
             overridable=overridable(self.workflow, node),
             children=children,
             preview=self.workflow.previews.get(node.id, PreviewSettings()),
+            incremental=bool(self.workflow.runtime.get(node.id, {}).get("incremental", False)),
         )
 
     def deps(self) -> Optional[List[dg.AssetDep]]:

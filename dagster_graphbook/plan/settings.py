@@ -63,6 +63,13 @@ class StepRuntime(dg.Config):
         description="log what the step is stuck in when it makes no progress for this long "
         "(0: never)",
     )
+    incremental: bool = Field(
+        default=False,
+        description="reuse each input note's outputs from earlier runs while the step's code, "
+        "parameters and resources (the files they name too) and the note (with the files it "
+        "names) are unchanged: only new or changed notes run. false on a step its workflow "
+        "made incremental: recompute every note and refresh the store (docs/incremental.md)",
+    )
 
 
 class BatchRuntime(StepRuntime):

@@ -30,6 +30,7 @@ from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
 from ..defs.instance import default_dagster_home, location_home
 from ..errors import RequestError
+from ..execution.incremental.reuse import REFRESH_TAG
 from ..execution.ownership.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError
@@ -197,10 +198,12 @@ def _reconstruct_job(
     shards: Optional[str] = None,
     executor: Optional[str] = None,
     preview: Optional[str] = None,
+    runtime: Optional[str] = None,
 ) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
-    the ``module:Class`` of the run's translator, ``shards`` the run's setting as JSON,
-    ``executor`` the ``module:attr`` of the run's executor (dagster-ray's)."""
+    the ``module:Class`` of the run's translator, ``shards``, ``preview`` and ``runtime`` the
+    run's settings as JSON, ``executor`` the ``module:attr`` of the run's executor
+    (dagster-ray's)."""
     spec = GraphbookWorkflow(
         source,
         custom_nodes=custom_nodes,
@@ -209,6 +212,7 @@ def _reconstruct_job(
         shards=json.loads(shards) if shards else None,
         executor=import_executor(executor) if executor else None,
         preview=json.loads(preview) if preview else None,
+        runtime=json.loads(runtime) if runtime else None,
     )
     defs = _definitions(spec, notes_dir, import_translator(translator))[0]
     return defs.resolve_job_def(list(defs.jobs or ())[0].name)
@@ -283,6 +287,8 @@ def run_workflow(
     executor_config: Optional[Mapping[str, Any]] = None,
     preview: Any = None,
     say: Optional[Callable[[str], None]] = None,
+    runtime: Optional[Mapping[str, Any]] = None,
+    full: bool = False,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
 
@@ -302,6 +308,9 @@ def run_workflow(
     ``shards``: as ``GraphbookWorkflow(shards=...)``,
     ``{STEP: N}`` runs those batch steps as N shards (docs/sharding.md). ``translator``
     names the assets and ops as in the code location (``build_definitions(translator=...)``).
+    ``runtime``: as ``GraphbookWorkflow(runtime=...)``, the steps' settings
+    (``{"incremental": True}``: docs/incremental.md); ``full``: the incremental steps recompute
+    every note and refresh their store (the CLI's ``--full``).
 
     ``from_failure``: the id of a failed (or killed) run of this workflow to resume, as the UI's
     "Re-execute from failure": the steps that did not finish run again, the others' stored notes
@@ -323,6 +332,7 @@ def run_workflow(
         shards=shards,
         executor=None if executor in _OWN_EXECUTORS else import_executor(executor),
         preview=preview,
+        runtime=runtime,
     )
     translator = translator or GraphbookTranslator()
     defs, wdefs = _definitions(spec, notes_dir, translator)
@@ -341,7 +351,7 @@ def run_workflow(
             params,
             partition_key,
             run_config,
-            tags,
+            _refresh_tags(tags, full),
             quiet,
             from_failure,
             executor,
@@ -495,6 +505,7 @@ def _workflow_recon(
         json.dumps(spec.shards) if spec.shards is not None else None,
         None if executor in _OWN_EXECUTORS else executor,
         json.dumps(spec.preview) if spec.preview is not None else None,
+        json.dumps(spec.runtime) if spec.runtime is not None else None,
     )
     return dg.build_reconstructable_job(
         "dagster_graphbook.runner.run",
@@ -560,6 +571,11 @@ INTERRUPT_GRACE_S = 15.0  # after SIGINT/SIGTERM, a run still going this long is
 
 def _backstop(instance: dg.DagsterInstance, run_tags: Mapping[str, str]) -> InterruptBackstop:
     return InterruptBackstop(instance, RUN_TOKEN_TAG, run_tags[RUN_TOKEN_TAG], INTERRUPT_GRACE_S)
+
+
+def _refresh_tags(tags: Optional[Mapping[str, str]], full: bool) -> Optional[Mapping[str, str]]:
+    """The caller's tags, with the one that makes incremental steps recompute all (``full``)."""
+    return {**(tags or {}), REFRESH_TAG: "refresh"} if full else tags
 
 
 def _run_tags(tags: Optional[Mapping[str, str]]) -> Dict[str, str]:
@@ -746,6 +762,7 @@ def run_job(
     run_config: Optional[Mapping[str, Any]] = None,
     from_failure: Optional[str] = None,
     say: Optional[Callable[[str], None]] = None,
+    full: bool = False,
 ) -> WorkflowRun:
     """Run job ``job_name`` of the code location ``module`` (default: the one ``dg`` loads for
     the project here, `code_location_module`) (a partition of a partitioned
@@ -756,7 +773,8 @@ def run_job(
     "Re-execute from failure" (see ``run_workflow``); its run config and partition are kept.
     The steps run where the job's executor puts them, as in the UI (a Ray or k8s executor's
     jobs or pods; ``say`` is told so before the run), except ``graphbook_executor``'s
-    in-process mode: here.
+    in-process mode: here. ``full``: the incremental steps recompute every note and refresh
+    their store (docs/incremental.md).
     """
     instance = instance or get_instance(dagster_home)
     target = code_location_module(module)
@@ -774,7 +792,15 @@ def run_job(
             reconstructable_args=(target.module, job_name),  # type: ignore[arg-type]  # as above
             reconstructor_working_directory=str(target.root),
         ),
-        request=_Request(params, partition_key, run_config, tags, quiet, from_failure, say=say),
+        request=_Request(
+            params,
+            partition_key,
+            run_config,
+            _refresh_tags(tags, full),
+            quiet,
+            from_failure,
+            say=say,
+        ),  # fmt: skip
     )
     found = _materializations(instance, run.run_id)
     for key, m in found.items():

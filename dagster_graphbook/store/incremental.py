@@ -1,0 +1,186 @@
+"""The store of incremental runs: each note's outputs as its step made them, kept to reuse while
+the note's key holds (docs/incremental.md).
+
+It lives beside the notes, ``<notes_dir>/incremental/<workflow>/<step>/<partition>/`` (a local
+folder or a bucket prefix). Each run of a step (each shard) writes one *pack* when the step ends:
+every note it computed or reused, by key, written atomically, so a run killed mid-step leaves
+no pack and nothing half-done is ever trusted. A reader takes each key's newest entry over all
+packs. Each entry's notes are pickled alone: an entry that cannot be read is a miss, as is every
+entry of a pack that cannot be read.
+
+Retention: the next run of the step removes the packs whose every key a newer pack holds (after
+an hour: a run that listed a pack may still be opening it) and the packs older than
+``RETENTION_DAYS``; a note reused in a run is written again in that run's pack, so what is in use
+stays. A run reads every pack it needs when its step starts, so nothing is pruned from under it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from upath import UPath
+
+from . import codec as notes_codec
+from .versions import _is_local, _mtime, write_atomic
+
+FOLDER = "incremental"
+PACK_SUFFIX = ".pack"
+FORMAT = 1
+RETENTION_DAYS = 30  # a pack not rewritten for this long is removed
+GRACE_S = 3600.0  # a pack superseded by newer ones stays this long
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+def _segment(text: str) -> str:
+    return _UNSAFE.sub("_", text).strip("._") or "_"
+
+
+@dataclass
+class Entry:
+    """One note's outputs as its step made them: ``outputs`` pickled (``{pin: [notes]}``), the
+    files its ``dump_fn`` wrote (path, bytes or None), and the run that computed it."""
+
+    outputs: bytes
+    files: List[Tuple[str, Optional[int]]]
+    run_id: str
+
+    def notes(self) -> Dict[str, List[Any]]:
+        return notes_codec.loads(self.outputs)
+
+
+@dataclass
+class _Pack:
+    path: UPath
+    mtime: float
+    keys: Set[str] = field(default_factory=set)
+
+
+def encode_outputs(outputs: Mapping[str, List[Any]]) -> bytes:
+    """A note's outputs as an entry keeps them (taken when the step made them: a streamed step
+    after it may change the same dicts)."""
+    return notes_codec.dumps(dict(outputs))
+
+
+class IncrementalStore:
+    """The packs of one step and partition."""
+
+    def __init__(self, notes_dir: str, workflow: str, step: str, partition: Optional[str]):
+        self.folder = (
+            UPath(notes_dir)
+            / FOLDER
+            / _segment(workflow)
+            / _segment(step)
+            / (_segment(partition) if partition else "_unpartitioned")
+        )
+        self._packs: List[_Pack] = []
+
+    def load(self) -> Tuple[Dict[str, Entry], List[str]]:
+        """Every key's newest entry, and a sentence per pack or entry that could not be read."""
+        entries: Dict[str, Entry] = {}
+        problems: List[str] = []
+        self._packs = []
+        for path, mtime in self._listing():
+            try:
+                raw = path.read_bytes()
+            except FileNotFoundError:  # removed by another run's pruning since listed
+                continue
+            except Exception as exc:
+                problems.append(f"{path} cannot be read ({type(exc).__name__}: {exc})")
+                continue
+            pack = _Pack(path, mtime)
+            self._packs.append(pack)
+            try:
+                body = pickle.loads(raw)
+                if not isinstance(body, dict) or body.get("format") != FORMAT:
+                    raise ValueError("not a pack of this format")
+                stored = body["entries"]
+            except Exception as exc:
+                problems.append(f"{path} is damaged ({type(exc).__name__}: {exc})")
+                continue
+            for key, value in stored.items():
+                try:
+                    outputs, files, run_id = value
+                    entries[key] = Entry(bytes(outputs), [tuple(f) for f in files], str(run_id))
+                except Exception as exc:
+                    problems.append(f"an entry of {path} is damaged ({type(exc).__name__}: {exc})")
+                    continue
+                pack.keys.add(key)
+        return entries, problems
+
+    def _listing(self) -> List[Tuple[UPath, float]]:
+        """The packs, oldest first (a later pack's entry of a key wins)."""
+        if not _is_local(self.folder):
+            self.folder.fs.invalidate_cache()
+        try:
+            children = list(self.folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        for path in children:
+            if not path.name.endswith(PACK_SUFFIX) or path.name.startswith("."):
+                continue
+            try:
+                found.append((path, _mtime(path)))
+            except FileNotFoundError:
+                continue
+        return sorted(found, key=lambda p: (p[1], p[0].name))
+
+    def probe(self) -> Optional[str]:
+        """Why nothing can be written here (None: a local folder that takes a file, or a bucket,
+        whose failure shows when the pack is written)."""
+        if not _is_local(self.folder):
+            return None
+        probe = self.folder / f".probe-{uuid.uuid4().hex[:8]}"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            return f"{self.folder} takes no file ({type(exc).__name__}: {exc})"
+        return None
+
+    def save(self, entries: Mapping[str, Entry], run_id: str) -> UPath:
+        """Write one pack of ``entries`` (atomically: whole or not at all)."""
+        body = {
+            "format": FORMAT,
+            "run_id": run_id,
+            "written": time.time(),
+            "entries": {k: (e.outputs, list(e.files), e.run_id) for k, e in entries.items()},
+        }
+        path = self.folder / f"{_segment(run_id)}-{uuid.uuid4().hex[:8]}{PACK_SUFFIX}"
+        write_atomic(path, lambda f: pickle.dump(body, f, protocol=notes_codec.PROTOCOL))
+        return path
+
+    def prune(self, saved: Sequence[str], now: Optional[float] = None) -> int:
+        """Remove the packs listed by ``load`` that the newer ones (and the keys ``saved`` in
+        this run's pack) hold entirely, or that are past the retention; returns how many."""
+        now = time.time() if now is None else now
+        newer: Set[str] = set(saved)
+        removed = 0
+        for pack in reversed(self._packs):  # newest first
+            age = now - pack.mtime
+            superseded = age > GRACE_S and pack.keys <= newer
+            if superseded or age > RETENTION_DAYS * 86400:
+                try:
+                    pack.path.unlink()
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+                continue
+            newer |= pack.keys
+        return removed
+
+
+def files_present(files: Sequence[Tuple[str, Optional[int]]], sizes: Mapping[str, int]) -> bool:
+    """Whether every file an entry records is there with its recorded size (``sizes``: what the
+    caller found of each, missing ones absent)."""
+    for path, size in files:
+        found = sizes.get(path)
+        if found is None or (size is not None and found != size):
+            return False
+    return True
