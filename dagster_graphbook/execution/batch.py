@@ -174,7 +174,7 @@ class _BatchRun:
         """The step's number of note ``note_index`` of this run (what errors and messages say)."""
         if self.numbers is not None:
             return self.numbers[note_index]
-        return self.number(note_index)
+        return self.offset + note_index
 
     # -- what each note waits for: changed only here -------------------------------------------
     def item_done(self, index: int) -> None:

@@ -1,0 +1,152 @@
+"""Incremental runs of the nightly demo (docs/incremental.md): only new or changed notes go
+through a step, and what the run's assets hold is what a full run gives.
+
+Real runs of ``workflows/nightly_shapes.json`` with the CNN the ``project`` fixture trained,
+real images, real files. ``ClassifyShapes`` runs in batches of 10 and days hold multiples of 10
+images, so a run computing only the new images batches them as a full run does (a batch of other
+images changes the CNN's last bits, docs/sharding.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO, _shapes_data
+
+WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
+NODES = REPO / "custom_nodes" / "nightly"
+DAY = "2026-03-01"
+STEPS = ("ClassifyShapes", "ReviewSplit", "SaveResized")
+# the project's CNN and its images: one worker runs these tests in turn
+pytestmark = pytest.mark.xdist_group("incremental_demo")
+
+
+class Day:
+    """A day folder that grows: ``add(n)`` copies the next ``n`` of the generated images (and
+    their labels) in, as late data lands."""
+
+    def __init__(self, tmp_path: Path, total: int):
+        self.all = _shapes_data().make_day(tmp_path / "generated", DAY, total)
+        self.folder = tmp_path / "incoming" / DAY
+        self.folder.mkdir(parents=True)
+        with open(self.all / "labels.csv", newline="") as f:
+            self.labels = list(csv.DictReader(f))
+        self.count = 0
+
+    def add(self, n: int) -> None:
+        for row in self.labels[self.count : self.count + n]:
+            shutil.copy2(self.all / row["file"], self.folder / row["file"])
+        self.count += n
+        with open(self.folder / "labels.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["file", "label"])
+            writer.writeheader()
+            writer.writerows(self.labels[: self.count])
+
+
+def _meta(run: Any) -> Dict[str, Dict[str, Any]]:
+    """Each step's materialization metadata (its first pin's) of ``run``."""
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        records = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+    meta: Dict[str, Dict[str, Any]] = {}
+    for record in records:
+        m = record.asset_materialization
+        assert m is not None
+        step = m.asset_key.path[1]
+        meta.setdefault(step, {k: v.value for k, v in m.metadata.items()})
+    return meta
+
+
+def _tables(run: Any) -> Dict[str, pd.DataFrame]:
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        records = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+    tables = {}
+    for record in records:
+        m = record.asset_materialization
+        assert m is not None
+        if "table_path" in m.metadata:
+            tables[m.asset_key.to_user_string()] = pd.read_parquet(m.metadata["table_path"].value)
+    return tables
+
+
+def _computed(meta: Dict[str, Dict[str, Any]]) -> Dict[str, Optional[int]]:
+    return {s: meta[s].get("notes_computed") for s in STEPS}
+
+
+@pytest.fixture
+def demo(project, tmp_path, run_wf):
+    """``demo(day, **run_wf kwargs)``: the demo over ``day``'s folder, incremental, notes and
+    outputs in the test's folders; ``params`` given are set over the demo's."""
+    out, notes = tmp_path / "outputs", tmp_path / "notes"
+
+    def run(day: Day, params: Optional[Dict[str, Any]] = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("runtime", {"incremental": True})
+        kwargs.setdefault("notes_dir", str(notes))
+        given = {
+            "IncomingImages.folder": str(day.folder),
+            "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+            "SaveResized.output_dir": str(out),
+            "ClassifyShapes.batch_size": 10,
+            **(params or {}),
+        }
+        done = run_wf(WORKFLOW, [NODES], given, **kwargs)
+        assert done.success, done.failure
+        return done
+
+    run.out = out  # type: ignore[attr-defined]
+    return run
+
+
+def _written(out: Path) -> Dict[str, int]:
+    return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.rglob("*.png")}
+
+
+def test_late_data_runs_only_the_new_images_and_gives_a_full_runs_notes(demo, tmp_path):
+    day = Day(tmp_path, 50)
+    day.add(40)
+    first = demo(day)
+    meta = _meta(first)
+    assert meta["ClassifyShapes"]["images_classified"] == 40
+    assert _computed(meta) == {
+        "ClassifyShapes": 40,
+        "ReviewSplit": 40,
+        "SaveResized": len(first["SaveResized"]["out"]),
+    }
+    written = _written(demo.out)
+    assert len(written) == len(first["SaveResized"]["out"]) > 0
+
+    day.add(10)  # late data: 10 more images land in the day's folder
+    time.sleep(0.01)
+    second = demo(day)
+    meta = _meta(second)
+    # the model saw exactly the 10 new images; the 40 others came back from the store
+    assert meta["ClassifyShapes"]["images_classified"] == 10
+    assert meta["ClassifyShapes"]["notes_reused"] == 40
+    assert meta["ClassifyShapes"]["reused_from"] == {first.run_id: 40}
+    new_confident = len(second["SaveResized"]["out"]) - len(first["SaveResized"]["out"])
+    assert _computed(meta) == {"ClassifyShapes": 10, "ReviewSplit": 10, "SaveResized": new_confident}
+    assert meta["SaveResized"]["files_written"] == new_confident
+    now = _written(demo.out)
+    assert {k: v for k, v in now.items() if k in written} == written  # none written again
+    assert len(now) == len(second["SaveResized"]["out"])
+
+    # a full run of the 50 images (not incremental, a store of its own) gives the same notes
+    full = demo(day, runtime=None, notes_dir=str(tmp_path / "full_notes"))
+    assert "notes_reused" not in _meta(full)["ClassifyShapes"]
+    assert second.notes == full.notes
+    tables, full_tables = _tables(second), _tables(full)
+    assert sorted(tables) == ["nightly_shapes/ReviewSplit/review", "nightly_shapes/SaveResized"]
+    for key, table in full_tables.items():
+        pd.testing.assert_frame_equal(tables[key], table)
