@@ -91,7 +91,9 @@ def demo(project, tmp_path, run_wf):
     outputs in the test's folders; ``params`` given are set over the demo's."""
     out, notes = tmp_path / "outputs", tmp_path / "notes"
 
-    def run(day: Day, params: Optional[Dict[str, Any]] = None, **kwargs: Any) -> Any:
+    def run(
+        day: Day, params: Optional[Dict[str, Any]] = None, nodes: Path = NODES, **kwargs: Any
+    ) -> Any:
         kwargs.setdefault("runtime", {"incremental": True})
         kwargs.setdefault("notes_dir", str(notes))
         given = {
@@ -101,7 +103,7 @@ def demo(project, tmp_path, run_wf):
             "ClassifyShapes.batch_size": 10,
             **(params or {}),
         }
-        done = run_wf(WORKFLOW, [NODES], given, **kwargs)
+        done = run_wf(WORKFLOW, [nodes], given, **kwargs)
         assert done.success, done.failure
         return done
 
@@ -150,3 +152,85 @@ def test_late_data_runs_only_the_new_images_and_gives_a_full_runs_notes(demo, tm
     assert sorted(tables) == ["nightly_shapes/ReviewSplit/review", "nightly_shapes/SaveResized"]
     for key, table in full_tables.items():
         pd.testing.assert_frame_equal(tables[key], table)
+
+
+def test_a_change_downstream_reruns_only_the_changed_step(demo, tmp_path):
+    day = Day(tmp_path, 30)
+    day.add(30)
+    first = demo(day)
+    second = demo(day, {"SaveResized.size": 32})  # a new size for the resized copies
+    meta = _meta(second)
+    saved = len(second["SaveResized"]["out"])
+    assert _computed(meta) == {"ClassifyShapes": 0, "ReviewSplit": 0, "SaveResized": saved}
+    assert meta["ClassifyShapes"]["notes_reused"] == 30
+    assert meta["SaveResized"]["files_written"] == saved > 0
+    assert second["ClassifyShapes"] == first["ClassifyShapes"]
+    from PIL import Image
+
+    with Image.open(second["SaveResized"]["out"][0]["output_path"]) as image:
+        assert image.size == (32, 32)
+
+
+def _retrain_in_place(checkpoint: Path) -> None:
+    """The checkpoint "retrained": other weights at the same path, its mtime set back to the
+    old one's (a copy that keeps times does so)."""
+    import torch
+
+    before = checkpoint.stat()
+    ckpt = torch.load(checkpoint, weights_only=False)
+    with torch.no_grad():
+        for p in ckpt["model"].parameters():
+            p.mul_(1.01)
+    torch.save(ckpt, checkpoint)
+    os.utime(checkpoint, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_each_change_upstream_recomputes_exactly_the_notes_it_affects(demo, project, tmp_path):
+    day = Day(tmp_path, 30)
+    day.add(30)
+    checkpoint = tmp_path / "model" / "shapes_cnn.pt"
+    checkpoint.parent.mkdir()
+    shutil.copy2(project["root"] / "models" / "shapes_cnn.pt", checkpoint)
+    nodes = tmp_path / "nodes"
+    shutil.copytree(NODES, nodes, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def run(params: Optional[Dict[str, Any]] = None) -> Any:
+        return demo(day, {"ShapesModel.checkpoint": str(checkpoint), **(params or {})}, nodes)
+
+    first = run()
+    assert _computed(_meta(first))["ClassifyShapes"] == 30
+    assert _computed(_meta(run())) == {"ClassifyShapes": 0, "ReviewSplit": 0, "SaveResized": 0}
+
+    # 1. the checkpoint retrained at the same path: the model's step sees every image again
+    _retrain_in_place(checkpoint)
+    meta = _meta(run())
+    assert meta["ClassifyShapes"]["notes_computed"] == 30
+    assert meta["ClassifyShapes"]["images_classified"] == 30
+
+    # 2. a parameter changed for the run (the launchpad's): its step only, and downstream
+    # only the notes whose input changed
+    lower = run({"ReviewSplit.threshold": 0.5})
+    meta = _meta(lower)
+    assert meta["ClassifyShapes"]["notes_computed"] == 0
+    assert meta["ReviewSplit"]["notes_computed"] == 30
+    moved = len(lower["SaveResized"]["out"]) - len(run()["SaveResized"]["out"])
+    assert meta["SaveResized"]["notes_computed"] == moved
+
+    # 3. an image replaced under the same name: that note, in every step it reaches
+    replaced = day.folder / "img_0007.png"
+    shutil.copy(day.folder / "img_0003.png", replaced)
+    meta = _meta(run())
+    assert meta["ClassifyShapes"]["notes_computed"] == 1
+    assert meta["ReviewSplit"]["notes_computed"] == 1
+    assert meta["SaveResized"]["notes_computed"] <= 1
+
+    # 4. the node file edited: every step it defines runs again
+    code = nodes / "nightly_nodes.py"
+    code.write_text(code.read_text() + "\n# a comment changes the file\n")
+    meta = _meta(run())
+    assert _computed(meta) == {
+        "ClassifyShapes": 30,
+        "ReviewSplit": 30,
+        "SaveResized": meta["SaveResized"]["notes_computed"],
+    }
+    assert meta["SaveResized"]["notes_computed"] > 0 and meta["SaveResized"]["notes_reused"] == 0
