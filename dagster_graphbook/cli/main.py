@@ -314,6 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             run_config=_console_config(args),
             from_failure=args.from_failure,
             full=args.full,
+            runtime={"incremental": True} if args.incremental else None,
             say=_say,
         )
     print(_summary(run))
@@ -368,6 +369,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
             run_config=_console_config(args),
             from_failure=args.from_failure,
             full=args.full,
+            runtime={"incremental": True} if args.incremental else None,
             say=_say,
         )
     print(_summary(run))
@@ -486,6 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="do not print events while running")
     run.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
+    run.add_argument(
+        "--incremental",
+        action="store_true",
+        help="every step reuses the outputs of earlier runs for the notes that did not change "
+        "(runtime.incremental; docs/incremental.md)",
+    )
     run.add_argument("--full", action="store_true", help=FULL_HELP)
     run.set_defaults(func=cmd_run)
     mat = sub.add_parser(

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import dagster as dg
 import pandas as pd
@@ -138,7 +138,11 @@ def test_late_data_runs_only_the_new_images_and_gives_a_full_runs_notes(demo, tm
     assert meta["ClassifyShapes"]["notes_reused"] == 40
     assert meta["ClassifyShapes"]["reused_from"] == {first.run_id: 40}
     new_confident = len(second["SaveResized"]["out"]) - len(first["SaveResized"]["out"])
-    assert _computed(meta) == {"ClassifyShapes": 10, "ReviewSplit": 10, "SaveResized": new_confident}
+    assert _computed(meta) == {
+        "ClassifyShapes": 10,
+        "ReviewSplit": 10,
+        "SaveResized": new_confident,
+    }
     assert meta["SaveResized"]["files_written"] == new_confident
     now = _written(demo.out)
     assert {k: v for k, v in now.items() if k in written} == written  # none written again

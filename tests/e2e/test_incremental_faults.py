@@ -1,0 +1,197 @@
+"""Incremental runs under faults (docs/incremental.md): a store that is damaged, missing its
+files, read-only or shared by two runs at once never fails a run nor gives a stale note, and a
+run killed mid-step leaves nothing a later run would trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, List
+
+import dagster as dg
+import pytest
+
+from tests.conftest import REPO, can_make_read_only, read_only_switch, write_nodes
+from tests.e2e.test_incremental import NODES, STEPS, WORKFLOW, Day, _computed, _meta, demo
+
+__all__ = ["demo"]  # the fixture, shared with test_incremental
+pytestmark = pytest.mark.xdist_group("incremental_demo")
+
+
+def _packs(notes: Path, step: str) -> List[Path]:
+    return sorted((notes / "incremental" / "nightly_shapes" / step).rglob("*.pack"))
+
+
+def _warnings(run: Any) -> List[str]:
+    with dg.DagsterInstance.from_config(run.dagster_home) as instance:
+        return [
+            e.user_message
+            for e in instance.all_logs(run.run_id)
+            if e.level >= 30 and "incremental" in e.user_message
+        ]
+
+
+def test_a_damaged_pack_and_a_deleted_output_file_are_misses_with_a_warning(demo, tmp_path):
+    day = Day(tmp_path, 20)
+    day.add(20)
+    first = demo(day)
+    (pack,) = _packs(tmp_path / "notes", "ClassifyShapes")
+    pack.write_bytes(b"not a pack" + pack.read_bytes()[100:])  # damaged on disk
+    lost = Path(first["SaveResized"]["out"][0]["output_path"])
+    lost.unlink()  # a file SaveResized wrote, deleted since
+
+    second = demo(day)
+    meta = _meta(second)
+    assert meta["ClassifyShapes"]["notes_computed"] == 20  # nothing of the damaged pack trusted
+    assert meta["SaveResized"]["notes_computed"] == 1  # the note whose file is gone
+    assert meta["SaveResized"]["files_written"] == 1 and lost.is_file()
+    said = _warnings(second)
+    assert any(str(pack) in w and "damaged" in w for w in said), said
+    assert second.notes == first.notes
+
+
+def test_a_read_only_store_runs_without_reuse_and_says_so(demo, tmp_path):
+    if not can_make_read_only(tmp_path):
+        pytest.skip("cannot make a folder read-only here (no bind mounts)")
+    day = Day(tmp_path, 20)
+    day.add(20)
+    first = demo(day)
+    with read_only_switch(tmp_path / "notes" / "incremental") as (freeze, thaw):
+        freeze()
+        second = demo(day)
+        thaw()
+    meta = _meta(second)
+    assert _computed(meta) == {s: meta[s]["notes_computed"] for s in STEPS}
+    assert meta["ClassifyShapes"]["notes_computed"] == 20
+    assert all(meta[s]["notes_reused"] == 0 for s in STEPS)
+    said = _warnings(second)
+    assert any("takes no file" in w and "reuses and records nothing" in w for w in said), said
+    assert second.notes == first.notes
+
+
+KILLED_NODES = """
+    import os
+    import signal
+
+    from graphbook import steps
+
+
+    class Numbers(steps.SourceStep):
+        RequiresInput = False
+        Outputs = ["out"]
+        Parameters = {"n": {"type": "number", "default": 40}}
+
+        def __init__(self, n=40):
+            super().__init__()
+            self.n = int(n)
+
+        def load(self):
+            return {"out": [{"x": i} for i in range(self.n)]}
+
+
+    class Square(steps.BatchStep):
+        RequiresInput = True
+        Outputs = ["out"]
+        Parameters = {
+            "batch_size": {"type": "number", "default": 10},
+            "item_key": {"type": "string", "default": "x"},
+            "log": {"type": "string", "default": ""},
+        }
+
+        def __init__(self, batch_size=10, item_key="x", log=""):
+            super().__init__(batch_size, item_key)
+            self.log_path = log
+
+        def on_item_batch(self, outputs, items, notes):
+            with open(self.log_path, "a") as f:
+                f.write("".join(f"{x}\\n" for x in items))
+            if os.environ.get("KILL_AT") and max(items) >= int(os.environ["KILL_AT"]):
+                os.kill(os.getpid(), signal.SIGKILL)  # the run's process dies mid-step
+            for note, x in zip(notes, items):
+                note["y"] = x * x
+"""
+
+
+def _killable_run(tmp_path: Path, home: Path, kill_at: str) -> subprocess.CompletedProcess:
+    """The Numbers -> Square workflow run incrementally in a process of its own (in process:
+    the run is that process)."""
+    code = f"""
+import json, sys
+from dagster_graphbook import run_workflow
+run = run_workflow(
+    {str(tmp_path / "killed.json")!r}, [{str(tmp_path / "nodes")!r}],
+    {{"Square.log": {str(tmp_path / "seen.txt")!r}}},
+    dagster_home={str(home)!r}, notes_dir={str(tmp_path / "notes")!r},
+    runtime={{"incremental": True}},
+)
+print(json.dumps({{"ok": run.success, "y": [n["y"] for n in run.notes["Square"]["out"]]}}))
+"""
+    env = {**os.environ, "KILL_AT": kill_at, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_a_run_killed_mid_step_leaves_nothing_a_later_run_trusts(tmp_path, dagster_home):
+    from tests.conftest import edge, step_node, write_workflow
+
+    write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    write_workflow(
+        tmp_path,
+        "killed",
+        [step_node("1", "Numbers", source=True), step_node("2", "Square")],
+        [edge("1", "out", "2")],
+    )
+    killed = _killable_run(tmp_path, Path(dagster_home), kill_at="25")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    seen = (tmp_path / "seen.txt").read_text().split()
+    assert 20 <= len(seen) < 40  # it died in its third batch, two of them done
+    assert list((tmp_path / "notes").rglob("*.pack")) == []
+    (tmp_path / "seen.txt").unlink()
+
+    again = _killable_run(tmp_path, Path(dagster_home), kill_at="")
+    assert again.returncode == 0, again.stderr[-2000:]
+    said = json.loads(again.stdout.strip().splitlines()[-1])
+    assert said == {"ok": True, "y": [x * x for x in range(40)]}
+    assert len((tmp_path / "seen.txt").read_text().split()) == 40  # every note computed
+
+
+def test_two_runs_of_the_same_day_at_once_both_succeed(project, tmp_path):
+    day = Day(tmp_path, 20)
+    day.add(20)
+    home = tmp_path / "home"
+
+    def cli() -> subprocess.Popen:
+        sets = {
+            "IncomingImages.folder": str(day.folder),
+            "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+            "SaveResized.output_dir": str(tmp_path / "outputs"),
+        }
+        args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+        return subprocess.Popen(
+            [sys.executable, "-m", "dagster_graphbook.cli", "run", str(WORKFLOW)]
+            + ["--custom-nodes", str(NODES), "--incremental", "--dagster-home", str(home)]
+            + ["--no-progress", *args],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    runs = [cli(), cli()]
+    said = [r.communicate(timeout=300) for r in runs]
+    assert [r.returncode for r in runs] == [0, 0], [s[1][-2000:] for s in said]
+    notes = home / "storage" / "graphbook"
+    assert len(_packs(notes, "ClassifyShapes")) == 2  # each run recorded its own
+    third = cli()
+    out, err = third.communicate(timeout=300)
+    assert third.returncode == 0, err[-2000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (latest, *_) = instance.get_run_records()
+        logs = [e.user_message for e in instance.all_logs(latest.dagster_run.run_id)]
+    assert any("ClassifyShapes" in m and "20 notes reused" in m for m in logs), logs
