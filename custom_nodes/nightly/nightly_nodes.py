@@ -266,7 +266,8 @@ class ClassifyShapes(BatchStep):
         labelled = sum(f.get("images_labelled", 0) for f in shard_figures)
         if not labelled:
             return {}
-        return {"accuracy": round(sum(f["images_correct"] for f in shard_figures) / labelled, 4)}
+        right = sum(f.get("images_correct", 0) for f in shard_figures)  # a shard may have none
+        return {"accuracy": round(right / labelled, 4)}
 
 
 class ReviewSplit(Split):

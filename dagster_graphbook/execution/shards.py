@@ -357,6 +357,12 @@ def merge_stats(stats: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
         if all(_is_number(v) for v in values) and key not in _NOT_SUMMED:
             total = sum(values)
             merged[key] = round(total, 4) if isinstance(total, float) else total
+        elif all(isinstance(v, dict) for v in values):  # counts by name (reused_from)
+            counts: Dict[str, Any] = {}
+            for value in values:
+                for name, n in value.items():
+                    counts[name] = counts.get(name, 0) + n
+            merged[key] = counts
         elif all(v == values[0] for v in values):
             merged[key] = values[0]
         else:

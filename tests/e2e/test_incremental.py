@@ -238,3 +238,121 @@ def test_each_change_upstream_recomputes_exactly_the_notes_it_affects(demo, proj
         "SaveResized": meta["SaveResized"]["notes_computed"],
     }
     assert meta["SaveResized"]["notes_computed"] > 0 and meta["SaveResized"]["notes_reused"] == 0
+
+
+def test_sharded_in_a_bucket_reuses_as_unsharded_on_disk(project, tmp_path, run_wf, bucket):
+    """ClassifyShapes in 2 shards on the multiprocess executor, images, notes, store and outputs
+    in a bucket (moto): late data and a replaced image are computed alone, and the notes are
+    those of a full local unsharded run of the same images."""
+    from tests.e2e.test_bucket_storage import _localized
+
+    day = Day(tmp_path, 30)
+    checkpoint = str(project["root"] / "models" / "shapes_cnn.pt")
+    prefix = f"{bucket.name}/incoming/{DAY}"
+
+    def upload(n: int) -> None:
+        day.add(n)
+        for path in sorted(day.folder.iterdir()):
+            bucket.fs.put_file(str(path), f"{prefix}/{path.name}")
+
+    def run(root: str, notes: str, **kwargs: Any) -> Any:
+        done = run_wf(
+            WORKFLOW,
+            [NODES],
+            {
+                "IncomingImages.folder": f"{root}/incoming/{DAY}",
+                "ShapesModel.checkpoint": checkpoint,
+                "SaveResized.output_dir": f"{root}/outputs",
+                "ClassifyShapes.batch_size": 10,
+            },
+            notes_dir=notes,
+            **kwargs,
+        )
+        assert done.success, done.failure
+        return done
+
+    def sharded() -> Any:
+        return run(
+            bucket.url,
+            f"{bucket.url}/notes",
+            executor="multiprocess",
+            shards={"ClassifyShapes": 2},
+            runtime={"incremental": True},
+        )
+
+    upload(20)
+    first = sharded()
+    assert _meta(first)["ClassifyShapes"]["notes_computed"] == 20
+    upload(10)  # late data
+    second = sharded()
+    meta = _meta(second)
+    assert meta["ClassifyShapes"]["notes_computed"] == meta["ClassifyShapes"]["images_classified"]
+    assert (meta["ClassifyShapes"]["notes_computed"], meta["ClassifyShapes"]["notes_reused"]) == (
+        10,
+        20,
+    )
+    assert meta["ClassifyShapes"]["details"]["shards"] == 2
+    assert bucket.objects("notes/incremental/nightly_shapes/ClassifyShapes")  # the packs
+    full = run(str(tmp_path), str(tmp_path / "full"))  # in process, unsharded, not incremental
+    assert _localized(second.notes, bucket.url, str(tmp_path)) == full.notes
+
+    # an image replaced in the bucket under the same name: that note only
+    bucket.fs.put_file(str(day.folder / "img_0003.png"), f"{prefix}/img_0007.png")
+    meta = _meta(sharded())
+    assert meta["ClassifyShapes"]["notes_computed"] == 1
+    assert meta["ReviewSplit"]["notes_computed"] == 1
+
+
+def test_the_yaml_components_incremental_default_and_a_check_on_a_run_with_nothing_new(
+    project, tmp_path, dagster_home
+):
+    """``runtime: {incremental: true}`` in defs.yaml is each step's launchpad default; a run of a
+    day whose notes were all computed before reuses them, and the accuracy check on the model's
+    step, which computed nothing, passes saying so."""
+    from dagster_graphbook.runner.run import run_config_for
+    from tests.conftest import _load_defs_folder
+
+    day = Day(tmp_path, 20)
+    day.add(20)
+    yaml = f"""
+        type: dagster_graphbook.GraphbookWorkflowComponent
+        attributes:
+          workflow: {WORKFLOW}
+          custom_nodes: [{NODES}]
+          notes_dir: {tmp_path / "notes"}
+          runtime: {{incremental: true}}
+          checks:
+            - {{step: ClassifyShapes, metric: accuracy, min: 0.9, severity: warn}}
+    """
+    (tmp_path / "project").mkdir()
+    defs = _load_defs_folder(tmp_path / "project", "incremental_yaml", {"nightly": yaml})
+    job = defs.resolve_job_def("nightly_shapes")
+    op = job.graph.node_named("nightly_shapes__ClassifyShapes").definition
+    runtime = op.config_schema.config_type.fields["runtime"].config_type.fields
+    assert runtime["incremental"].default_value is True
+    from dagster_graphbook import GraphbookWorkflow
+    from dagster_graphbook.defs.definitions import build_workflow
+
+    workflow = build_workflow(GraphbookWorkflow(WORKFLOW, custom_nodes=[NODES])).workflow
+    params = {
+        "IncomingImages.folder": str(day.folder),
+        "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+        "SaveResized.output_dir": str(tmp_path / "outputs"),
+    }
+    evaluations = []
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        for _ in range(2):
+            wf = defs.resolve_job_def("nightly_shapes")
+            result = wf.execute_in_process(
+                run_config=run_config_for(workflow, params), instance=instance
+            )
+            assert result.success
+            (evaluation,) = [
+                e.event_specific_data
+                for e in result.all_events
+                if e.event_type_value == "ASSET_CHECK_EVALUATION"
+            ]
+            evaluations.append(evaluation)
+    first, second = evaluations
+    assert first.passed and first.metadata["value"].value >= 0.9
+    assert second.passed and "no note computed in this run (20 reused" in second.description

@@ -4,8 +4,8 @@ A step's *token* hashes its class's code (source and module file), its parameter
 gives them, the contents of the files those parameters name, the versions of the resources it
 uses and the run's partition key. A resource's *version* hashes the same of the resource (a
 checkpoint retrained at the same path is new contents). A note's *key* hashes the token, the
-note itself and the identity of each file the note names: size and mtime on disk, ETag or
-version id in a bucket, so an image replaced under the same name is a new note.
+note itself and the identity of each file the note names: size and mtime on disk, the ETag (or
+version id) in a bucket, so an image replaced under the same name is a new note.
 """
 
 from __future__ import annotations
@@ -146,16 +146,13 @@ def _listed(urls: Iterable[str]) -> Dict[str, Dict[str, Any]]:
 
 
 def _object_identity(entry: Mapping[str, Any]) -> str:
-    tag = next(
-        (
-            str(entry[k])
-            for k in ("VersionId", "version_id", "ETag", "etag", "md5Hash")
-            if entry.get(k)
-        ),
-        "",
-    )
+    """An object's identity from its listing: its ETag (a hash of its bytes: the same bytes
+    uploaded again are the same object), else its version id, else its size and time."""
+    for key in ("ETag", "etag", "md5Hash", "VersionId", "version_id"):
+        if entry.get(key):
+            return f"{entry.get('size')}:{entry[key]}"
     when = entry.get("LastModified") or entry.get("mtime") or entry.get("updated") or ""
-    return f"{entry.get('size')}:{tag}:{when}"
+    return f"{entry.get('size')}:{when}"
 
 
 _HASHED: Dict[Tuple[str, int, int, int, int], str] = {}
