@@ -369,7 +369,6 @@ def cmd_materialize(args: argparse.Namespace) -> int:
             run_config=_console_config(args),
             from_failure=args.from_failure,
             full=args.full,
-            runtime={"incremental": True} if args.incremental else None,
             say=_say,
         )
     print(_summary(run))
