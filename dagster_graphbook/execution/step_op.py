@@ -284,9 +284,10 @@ def incremental_reuse(
     notes, as without the setting). A run turning ``incremental`` off on a step its workflow
     made incremental, or tagged ``dagster-graphbook/incremental: refresh`` (``--full``),
     recomputes every note and refreshes the store."""
-    if plan.kind == "source" or not (runtime.incremental or plan.incremental):
+    wanted = bool(getattr(runtime, "incremental", False))  # a source has no such setting
+    if plan.kind == "source" or not (wanted or plan.incremental):
         return None
-    refresh = not runtime.incremental or context.run.tags.get(REFRESH_TAG) == "refresh"
+    refresh = not wanted or context.run.tags.get(REFRESH_TAG) == "refresh"
     bound = {p: resource_version(context.run_id, key) for p, key in plan.resource_keys.items()}
     partition_key = _partition_key(context, plan)
     try:

@@ -63,6 +63,12 @@ class StepRuntime(dg.Config):
         description="log what the step is stuck in when it makes no progress for this long "
         "(0: never)",
     )
+
+
+class NoteStepRuntime(StepRuntime):
+    """A step that takes notes (a plain or batch step; a source finds its notes, so it always
+    runs): whether it reuses the outputs of earlier runs."""
+
     incremental: bool = Field(
         default=False,
         description="reuse each input note's outputs from earlier runs while the step's code, "
@@ -72,7 +78,7 @@ class StepRuntime(dg.Config):
     )
 
 
-class BatchRuntime(StepRuntime):
+class BatchRuntime(NoteStepRuntime):
     """A batch step's settings: its loader and dump pools, its device and its integrity limits."""
 
     num_workers: int = Field(
@@ -244,7 +250,7 @@ def _config_type(name: str, annotation: Any) -> Any:
 
 def runtime_class(kind: str) -> Type[StepRuntime]:
     """The settings class of a step of ``kind`` (source | step | batch)."""
-    return BatchRuntime if kind == "batch" else StepRuntime
+    return {"batch": BatchRuntime, "step": NoteStepRuntime}.get(kind, StepRuntime)
 
 
 def runtime_field(kind: str, defaults: Optional[Mapping[str, Any]] = None) -> dg.Field:
@@ -278,7 +284,9 @@ def read_runtime(
 def runtime_kind(block: Mapping[str, Any]) -> str:
     """The kind whose settings class a filled ``runtime`` block is of (Dagster fills every field
     of the launchpad's block, so its keys name the class)."""
-    return "batch" if set(block) - set(StepRuntime.model_fields) else "step"
+    if set(block) - set(NoteStepRuntime.model_fields):
+        return "batch"
+    return "step" if "incremental" in block else "source"
 
 
 def runtime_problem(exc: Exception) -> str:
@@ -387,6 +395,12 @@ def _check_names(workflow: Workflow, where: str, kind: str, settings: Mapping[st
     for name in settings:
         if name in own:
             continue
+        if name in NoteStepRuntime.model_fields:
+            _refuse(
+                workflow,
+                [f"{where} sets {name!r}, which a source step does not have (a source always "
+                 "runs: it is what finds new notes)"],
+            )  # fmt: skip
         if name in RUNTIME_SETTINGS:
             _refuse(
                 workflow,

@@ -9,7 +9,7 @@ packs. Each entry's notes are pickled alone: an entry that cannot be read is a m
 entry of a pack that cannot be read.
 
 Retention: the next run of the step removes the packs whose every key a newer pack holds (after
-an hour: a run that listed a pack may still be opening it) and the packs older than
+a minute: a run that listed a pack may still be opening it) and the packs older than
 ``RETENTION_DAYS``; a note reused in a run is written again in that run's pack, so what is in use
 stays. A run reads every pack it needs when its step starts, so nothing is pruned from under it.
 """
@@ -32,7 +32,9 @@ FOLDER = "incremental"
 PACK_SUFFIX = ".pack"
 FORMAT = 1
 RETENTION_DAYS = 30  # a pack not rewritten for this long is removed
-GRACE_S = 3600.0  # a pack superseded by newer ones stays this long
+# a pack superseded by newer ones stays this long: a run that listed it may be opening it (one
+# that finds it gone computes its notes again; nothing is lost)
+GRACE_S = 60.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 

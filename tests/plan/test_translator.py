@@ -97,13 +97,7 @@ def test_op_config_defaults_equal_workflow_values(sample_defs):
     )  # the workflow's value, not the decorator default 1000
     assert gen["seed"].default_value is None and not gen["seed"].is_required
     runtime = gen["runtime"].config_type.fields
-    assert set(runtime) == {
-        "on_item_error",
-        "retries",
-        "retry_delay_s",
-        "stall_warning_s",
-        "incremental",
-    }
+    assert set(runtime) == {"on_item_error", "retries", "retry_delay_s", "stall_warning_s"}
     assert runtime["on_item_error"].default_value == "raise"
     # a resource-bound parameter has no config field
     split_fields = _asset_for(

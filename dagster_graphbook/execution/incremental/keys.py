@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import re
+import stat
 import sys
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -113,7 +114,9 @@ def note_keys(token: str, notes: Sequence[Any]) -> List[Optional[str]]:
 
 # -- files ---------------------------------------------------------------------------------------
 def _could_name_a_file(s: str) -> bool:
-    return 0 < len(s) < _MAX_PATH and "\n" not in s and "\0" not in s
+    """A path with a folder in it (``/data/a.png``, ``day/a.png``) or a URL: a bare word
+    (``circle``, ``img_0001``) is a value, whatever the current folder holds."""
+    return 0 < len(s) < _MAX_PATH and "/" in s and "\n" not in s and "\0" not in s
 
 
 def file_identities(strings: Iterable[str]) -> Dict[str, str]:
@@ -131,7 +134,7 @@ def file_identities(strings: Iterable[str]) -> Dict[str, str]:
             st = os.stat(s)
         except (OSError, ValueError):
             continue
-        if os.path.isfile(s):
+        if stat.S_ISREG(st.st_mode):
             found[s] = f"{st.st_size}:{st.st_mtime_ns}"
     if urls:
         found.update({url: _object_identity(entry) for url, entry in _listed(urls).items()})
@@ -169,7 +172,7 @@ def content_identity(path: str) -> Optional[str]:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(st.st_mode):
         return None
     stamp = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     with _HASHED_LOCK:
@@ -201,7 +204,8 @@ def version_of(cls: type, params: Mapping[str, Any], bound: Mapping[str, Optiona
     h.update(json.dumps(dict(params), sort_keys=True, default=_stable).encode())
     for name in sorted(params):
         value = params[name]
-        if isinstance(value, str) and _could_name_a_file(value):
+        # a parameter may name a file in the current folder (``model.pt``): any string is tried
+        if isinstance(value, str) and 0 < len(value) < _MAX_PATH and "\0" not in value:
             identity = content_identity(value)
             if identity is not None:
                 h.update(f"file {name}:{identity};".encode())
