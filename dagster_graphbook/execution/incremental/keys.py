@@ -4,8 +4,8 @@ A step's *token* hashes its class's code (source and module file), its parameter
 gives them, the contents of the files those parameters name, the versions of the resources it
 uses and the run's partition key. A resource's *version* hashes the same of the resource (a
 checkpoint retrained at the same path is new contents). A note's *key* hashes the token, the
-note itself and the identity of each file the note names: size and mtime on disk, the ETag (or
-version id) in a bucket, so an image replaced under the same name is a new note.
+note itself and the identity of each file the note names: size, mtime and ctime on disk, the
+ETag (or version id) in a bucket, so an image replaced under the same name is a new note.
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ def _could_name_a_file(s: str) -> bool:
 
 
 def file_identities(strings: Iterable[str]) -> Dict[str, str]:
-    """The identity of each string that names a file: ``size:mtime_ns`` of a local file, the
-    ETag (or version id) and size of an object in a bucket (one fresh listing per folder)."""
+    """The identity of each string that names a file: the size, mtime and ctime of a local file
+    (a file written again has a new ctime, even when a copy sets its mtime back), the ETag (or
+    version id) and size of an object in a bucket (one fresh listing per folder)."""
     found: Dict[str, str] = {}
     urls = set()
     for s in set(strings):
@@ -135,7 +136,7 @@ def file_identities(strings: Iterable[str]) -> Dict[str, str]:
         except (OSError, ValueError):
             continue
         if stat.S_ISREG(st.st_mode):
-            found[s] = f"{st.st_size}:{st.st_mtime_ns}"
+            found[s] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
     if urls:
         found.update({url: _object_identity(entry) for url, entry in _listed(urls).items()})
     return found
@@ -158,7 +159,7 @@ def _object_identity(entry: Mapping[str, Any]) -> str:
     return f"{entry.get('size')}:{when}"
 
 
-_HASHED: Dict[Tuple[str, int, int, int, int], str] = {}
+_HASHED: Dict[Tuple[str, int, int, int, int, int], str] = {}
 _HASHED_LOCK = threading.Lock()
 
 
@@ -174,7 +175,15 @@ def content_identity(path: str) -> Optional[str]:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    stamp = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    # ctime too: a rewrite in place with its size and mtime set back (``cp -p``) still moves it
+    stamp = (
+        os.path.abspath(path),
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )
     with _HASHED_LOCK:
         if stamp in _HASHED:
             return _HASHED[stamp]
