@@ -710,7 +710,10 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     the files written and ClassifyShapes's figures as the unsharded job's in one process.
 
     64 images in batches of 16 make 4 shards of one batch each, the unsharded run's batches (a
-    batch of other images changes the CNN's last bits, docs/sharding.md)."""
+    batch of other images changes the CNN's last bits, docs/sharding.md).
+
+    ClassifyShapes runs incremental (its launchpad's setting): each shard records its notes in
+    the store, and a later incremental run in one process reuses every one of them."""
 
     # the run's executor (in this process) looks for ended steps every 0.2 s, not every 1 s
     monkeypatch.setenv("DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS", "0.2")
@@ -737,7 +740,9 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
         result = dg.execute_job(
             recon,
             instance=instance,
-            run_config=run_config_for(wdefs.workflow, params),
+            run_config=run_config_for(
+                wdefs.workflow, {**params, "ClassifyShapes.runtime.incremental": True}
+            ),
             raise_on_error=False,
         )
         assert result.success, _failure_message(instance, result.run_id)
@@ -793,6 +798,16 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     figures = {k: v for k, v in whole_meta[key].items() if k not in TIMINGS}
     assert {k: meta[key].get(k) for k in figures} == figures
     assert figures["accuracy"] >= 0.9 and meta[key]["details"]["shards"] == shards
+    assert (meta[key]["notes_computed"], meta[key]["notes_reused"]) == (images, 0)
+
+    # the shards' records (written on the cluster's nodes) serve an incremental run here
+    again = run_wf(source, nodes, params, notes_dir=notes_dir, runtime={"incremental": True})
+    assert again.success, again.failure
+    assert again.dagster_home is not None
+    again_meta, _ = _recorded(again.dagster_home, again.run_id)
+    assert (again_meta[key]["notes_computed"], again_meta[key]["notes_reused"]) == (0, images)
+    assert again_meta[key]["reused_from"] == {result.run_id: images}
+    assert again.notes == whole.notes
 
 
 @ON_RAY
