@@ -151,6 +151,7 @@ def test_late_data_runs_only_the_new_images_and_gives_a_full_runs_notes(demo, tm
     # a full run of the 50 images (not incremental, a store of its own) gives the same notes
     full = demo(day, runtime=None, notes_dir=str(tmp_path / "full_notes"))
     assert "notes_reused" not in _meta(full)["ClassifyShapes"]
+    assert not (tmp_path / "full_notes" / "incremental").exists()  # off: no store at all
     assert second.notes == full.notes
     tables, full_tables = _tables(second), _tables(full)
     assert sorted(tables) == ["nightly_shapes/ReviewSplit/review", "nightly_shapes/SaveResized"]
@@ -356,3 +357,28 @@ def test_the_yaml_components_incremental_default_and_a_check_on_a_run_with_nothi
     first, second = evaluations
     assert first.passed and first.metadata["value"].value >= 0.9
     assert second.passed and "no note computed in this run (20 reused" in second.description
+
+
+def test_a_streamed_workflow_reuses_its_steps_notes_and_full_recomputes_all(demo, tmp_path):
+    """All steps streamed as one op: each streamed step keys its chunks' notes; ``full=True``
+    (the CLI's ``--full``) recomputes every note and refreshes the store."""
+    day = Day(tmp_path, 20)
+    day.add(20)
+    first = demo(day, streaming=True)
+    again = demo(day, streaming=True)
+    meta = _meta(again)
+    assert meta["SaveResized"]["notes_computed"] == 0
+    assert meta["SaveResized"]["notes_reused"] == len(first["SaveResized"]["out"]) > 0
+    assert again.notes == first.notes
+    saved = len(first["SaveResized"]["out"])
+    refreshed = demo(day, streaming=True, full=True)
+    full = _meta(refreshed)
+    assert (full["SaveResized"]["notes_computed"], full["SaveResized"]["notes_reused"]) == (
+        saved,
+        0,
+    )
+    assert full["SaveResized"]["details"]["incremental"] == "refresh"
+    assert "reused_from" not in full["SaveResized"]
+    after = _meta(demo(day, streaming=True))
+    assert after["SaveResized"]["notes_computed"] == 0
+    assert after["SaveResized"]["reused_from"] == {refreshed.run_id: saved}  # the refreshed ones
