@@ -174,3 +174,26 @@ def test_the_outputs_guides_atomic_path_dump_fn_writes_and_records_its_files(tmp
     assert sorted(read_manifest(bucket_run["files_manifest"].value)) == sorted(
         f"{bucket.url}/{k}" for k in objects
     )
+
+
+def test_the_incremental_guides_growing_folder_computes_only_the_new_file(tmp_path):
+    """docs/incremental.md's complete example, as written: a folder that grows; the second run
+    measures only the new file, ``--full`` all four again, and each run's notes are a full run's."""
+    files, commands = doc_section("incremental.md", "## A complete example")
+    assert set(files) == {"growing.py"}, files
+    (tmp_path / "growing.py").write_text(files["growing.py"])
+    run_commands(tmp_path, commands)
+    said = {n: (tmp_path / f"{n}.txt").read_text() for n in ("first", "second", "third")}
+    assert "large: 3 notes" in said["first"] and "small: 1 notes" in said["second"], said
+    measure = dg.AssetKey(["growing", "Measure"])
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        records = instance.fetch_materializations(measure, limit=10).records
+        runs = [(r.run_id, r.asset_materialization) for r in reversed(records)]
+        logs = [e.user_message for e in instance.all_logs(runs[1][0])]
+    counts = [
+        (m.metadata["notes_computed"].value, m.metadata["notes_reused"].value) for _, m in runs
+    ]
+    assert counts == [(3, 0), (1, 3), (4, 0)]
+    assert sum("measured" in line for line in logs) == 1  # on_item_batch saw the new file only
+    said_reused = "step 'Measure' (node 1): incremental: 3 notes reused from runs"
+    assert any(said_reused in line and "1 computed" in line for line in logs), logs
