@@ -19,6 +19,9 @@ from .keys import note_keys
 
 REFRESH_TAG = "dagster-graphbook/incremental"  # "refresh": every incremental step recomputes all
 _SHOWN_PROBLEMS = 5
+# a step holds at most this much of its pack before writing it (a stream's memory stays bounded:
+# a long streamed step writes several packs)
+PACK_BYTES = 64 * 1024 * 1024
 
 
 class Reuse:
@@ -39,7 +42,10 @@ class Reuse:
         self.warn, self.info, self.run_id = warn, info, run_id
         self.entries: Optional[Dict[str, Entry]] = None  # loaded at the first feed
         self.off: Optional[str] = None  # why this run neither reuses nor records
-        self.kept: Dict[str, Entry] = {}  # this run's pack: reused and computed notes
+        self.kept: Dict[str, Entry] = {}  # this run's next pack: reused and computed notes
+        self.kept_bytes = 0
+        self.saved: List[str] = []  # keys in the packs this run wrote
+        self.packs: List[str] = []
         self.reused = 0
         self.computed_notes = 0
         self.unkeyed = 0
@@ -87,7 +93,7 @@ class Reuse:
                     f"the entry of note {i} cannot be read ({type(exc).__name__}: {exc})"
                 )
                 continue
-            self.kept[keys[i]] = entry  # type: ignore[index]
+            self._keep(keys[i], entry)  # type: ignore[arg-type]
             self.reused += 1
             self.from_runs[entry.run_id] += 1
         self._say_problems(problems)
@@ -111,23 +117,41 @@ class Reuse:
                 f"({type(exc).__name__}: {exc}); it is computed again next run"
             )
             return
-        self.kept[key] = Entry(encoded, list(files), self.run_id)
+        self._keep(key, Entry(encoded, list(files), self.run_id))
+
+    def _keep(self, key: str, entry: Entry) -> None:
+        self.kept[key] = entry
+        self.kept_bytes += len(entry.outputs)
+        if self.kept_bytes > PACK_BYTES:
+            self._write()
+
+    def _write(self) -> bool:
+        """Write the notes kept so far as one pack; False (said) when it cannot be written."""
+        kept, self.kept, self.kept_bytes = self.kept, {}, 0
+        if not kept:
+            return True
+        try:
+            self.packs.append(str(self.store.save(kept, self.run_id)))
+        except Exception as exc:
+            self.warn(
+                f"{self.label}: incremental: {len(kept)} notes of this run could not be "
+                f"recorded in {self.store.folder} ({type(exc).__name__}: {exc}); the next "
+                "run computes them again"
+            )
+            return False
+        self.saved += kept
+        return True
 
     def finish(self) -> None:
-        """Write this run's pack (its reused and computed notes) and prune the older packs."""
+        """Write this run's last pack (its reused and computed notes) and prune the older packs."""
         if self.off is not None or self.entries is None:
             return
-        saved = ""
-        if self.kept:
+        if self._write() and self.packs:
             try:
-                saved = str(self.store.save(self.kept, self.run_id))
-                self.store.prune(list(self.kept))
+                self.store.prune(self.saved)
             except Exception as exc:
-                self.warn(
-                    f"{self.label}: incremental: this run's {len(self.kept)} notes could not be "
-                    f"recorded in {self.store.folder} ({type(exc).__name__}: {exc}); the next "
-                    "run computes them again"
-                )
+                self.warn(f"{self.label}: incremental: old packs not pruned: {exc}")
+        saved = ", ".join(self.packs)
         runs = ", ".join(f"{r[:8]} ({n})" for r, n in self.from_runs.most_common(5))
         self.info(
             f"{self.label}: incremental{' (refresh)' if self.refresh else ''}: "

@@ -1,0 +1,69 @@
+"""A step run split into reused and computed notes: what it reuses, what it records, and a
+stream's memory bounded by writing its pack in parts."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from dagster_graphbook.execution.incremental import reuse as reuse_module
+from dagster_graphbook.execution.incremental.reuse import Reuse
+from dagster_graphbook.store.incremental import IncrementalStore
+
+
+def _reuse(tmp_path: Any, run_id: str, said: List[str], refresh: bool = False) -> Reuse:
+    store = IncrementalStore(str(tmp_path), "wf", "Step", None)
+    return Reuse(
+        store, "token", refresh=refresh, label="step", warn=said.append, info=said.append,
+        run_id=run_id,
+    )  # fmt: skip
+
+
+def test_a_second_run_reuses_what_the_first_computed_and_refresh_reuses_nothing(tmp_path):
+    said: List[str] = []
+    notes = [{"x": i} for i in range(5)]
+    first = _reuse(tmp_path, "r1", said)
+    keys, hits = first.split(notes)
+    assert hits == {} and len(set(keys)) == 5
+    for key, note in zip(keys, notes):
+        first.computed(key, {"out": [{**note, "y": 1}]}, [])
+    first.finish()
+
+    second = _reuse(tmp_path, "r2", said)
+    keys, hits = second.split(notes + [{"x": 9}])
+    assert sorted(hits) == [0, 1, 2, 3, 4] and hits[2] == {"out": [{"x": 2, "y": 1}]}
+    second.finish()
+    assert second.stats()["reused_from"] == {"r1": 5}
+
+    fresh = _reuse(tmp_path, "r3", said, refresh=True)
+    assert fresh.split(notes)[1] == {}
+    assert fresh.stats()["incremental"] == "refresh"
+
+
+def test_a_long_step_writes_its_pack_in_parts_and_keeps_every_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(reuse_module, "PACK_BYTES", 200)  # a few notes per pack
+    said: List[str] = []
+    notes = [{"x": i, "text": "a" * 50} for i in range(20)]
+    run = _reuse(tmp_path, "r1", said)
+    for chunk in (notes[:10], notes[10:]):  # a stream's chunks
+        keys, _ = run.split(chunk)
+        for key, note in zip(keys, chunk):
+            run.computed(key, {"out": [note]}, [])
+    assert len(run.packs) >= 3 and len(run.kept) < 20  # written as they grew
+    run.finish()
+    again = _reuse(tmp_path, "r2", said)
+    assert sorted(again.split(notes)[1]) == list(range(20))
+
+
+def test_a_recorded_file_gone_or_resized_is_a_miss(tmp_path):
+    said: List[str] = []
+    written = tmp_path / "out.png"
+    written.write_bytes(b"12345")
+    first = _reuse(tmp_path, "r1", said)
+    (key,), _ = first.split([{"x": 1}])
+    first.computed(key, {"out": [{"x": 1}]}, [(str(written), 5)])
+    first.finish()
+    assert sorted(_reuse(tmp_path, "r2", said).split([{"x": 1}])[1]) == [0]
+    written.write_bytes(b"123")
+    assert _reuse(tmp_path, "r3", said).split([{"x": 1}])[1] == {}
+    written.unlink()
+    assert _reuse(tmp_path, "r4", said).split([{"x": 1}])[1] == {}
