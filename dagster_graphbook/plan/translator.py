@@ -504,8 +504,9 @@ class GraphbookTranslator:
         return f"{self.names(workflow).job_name}_{kind}"
 
     def get_sensor_name(self, workflow: Workflow, kind: str) -> str:
-        """The workflow's sensors: ``kind`` is ``new_folder`` (the folder sensor; its own ``name``
-        wins) or ``automation`` (the automation condition sensor); default ``<job>_<kind>``.
+        """The workflow's sensors: ``kind`` is ``new_folder`` (the folder sensor; ``new_files``
+        when it watches files; its own ``name`` wins) or ``automation`` (the automation condition
+        sensor); default ``<job>_<kind>``.
 
         Examples:
             .. code-block:: python

@@ -382,3 +382,57 @@ def test_a_streamed_workflow_reuses_its_steps_notes_and_full_recomputes_all(demo
     after = _meta(demo(day, streaming=True))
     assert after["SaveResized"]["notes_computed"] == 0
     assert after["SaveResized"]["reused_from"] == {refreshed.run_id: saved}  # the refreshed ones
+
+
+def test_a_growing_folder_with_the_files_sensor_sends_only_new_files_through(
+    project, tmp_path, dagster_home
+):
+    """An unpartitioned workflow over a folder that grows, with ``FolderSensor(watch="files")``:
+    a tick with no change requests nothing; late files request one run, which computes them
+    alone."""
+    from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions
+    from dagster_graphbook.runner.run import run_config_for
+
+    day = Day(tmp_path, 30)
+    day.add(20)
+    spec = GraphbookWorkflow(
+        WORKFLOW,
+        custom_nodes=[NODES],
+        runtime={"incremental": True},
+        sensor=FolderSensor(day.folder, watch="files"),
+    )
+    defs = build_definitions([spec], notes_dir=str(tmp_path / "notes"))
+    sensor = defs.resolve_sensor_def("nightly_shapes_new_files")
+    job = defs.resolve_job_def("nightly_shapes")
+    params = {
+        "IncomingImages.folder": str(day.folder),
+        "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
+        "SaveResized.output_dir": str(tmp_path / "outputs"),
+        "ClassifyShapes.batch_size": 10,
+    }
+    from dagster_graphbook.defs.definitions import build_workflow
+
+    config = run_config_for(build_workflow(GraphbookWorkflow(WORKFLOW, [NODES])).workflow, params)
+    cursor = None
+    classified = []
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        for late in (0, 0, 10):
+            if late:  # (adding rewrites labels.csv: a change)
+                day.add(late)
+            tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor))
+            cursor = tick.cursor
+            if not tick.run_requests:
+                assert tick.skip_message and "no file changed" in tick.skip_message
+                classified.append(None)
+                continue
+            (request,) = tick.run_requests
+            result = job.execute_in_process(run_config=config, instance=instance, tags=request.tags)
+            assert result.success
+            (m,) = [
+                e.event_specific_data.materialization
+                for e in result.all_events
+                if e.event_type_value == "ASSET_MATERIALIZATION"
+                and e.event_specific_data.materialization.asset_key.path[-1] == "ClassifyShapes"
+            ]
+            classified.append(m.metadata["notes_computed"].value)
+    assert classified == [20, None, 10]

@@ -135,6 +135,15 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             "../../data/incoming",
         ),
     ] = None
+    sensor_watch: Annotated[
+        Literal["days", "files"],
+        _doc(
+            "days: the sensor runs each new YYYY-MM-DD folder; files: an unpartitioned workflow "
+            "over a folder that grows, run when its files change (sensor <job>_new_files; with "
+            "runtime incremental, only the new files go through)",
+            "files",
+        ),
+    ] = "days"
     sensor_asset: Annotated[
         Optional[str],
         _doc(
@@ -327,7 +336,11 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
                 step: [dg.AssetKey.from_user_string(k) for k in keys]
                 for step, keys in self.external_deps.items()
             },
-            sensor=FolderSensor(path(self.sensor_folder), asset_key=self.sensor_asset)
+            sensor=FolderSensor(
+                self.sensor_folder if "://" in self.sensor_folder else path(self.sensor_folder),
+                asset_key=self.sensor_asset,
+                watch=self.sensor_watch,
+            )
             if self.sensor_folder
             else None,
             executor=self._executor(),
