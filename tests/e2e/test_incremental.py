@@ -354,9 +354,23 @@ def test_the_yaml_components_incremental_default_and_a_check_on_a_run_with_nothi
                 if e.event_type_value == "ASSET_CHECK_EVALUATION"
             ]
             evaluations.append(evaluation)
+        # the launchpad turning it off on a step the component made incremental: a refresh
+        off = run_config_for(workflow, {**params, "ClassifyShapes.runtime.incremental": False})
+        result = defs.resolve_job_def("nightly_shapes").execute_in_process(
+            run_config=off, instance=instance
+        )
+        assert result.success
+        (refreshed,) = [
+            e.event_specific_data.materialization.metadata
+            for e in result.all_events
+            if e.event_type_value == "ASSET_MATERIALIZATION"
+            and e.event_specific_data.materialization.asset_key.path[-1] == "ClassifyShapes"
+        ]
     first, second = evaluations
     assert first.passed and first.metadata["value"].value >= 0.9
     assert second.passed and "no note computed in this run (20 reused" in second.description
+    assert refreshed["details"].value["incremental"] == "refresh"
+    assert (refreshed["notes_computed"].value, refreshed["notes_reused"].value) == (20, 0)
 
 
 def test_a_streamed_workflow_reuses_its_steps_notes_and_full_recomputes_all(demo, tmp_path):
