@@ -12,7 +12,14 @@ import dagster as dg
 from ..errors import StepRef
 from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
-from ..execution.incremental.keys import record_resource, resource_version, version_of
+from ..execution.incremental.keys import (
+    code_folders,
+    named_paths,
+    record_resource,
+    resource_version,
+    stamps,
+    version_of,
+)
 from ..execution.ownership.dead_runs import join_run
 from ..execution.shards import (
     SHARD_CRASH_RETRY,
@@ -265,16 +272,37 @@ def _run_partition(
     return None
 
 
+def incremental_run(workflow: Workflow, run_config: Mapping[str, Any]) -> bool:
+    """Whether a run may have incremental steps: its workflow made one so, or its run config
+    turns one on (a resource's files are stamped for those runs only)."""
+    if any(settings.get("incremental") for settings in workflow.runtime.values()):
+        return True
+    todo: List[Any] = [run_config.get("ops") or {}]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, Mapping):
+            if (value.get("runtime") or {}).get("incremental") is True:
+                return True
+            todo.extend(value.values())
+    return False
+
+
 def config_values(kwargs: Mapping[str, Any], bound: Mapping[str, str]) -> Dict[str, Any]:
     """A resource's parameters as its run gives them, without the resources bound to it."""
     return {k: v for k, v in kwargs.items() if k not in bound}
 
 
 def _resource_version(
-    cls: type, params: Mapping[str, Any], bound: Mapping[str, str], run: Any
+    cls: type,
+    params: Mapping[str, Any],
+    bound: Mapping[str, str],
+    run: Any,
+    folders: List[str],
+    stamped: Mapping[str, Any],
 ) -> str:
     run_id = run.run_id if run is not None else None
-    return version_of(cls, params, {p: resource_version(run_id, k) for p, k in bound.items()})
+    versions = {p: resource_version(run_id, k) for p, k in bound.items()}
+    return version_of(cls, params, versions, folders, stamped, resource=True)
 
 
 def _resource_def(
@@ -304,11 +332,17 @@ def _resource_def(
             kwargs[param] = getattr(init_context.resources, key)
 
         run = init_context.dagster_run
-        record_resource(  # what an incremental step's key takes of this resource
-            run.run_id if run is not None else None,
-            resource_keys[node.id],
-            partial(_resource_version, node.cls, config_values(kwargs, bound), bound, run),
-        )
+        if run is not None and incremental_run(workflow, run.run_config):
+            params = config_values(kwargs, bound)
+            folders = code_folders(node.cls, str(workflow.path) if workflow.path else None)
+            record_resource(  # what an incremental step's key takes of this resource: its
+                run.run_id,  # files stamped now, before it reads them
+                resource_keys[node.id],
+                partial(
+                    _resource_version, node.cls, params, bound, run, folders,
+                    stamps(named_paths(params, folders)),
+                ),
+            )  # fmt: skip
         emit = log_emitter(init_context.log)
         # a step process joins its run before building (a model load), not only in the op body
         with join_run(init_context.instance, init_context.dagster_run, partial(emit, "warning")):

@@ -36,7 +36,7 @@ from ..store.previews import (
 )
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
-from .incremental.keys import Unkeyable, resource_version, version_of
+from .incremental.keys import Unkeyable, code_folders, resource_version, version_of
 from .incremental.reuse import REFRESH_TAG, Reuse
 from .ownership.guard import check_code_config, check_partition_key
 from .pools.workers import die_with_the_run
@@ -288,14 +288,22 @@ def incremental_reuse(
     if plan.kind == "source" or not (wanted or plan.incremental):
         return None
     refresh = not wanted or context.run.tags.get(REFRESH_TAG) == "refresh"
-    bound = {p: resource_version(context.run_id, key) for p, key in plan.resource_keys.items()}
     partition_key = _partition_key(context, plan)
+    filled = {  # what the step got: {partition_key} filled into its parameters (not into code)
+        k: v if partition_key is None or k in plan.function_params
+        else fill_placeholder(v, partition_key)
+        for k, v in params.items()
+    }  # fmt: skip
+    folders = code_folders(plan.cls, plan.workflow_source)
     try:
-        token = version_of(plan.cls, {**params, "partition key": partition_key}, bound)
+        bound = {p: resource_version(context.run_id, k) for p, k in plan.resource_keys.items()}
+        token = version_of(plan.cls, {**filled, "partition key": partition_key}, bound, folders)
     except Unkeyable as exc:
         emit("warning", f"{plan.label}: incremental: {exc}; every note is computed")
         return None
-    store = IncrementalStore(_notes_dir(context, op), plan.workflow, plan.step_name, partition_key)
+    store = IncrementalStore(
+        _notes_dir(context, op), plan.workflow, plan.step_name, partition_key, token
+    )
     return Reuse(
         store, token, refresh=refresh, label=plan.label,
         warn=lambda m: emit("warning", m), info=lambda m: emit("info", m), run_id=context.run_id,

@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import json
 import re
+import sysconfig
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -86,16 +87,35 @@ def node_code_version(node: WorkflowNode) -> str:
     return digest.hexdigest()[:16]
 
 
-def class_code_version(cls: type) -> str:
-    """A short hash of what the code of a step or resource class is: its source and its module
-    file (the node's values left out: an incremental run keys the values a run gives)."""
-    digest = hashlib.sha256()
+def class_code_version(cls: type) -> Optional[str]:
+    """A short hash of the code of a step or resource class, for incremental runs: its source,
+    its module file, the other modules of that folder (helpers it imports) and the files of its
+    base classes outside installed packages; None when its source cannot be found (a class made
+    by ``exec``: its edits would go unseen)."""
     path = _source_file(cls)
-    stamp = _file_stamp(path)
-    digest.update(_class_source(cls, stamp).encode())
-    if path is not None:
-        digest.update(_file_bytes(path, stamp))
+    if path is None:
+        return None
+    digest = hashlib.sha256()
+    digest.update(_class_source(cls, _file_stamp(path)).encode())
+    files = {path, *path.parent.glob("*.py")}
+    files |= {f for base in cls.__mro__[1:] if (f := _source_file(base)) and _user_code(f)}
+    for file in sorted(files):
+        digest.update(str(file.name).encode() + _file_bytes(file, _file_stamp(file)))
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> Tuple[str, ...]:
+    """Folders of installed code (the standard library, site-packages, this package)."""
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.add(str(Path(__file__).resolve().parents[1]))
+    return tuple(sorted(roots))
+
+
+def _user_code(path: Path) -> bool:
+    resolved = str(path.resolve())
+    return not any(resolved.startswith(root) for root in _installed())
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -111,7 +131,7 @@ def _stable_repr(value: Any) -> Any:
     return _ADDRESS.sub("", repr(value))
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=256)
 def _file_bytes(path: Path, stamp: Tuple[int, int]) -> bytes:
     """A node file's bytes (``stamp``: its mtime and size, so an edit is read anew)."""
     return path.read_bytes()

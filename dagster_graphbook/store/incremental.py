@@ -71,14 +71,23 @@ def encode_outputs(outputs: Mapping[str, List[Any]]) -> bytes:
 class IncrementalStore:
     """The packs of one step and partition."""
 
-    def __init__(self, notes_dir: str, workflow: str, step: str, partition: Optional[str]):
-        self.folder = (
+    def __init__(
+        self,
+        notes_dir: str,
+        workflow: str,
+        step: str,
+        partition: Optional[str],
+        token: str = "any",
+    ):
+        # one folder per step version (its token): a run reads only packs it could reuse from
+        self.partition = (
             UPath(notes_dir)
             / FOLDER
             / _segment(workflow)
             / _segment(step)
             / (_segment(partition) if partition else "_unpartitioned")
         )
+        self.folder = self.partition / _segment(token[:16])
         self._packs: List[_Pack] = []
 
     def load(self) -> Tuple[Dict[str, Entry], List[str]]:
@@ -86,7 +95,7 @@ class IncrementalStore:
         entries: Dict[str, Entry] = {}
         problems: List[str] = []
         self._packs = []
-        for path, mtime in self._listing():
+        for path, mtime in self._listing(self.folder):
             try:
                 raw = path.read_bytes()
             except FileNotFoundError:  # removed by another run's pruning since listed
@@ -94,16 +103,16 @@ class IncrementalStore:
             except Exception as exc:
                 problems.append(f"{path} cannot be read ({type(exc).__name__}: {exc})")
                 continue
-            pack = _Pack(path, mtime)
-            self._packs.append(pack)
             try:
                 body = pickle.loads(raw)
                 if not isinstance(body, dict) or body.get("format") != FORMAT:
                     raise ValueError("not a pack of this format")
                 stored = body["entries"]
-            except Exception as exc:
+            except Exception as exc:  # left to the retention: a newer version may read it
                 problems.append(f"{path} is damaged ({type(exc).__name__}: {exc})")
                 continue
+            pack = _Pack(path, mtime)
+            self._packs.append(pack)
             for key, value in stored.items():
                 try:
                     outputs, files, run_id = value
@@ -114,12 +123,12 @@ class IncrementalStore:
                 pack.keys.add(key)
         return entries, problems
 
-    def _listing(self) -> List[Tuple[UPath, float]]:
-        """The packs, oldest first (a later pack's entry of a key wins)."""
-        if not _is_local(self.folder):
-            self.folder.fs.invalidate_cache()
+    def _listing(self, folder: UPath) -> List[Tuple[UPath, float]]:
+        """The packs in ``folder``, oldest first (a later pack's entry of a key wins)."""
+        if not _is_local(folder):
+            folder.fs.invalidate_cache()
         try:
-            children = list(self.folder.iterdir())
+            children = list(folder.iterdir())
         except (FileNotFoundError, NotADirectoryError):
             return []
         found = []
@@ -175,6 +184,30 @@ class IncrementalStore:
                     pass
                 continue
             newer |= pack.keys
+        return removed + self._prune_other_versions(now)
+
+    def _prune_other_versions(self, now: float) -> int:
+        """Remove the packs of the step's other versions (other code, parameters or resources)
+        past the retention, and their folders once empty."""
+        removed = 0
+        try:
+            versions = [p for p in self.partition.iterdir() if p.name != self.folder.name]
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        for version in versions:
+            packs = self._listing(version)
+            old = [p for p, mtime in packs if now - mtime > RETENTION_DAYS * 86400]
+            for path in old:
+                try:
+                    path.unlink()
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+            if len(old) == len(packs) and _is_local(version):
+                try:
+                    version.rmdir()  # only if empty (a pack written since stays)
+                except OSError:
+                    pass
         return removed
 
 

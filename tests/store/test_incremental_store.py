@@ -54,7 +54,7 @@ def test_a_pack_past_the_retention_is_removed_and_a_fresh_superseded_one_kept(tm
     reader.save({"b": _entry(2, "r3")}, "r3")
     assert reader.prune(["b"]) == 1  # r1's (too old); r2's is superseded but within its grace
     assert sorted(p.name.split("-")[0] for p in reader.folder.iterdir()) == ["r2", "r3"]
-    assert reader.folder.name == "_unpartitioned"
+    assert reader.partition.name == "_unpartitioned"
 
 
 def test_a_damaged_pack_is_reported_and_the_others_read(tmp_path):

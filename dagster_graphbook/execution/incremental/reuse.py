@@ -50,6 +50,7 @@ class Reuse:
         self.computed_notes = 0
         self.unkeyed = 0
         self.from_runs: collections.Counter = collections.Counter()
+        self.said: set = set()  # the reasons notes could not be keyed, each warned once
 
     def _load(self) -> Dict[str, Entry]:
         if self.entries is None:
@@ -61,7 +62,15 @@ class Reuse:
                     "records nothing, every note is computed"
                 )
             elif not self.refresh:
-                self.entries, problems = self.store.load()
+                try:
+                    self.entries, problems = self.store.load()
+                except Exception as exc:  # a bucket that cannot be listed: never the run's end
+                    self.off = f"{self.store.folder} cannot be listed ({type(exc).__name__}: {exc})"
+                    self.warn(
+                        f"{self.label}: incremental: the store {self.off}: this run reuses "
+                        "and records nothing, every note is computed"
+                    )
+                    return self.entries
                 self._say_problems(problems)
         return self.entries
 
@@ -75,8 +84,15 @@ class Reuse:
         """Each note's key (None: never reused nor stored) and the outputs of those reused, by
         position in ``notes``."""
         entries = self._load()
-        keys = note_keys(self.token, notes)
+        keys, why = note_keys(self.token, notes)
         self.unkeyed += sum(k is None for k in keys)
+        for reason in why:
+            if reason not in self.said:
+                self.said.add(reason)
+                self.warn(
+                    f"{self.label}: incremental: {reason}: such notes are computed in every "
+                    "run, never reused"
+                )
         if self.off is not None:
             return keys, {}
         found = {i: entries[k] for i, k in enumerate(keys) if k is not None and k in entries}
