@@ -228,7 +228,7 @@ class StepDriver:
             if routed is None:  # failed (skip): recorded as an error, stored nowhere
                 continue
             if j not in result.incomplete:
-                reuse.computed(keys[i], routed, result.note_files.get(j, []))
+                reuse.computed(keys[i], routed, result.note_files.get(j))
             before = out.counts()
             out.add(routed, f"note {offset + i}")
             for pin, n in out.counts().items():

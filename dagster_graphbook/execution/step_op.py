@@ -239,6 +239,7 @@ def run_op(
     config = op_config(context)
     emit = log_emitter(context.log)
     drivers: Dict[str, StepDriver] = {}
+    shared = shared_notes(op)
     for plan in op.steps:
         step_config = dict((config.get(plan.op_name) if op.streamed else config) or {})
         with failures_named(plan.label):
@@ -248,7 +249,7 @@ def run_op(
             if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
                 runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it
             step = make_step(context, plan, step_config, resources)
-            reuse = incremental_reuse(context, op, plan, runtime, step_config, emit)
+            reuse = incremental_reuse(context, op, plan, runtime, step_config, emit, shared)
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,
             node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
@@ -279,6 +280,7 @@ def incremental_reuse(
     runtime: StepRuntime,
     params: Mapping[str, Any],
     emit: Emit,
+    shared: Optional[str] = None,
 ) -> Optional[Reuse]:
     """An incremental step's store of earlier runs' outputs (None: the step computes all its
     notes, as without the setting). A run turning ``incremental`` off on a step its workflow
@@ -286,6 +288,9 @@ def incremental_reuse(
     recomputes every note and refreshes the store."""
     wanted = bool(getattr(runtime, "incremental", False))  # a source has no such setting
     if plan.kind == "source" or not (wanted or plan.incremental):
+        return None
+    if shared is not None:
+        emit("warning", f"{plan.label}: incremental is off in this stream: {shared}")
         return None
     refresh = not wanted or context.run.tags.get(REFRESH_TAG) == "refresh"
     partition_key = _partition_key(context, plan)
@@ -308,6 +313,28 @@ def incremental_reuse(
         store, token, refresh=refresh, label=plan.label,
         warn=lambda m: emit("warning", m), info=lambda m: emit("info", m), run_id=context.run_id,
     )  # fmt: skip
+
+
+def shared_notes(op: OpPlan) -> Optional[str]:
+    """Why a stream's steps cannot reuse notes (None: they can). A streamed note that reaches two
+    steps of the stream (a pin two steps read, or two pins one step reads) is one dict that
+    each may change, and a full run's notes carry both changes; a reused note is a copy of its
+    own, so the stream would give other notes than a full run."""
+    if not op.streamed:
+        return None
+    for plan in op.steps:
+        readers = [c for pin in plan.pins for c in plan.children.get(pin, ())]
+        if len(readers) != len(set(readers)) or any(
+            len(plan.children.get(pin, ())) > 1 for pin in plan.pins
+        ):
+            names = {p.node_id: p.step_name for p in op.steps}
+            who = ", ".join(sorted({names.get(c, c) for c in readers}))
+            return (
+                f"the notes of {plan.step_name} reach several of its steps ({who}), which may "
+                "change the same dicts; stream them apart, or run them unstreamed, to reuse "
+                "(docs/incremental.md)"
+            )
+    return None
 
 
 def emit_outputs(context: dg.AssetExecutionContext, op: OpPlan, ran: OpRun) -> Iterator[dg.Output]:

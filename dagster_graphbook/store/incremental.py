@@ -50,6 +50,7 @@ class Entry:
     outputs: bytes
     files: List[Tuple[str, Optional[int]]]
     run_id: str
+    unchecked: bool = False  # its dump_fn ran and named no file: whether they remain is unknown
 
     def notes(self) -> Dict[str, List[Any]]:
         return notes_codec.loads(self.outputs)
@@ -115,8 +116,10 @@ class IncrementalStore:
             self._packs.append(pack)
             for key, value in stored.items():
                 try:
-                    outputs, files, run_id = value
-                    entries[key] = Entry(bytes(outputs), [tuple(f) for f in files], str(run_id))
+                    outputs, files, run_id, unchecked = value
+                    entries[key] = Entry(
+                        bytes(outputs), [tuple(f) for f in files], str(run_id), bool(unchecked)
+                    )
                 except Exception as exc:
                     problems.append(f"an entry of {path} is damaged ({type(exc).__name__}: {exc})")
                     continue
@@ -161,7 +164,9 @@ class IncrementalStore:
             "format": FORMAT,
             "run_id": run_id,
             "written": time.time(),
-            "entries": {k: (e.outputs, list(e.files), e.run_id) for k, e in entries.items()},
+            "entries": {
+                k: (e.outputs, list(e.files), e.run_id, e.unchecked) for k, e in entries.items()
+            },
         }
         path = self.folder / f"{_segment(run_id)}-{uuid.uuid4().hex[:8]}{PACK_SUFFIX}"
         write_atomic(path, lambda f: pickle.dump(body, f, protocol=notes_codec.PROTOCOL))

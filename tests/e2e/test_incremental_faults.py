@@ -195,3 +195,58 @@ def test_two_runs_of_the_same_day_at_once_both_succeed(project, tmp_path):
         (latest, *_) = instance.get_run_records()
         logs = [e.user_message for e in instance.all_logs(latest.dagster_run.run_id)]
     assert any("ClassifyShapes" in m and "20 notes reused" in m for m in logs), logs
+
+
+FANOUT_NODES = """
+    from graphbook import steps
+
+
+    class Letters(steps.SourceStep):
+        RequiresInput = False
+        Outputs = ["out"]
+
+        def load(self):
+            return {"out": [{"i": i} for i in range(4)]}
+
+
+    class Mark(steps.Step):
+        RequiresInput = True
+        Outputs = ["out"]
+        Parameters = {"key": {"type": "string", "default": "a"}}
+
+        def __init__(self, key="a"):
+            super().__init__()
+            self.key = key
+
+        def on_data(self, note):
+            note[self.key] = sorted(note)  # what this step saw of the shared dict
+"""
+
+
+def test_a_stream_whose_notes_reach_two_steps_runs_them_whole_and_says_why(tmp_path, run_wf):
+    """Streamed, Letters -> A -> (B, C): B and C change the same dicts, so a full run's notes
+    carry both changes. Reusing copies would not: incremental is off for the stream, said once
+    per step, and the notes are a full run's."""
+    from tests.conftest import edge, step_node, write_workflow
+
+    write_nodes(tmp_path / "nodes", "fanout_nodes.py", FANOUT_NODES)
+    workflow = write_workflow(
+        tmp_path,
+        "fanout",
+        [
+            step_node("1", "Letters", source=True),
+            step_node("2", "Mark", {"key": "a"}, label="A"),
+            step_node("3", "Mark", {"key": "b"}, label="B"),
+            step_node("4", "Mark", {"key": "c"}, label="C"),
+        ],
+        [edge("1", "out", "2"), edge("2", "out", "3"), edge("2", "out", "4")],
+    )
+    kwargs = dict(streaming=True, notes_dir=str(tmp_path / "notes"))
+    full = run_wf(workflow, [tmp_path / "nodes"], **kwargs)
+    runs = [run_wf(workflow, [tmp_path / "nodes"], runtime={"incremental": True}, **kwargs)]
+    runs.append(run_wf(workflow, [tmp_path / "nodes"], runtime={"incremental": True}, **kwargs))
+    assert all(r.success for r in [full, *runs])
+    assert [r.notes for r in runs] == [full.notes, full.notes]
+    said = _warnings(runs[1])
+    assert any("incremental is off in this stream" in w and "reach several" in w for w in said)
+    assert not (tmp_path / "notes" / "incremental").exists()

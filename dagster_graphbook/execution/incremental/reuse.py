@@ -51,6 +51,7 @@ class Reuse:
         self.unkeyed = 0
         self.from_runs: collections.Counter = collections.Counter()
         self.said: set = set()  # the reasons notes could not be keyed, each warned once
+        self.unchecked = 0  # reused notes whose dump_fn named no file (not checked)
 
     def _load(self) -> Dict[str, Entry]:
         if self.entries is None:
@@ -111,6 +112,7 @@ class Reuse:
                 continue
             self._keep(keys[i], entry)  # type: ignore[arg-type]
             self.reused += 1
+            self.unchecked += entry.unchecked
             self.from_runs[entry.run_id] += 1
         self._say_problems(problems)
         return keys, hits
@@ -119,10 +121,11 @@ class Reuse:
         self,
         key: Optional[str],
         outputs: Mapping[str, List[Any]],
-        files: Sequence[Tuple[str, Optional[int]]],
+        files: Optional[Sequence[Tuple[str, Optional[int]]]],
     ) -> None:
         """A note computed whole in this run: its outputs are recorded (taken now: a streamed
-        step after this one may change the same dicts)."""
+        step after this one may change the same dicts) with the files its dumps wrote (None: no
+        dump ran; empty: its dumps named no file)."""
         if key is None or self.off is not None:
             return
         try:
@@ -133,7 +136,7 @@ class Reuse:
                 f"({type(exc).__name__}: {exc}); it is computed again next run"
             )
             return
-        self._keep(key, Entry(encoded, list(files), self.run_id))
+        self._keep(key, Entry(encoded, list(files or ()), self.run_id, files == []))
 
     def _keep(self, key: str, entry: Entry) -> None:
         self.kept[key] = entry
@@ -167,6 +170,12 @@ class Reuse:
                 self.store.prune(self.saved)
             except Exception as exc:
                 self.warn(f"{self.label}: incremental: old packs not pruned: {exc}")
+        if self.unchecked:
+            self.warn(
+                f"{self.label}: incremental: {self.unchecked} reused notes had dump_fn calls "
+                "that returned no path, so whether their files remain is not checked; after "
+                "removing outputs, run with --full (or return the path from dump_fn)"
+            )
         saved = ", ".join(self.packs)
         runs = ", ".join(f"{r[:8]} ({n})" for r, n in self.from_runs.most_common(5))
         self.info(

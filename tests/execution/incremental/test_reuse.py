@@ -25,7 +25,7 @@ def test_a_second_run_reuses_what_the_first_computed_and_refresh_reuses_nothing(
     keys, hits = first.split(notes)
     assert hits == {} and len(set(keys)) == 5
     for key, note in zip(keys, notes):
-        first.computed(key, {"out": [{**note, "y": 1}]}, [])
+        first.computed(key, {"out": [{**note, "y": 1}]}, None)
     first.finish()
 
     second = _reuse(tmp_path, "r2", said)
@@ -47,7 +47,7 @@ def test_a_long_step_writes_its_pack_in_parts_and_keeps_every_note(tmp_path, mon
     for chunk in (notes[:10], notes[10:]):  # a stream's chunks
         keys, _ = run.split(chunk)
         for key, note in zip(keys, chunk):
-            run.computed(key, {"out": [note]}, [])
+            run.computed(key, {"out": [note]}, None)
     assert len(run.packs) >= 3 and len(run.kept) < 20  # written as they grew
     run.finish()
     again = _reuse(tmp_path, "r2", said)
@@ -67,3 +67,17 @@ def test_a_recorded_file_gone_or_resized_is_a_miss(tmp_path):
     assert _reuse(tmp_path, "r3", said).split([{"x": 1}])[1] == {}
     written.unlink()
     assert _reuse(tmp_path, "r4", said).split([{"x": 1}])[1] == {}
+
+
+def test_reused_notes_whose_dump_fn_named_no_file_are_said_unchecked(tmp_path):
+    said: List[str] = []
+    first = _reuse(tmp_path, "r1", said)
+    keys, _ = first.split([{"x": 1}, {"x": 2}])
+    first.computed(keys[0], {"out": [{"x": 1}]}, [])  # dump_fn ran, returned no path
+    first.computed(keys[1], {"out": [{"x": 2}]}, None)  # no dump_fn
+    first.finish()
+    second = _reuse(tmp_path, "r2", said)
+    assert sorted(second.split([{"x": 1}, {"x": 2}])[1]) == [0, 1]
+    second.finish()
+    (warned,) = [w for w in said if "not checked" in w]
+    assert "1 reused notes had dump_fn calls that returned no path" in warned
