@@ -92,7 +92,7 @@ def class_code_version(cls: type) -> Optional[str]:
     its module file, the other modules of that folder (helpers it imports) and the files of its
     base classes outside installed packages; None when its source cannot be found (a class made
     by ``exec``: its edits would go unseen)."""
-    path = _source_file(cls)
+    path = _source_file(cls) or _defining_file(cls)
     if path is None:
         return None
     digest = hashlib.sha256()
@@ -102,6 +102,17 @@ def class_code_version(cls: type) -> Optional[str]:
     for file in sorted(files):
         digest.update(str(file.name).encode() + _file_bytes(file, _file_stamp(file)))
     return digest.hexdigest()[:16]
+
+
+def _defining_file(cls: type) -> Optional[Path]:
+    """The file a class's methods were compiled from, where its module is not importable by
+    name (a workflow ``.py`` file loaded from its path)."""
+    for value in vars(cls).values():
+        function = getattr(value, "__func__", value)
+        code = getattr(function, "__code__", None)
+        if code is not None and Path(code.co_filename).is_file():
+            return Path(code.co_filename)
+    return None
 
 
 @functools.lru_cache(maxsize=1)
