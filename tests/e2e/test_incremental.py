@@ -450,3 +450,25 @@ def test_a_growing_folder_with_the_files_sensor_sends_only_new_files_through(
             ]
             classified.append(m.metadata["notes_computed"].value)
     assert classified == [20, None, 10]
+
+
+def test_a_checkpoint_named_relative_to_the_project_is_keyed_from_anywhere(
+    demo, project, tmp_path, monkeypatch
+):
+    """The demo's model resolves ``models/shapes_cnn.pt`` from its project's root when the
+    current folder has none: retrained there, it is a change for a run started elsewhere."""
+    root = tmp_path / "project"
+    shutil.copytree(NODES, root / "custom_nodes" / "nightly", ignore=shutil.ignore_patterns("__*"))
+    (root / "models").mkdir()
+    shutil.copy2(project["root"] / "models" / "shapes_cnn.pt", root / "models" / "shapes_cnn.pt")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    day = Day(tmp_path, 20)
+    day.add(20)
+    relative = {"ShapesModel.checkpoint": "models/shapes_cnn.pt"}
+    nodes = root / "custom_nodes" / "nightly"
+    assert _meta(demo(day, relative, nodes))["ClassifyShapes"]["notes_computed"] == 20
+    assert _meta(demo(day, relative, nodes))["ClassifyShapes"]["notes_computed"] == 0
+    _retrain_in_place(root / "models" / "shapes_cnn.pt")
+    assert _meta(demo(day, relative, nodes))["ClassifyShapes"]["notes_computed"] == 20
