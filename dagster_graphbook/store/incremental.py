@@ -169,7 +169,10 @@ class IncrementalStore:
             },
         }
         path = self.folder / f"{_segment(run_id)}-{uuid.uuid4().hex[:8]}{PACK_SUFFIX}"
-        write_atomic(path, lambda f: pickle.dump(body, f, protocol=notes_codec.PROTOCOL))
+        # not synced to disk: a pack lost to a crash is a miss (its notes computed again)
+        write_atomic(
+            path, lambda f: pickle.dump(body, f, protocol=notes_codec.PROTOCOL), durable=False
+        )
         return path
 
     def prune(self, saved: Sequence[str], now: Optional[float] = None) -> int:

@@ -154,12 +154,14 @@ def _is_local(path: UPath) -> bool:
     return path.protocol in ("", "file", "local")
 
 
-def write_atomic(path: UPath, write: Callable[[IO[bytes]], object]) -> None:
+def write_atomic(path: UPath, write: Callable[[IO[bytes]], object], durable: bool = True) -> None:
     """Write through ``write(file)`` to a temporary name beside ``path``, then rename over it.
 
     A kill at any moment leaves either the old file or the new one under the final name; the
     temporary file is removed on every failure this process sees (a ``kill -9`` leaves it, and the
-    next write in the folder sweeps it, see ``sweep_temporaries``). In an object store
+    next write in the folder sweeps it, see ``sweep_temporaries``). ``durable``: synced to disk
+    before the rename (a cache that may be lost, the incremental store's packs, skips it). In an
+    object store
     (``s3://...``) the temporary file is local and uploaded once complete: the object appears
     whole or not at all (an fsspec file written in place would publish what a failed ``write``
     left, as closing it uploads), and an upload that fails raises ``OSError`` naming the URL.
@@ -177,8 +179,9 @@ def write_atomic(path: UPath, write: Callable[[IO[bytes]], object]) -> None:
     try:
         with open(tmp, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, final)
     finally:
         if os.path.exists(tmp):

@@ -48,11 +48,40 @@ class Unkeyable(Exception):
 
 
 # -- notes -------------------------------------------------------------------------------------
+_SCALARS = (type(None), bool, int, float, complex)
+
+
 def _feed(h: Any, value: Any, strings: List[str], depth: int = 0) -> None:
     """Hash ``value`` canonically into ``h`` (its type, then its bytes), collecting its strings
-    (those may name files)."""
+    (those may name files). A note's plain values are fed in the loop over their container, not
+    by a call each (keying is per note of every run)."""
     if depth > _MAX_DEPTH:
         raise Unkeyable(f"a value nested deeper than {_MAX_DEPTH} levels")
+    kind = type(value)
+    if kind is dict or kind is list:  # the common note: plain values inline
+        items = value.items() if kind is dict else enumerate(value)
+        h.update(b"%s%d{" % (kind.__name__.encode(), len(value)))
+        for k, v in items:
+            if kind is dict:
+                _feed_plain(h, k, strings, depth)
+            _feed_plain(h, v, strings, depth)
+        h.update(b"}")
+        return
+    _feed_any(h, value, strings, depth)
+
+
+def _feed_plain(h: Any, value: Any, strings: List[str], depth: int) -> None:
+    kind = type(value)
+    if kind is str:
+        h.update(b"s%d:" % len(value) + value.encode("utf-8", "surrogatepass"))
+        strings.append(value)
+    elif kind in _SCALARS:
+        h.update(f"{kind.__name__}:{value!r};".encode())
+    else:
+        _feed(h, value, strings, depth + 1)
+
+
+def _feed_any(h: Any, value: Any, strings: List[str], depth: int = 0) -> None:
     if value is None or isinstance(value, (bool, int, float, complex)):
         h.update(f"{type(value).__name__}:{value!r};".encode())
     elif isinstance(value, str):
