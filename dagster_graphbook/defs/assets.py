@@ -14,6 +14,7 @@ from ..execution.advice import warn_heavy_outputs
 from ..execution.checks import with_checks
 from ..execution.incremental.keys import (
     code_folders,
+    declared_defaults,
     named_paths,
     record_resource,
     resource_version,
@@ -287,9 +288,11 @@ def incremental_run(workflow: Workflow, run_config: Mapping[str, Any]) -> bool:
     return False
 
 
-def config_values(kwargs: Mapping[str, Any], bound: Mapping[str, str]) -> Dict[str, Any]:
-    """A resource's parameters as its run gives them, without the resources bound to it."""
-    return {k: v for k, v in kwargs.items() if k not in bound}
+def config_values(cls: type, kwargs: Mapping[str, Any], bound: Mapping[str, str]) -> Dict[str, Any]:
+    """A resource's parameters as its run gives them (its defaults for those it leaves unset),
+    without the resources bound to it."""
+    given = {**declared_defaults(cls), **kwargs}
+    return {k: v for k, v in given.items() if k not in bound}
 
 
 def _resource_version(
@@ -333,7 +336,7 @@ def _resource_def(
 
         run = init_context.dagster_run
         if run is not None and incremental_run(workflow, run.run_config):
-            params = config_values(kwargs, bound)
+            params = config_values(node.cls, kwargs, bound)
             folders = code_folders(node.cls, str(workflow.path) if workflow.path else None)
             record_resource(  # what an incremental step's key takes of this resource: its
                 run.run_id,  # files stamped now, before it reads them

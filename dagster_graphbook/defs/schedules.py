@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
@@ -308,7 +308,7 @@ class FolderSensor:
         self, job: Any, partitions_def: Optional[dg.PartitionsDefinition], name: Optional[str]
     ) -> dg.SensorDefinition:
         """A run each time the files under ``folder`` changed (new, replaced or removed): the
-        cursor is a digest of their listing, and the run key too, so one state runs once."""
+        cursor holds a digest of their listing and a count of the changes, the run key both."""
         if partitions_def is not None or self.asset_key is not None:
             raise ValueError(
                 f"{job.name}: the folder sensor's watch='files' is for an unpartitioned workflow "
@@ -320,16 +320,22 @@ class FolderSensor:
         def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             files = listed_files(folder)
             digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:32]
-            if digest == context.cursor:
-                return dg.SensorResult(skip_reason=f"no file changed in {folder}", cursor=digest)
+            seen: Dict[str, Any] = json.loads(context.cursor or '{"digest": "", "n": 0}')
+            if digest == seen["digest"]:
+                return dg.SensorResult(
+                    skip_reason=f"no file changed in {folder}", cursor=context.cursor
+                )
+            n = seen["n"] + 1  # in the run key: a folder back to an earlier state runs again
             request = dg.RunRequest(
-                run_key=f"files-{digest}",
+                run_key=f"files-{n}-{digest[:16]}",
                 tags={
                     "dagster_graphbook/folder": folder,
                     "dagster_graphbook/files": str(len(files)),
                 },
             )
-            return dg.SensorResult(run_requests=[request], cursor=digest)
+            return dg.SensorResult(
+                run_requests=[request], cursor=json.dumps({"digest": digest, "n": n})
+            )
 
         return dg.SensorDefinition(
             name=self.name or name or f"{job.name}_new_files",
@@ -353,8 +359,12 @@ def listed_files(folder: str) -> List[Tuple[str, int, str]]:
         found = fs.find(root, detail=True)
     except FileNotFoundError:
         return []
-    return sorted(
-        (path, int(info.get("size") or 0), str(info.get("ETag") or info.get("mtime") or ""))
+    return sorted(  # a local file's ctime ("created") too: a copy keeping the mtime is a change
+        (
+            path,
+            int(info.get("size") or 0),
+            f"{info.get('ETag') or info.get('mtime') or ''}:{info.get('created') or ''}",
+        )
         for path, info in found.items()
         if info.get("type", "file") == "file" and not os.path.basename(path).startswith(".")
     )

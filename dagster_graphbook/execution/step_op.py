@@ -36,7 +36,13 @@ from ..store.previews import (
 )
 from .driver import StepDriver, run_all
 from .errors import ItemError, StepFailure
-from .incremental.keys import Unkeyable, code_folders, resource_version, version_of
+from .incremental.keys import (
+    Unkeyable,
+    code_folders,
+    declared_defaults,
+    resource_version,
+    version_of,
+)
 from .incremental.reuse import REFRESH_TAG, Reuse
 from .ownership.guard import check_code_config, check_partition_key
 from .pools.workers import die_with_the_run
@@ -294,10 +300,15 @@ def incremental_reuse(
         return None
     refresh = not wanted or context.run.tags.get(REFRESH_TAG) == "refresh"
     partition_key = _partition_key(context, plan)
-    filled = {  # what the step got: {partition_key} filled into its parameters (not into code)
+    given = {  # what the step got: its defaults for what the run left unset (None, as
+        # make_step passes it), {partition_key} filled
+        **{k: v for k, v in declared_defaults(plan.cls).items() if k not in plan.resource_keys},
+        **{k: v for k, v in params.items() if v is not None},
+    }
+    filled = {  # filled into its parameters (not into code)
         k: v if partition_key is None or k in plan.function_params
         else fill_placeholder(v, partition_key)
-        for k, v in params.items()
+        for k, v in given.items()
     }  # fmt: skip
     folders = code_folders(plan.cls, plan.workflow_source)
     try:

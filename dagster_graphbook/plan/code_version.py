@@ -13,6 +13,7 @@ import functools
 import hashlib
 import inspect
 import json
+import os
 import re
 import sysconfig
 import warnings
@@ -97,11 +98,39 @@ def class_code_version(cls: type) -> Optional[str]:
         return None
     digest = hashlib.sha256()
     digest.update(_class_source(cls, _file_stamp(path)).encode())
-    files = {path, *path.parent.glob("*.py")}
+    files = {path, *_folder_modules(path.parent)}
     files |= {f for base in cls.__mro__[1:] if (f := _source_file(base)) and _user_code(f)}
     for file in sorted(files):
-        digest.update(str(file.name).encode() + _file_bytes(file, _file_stamp(file)))
+        try:
+            code = _file_bytes(file, _file_stamp(file))
+        except OSError:  # gone since listed (an editor's temporary file)
+            continue
+        digest.update(str(file).encode() + code)
     return digest.hexdigest()[:16]
+
+
+_MAX_MODULES = 1000  # a node folder with more modules: its top level only
+_NOT_CODE = {"__pycache__", "site-packages", "node_modules", "venv"}
+
+
+def _folder_modules(folder: Path) -> List[Path]:
+    """The ``.py`` files under a node's folder, its subpackages too (the helpers it imports),
+    regular files only (an editor's lock file, ``.#steps.py``, is a dangling link): hidden
+    folders, caches and virtual environments left out."""
+    found: List[Path] = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(
+            d for d in dirs
+            if not d.startswith(".") and d not in _NOT_CODE
+            and not os.path.exists(os.path.join(root, d, "pyvenv.cfg"))
+        )  # fmt: skip
+        for name in sorted(names):
+            full = Path(root) / name
+            if name.endswith(".py") and not name.startswith(".") and full.is_file():
+                found.append(full)
+        if len(found) > _MAX_MODULES:
+            return sorted(p for p in folder.glob("*.py") if p.is_file() and p.name[0] != ".")
+    return found
 
 
 def _defining_file(cls: type) -> Optional[Path]:

@@ -61,6 +61,21 @@ class _Pack:
     path: UPath
     mtime: float
     keys: Set[str] = field(default_factory=set)
+    void: bool = False  # written before a refresh
+
+
+def _newest_refresh(bodies: Sequence[Tuple[Any, Dict[str, Any], Any]]) -> Tuple[float, float, str]:
+    """When the newest refresh run read the store, when it wrote its last pack, and its run id
+    (no refresh: nothing voided)."""
+    runs: Dict[str, List[float]] = {}
+    for _, body, _ in bodies:
+        if body.get("refresh"):
+            run = runs.setdefault(body["run_id"], [body.get("loaded", 0.0), 0.0])
+            run[1] = max(run[1], body["written"])
+    if not runs:
+        return float("-inf"), float("-inf"), ""
+    run_id = max(runs, key=lambda r: runs[r][0])
+    return runs[run_id][0], runs[run_id][1], run_id
 
 
 def encode_outputs(outputs: Mapping[str, List[Any]]) -> bytes:
@@ -92,10 +107,15 @@ class IncrementalStore:
         self._packs: List[_Pack] = []
 
     def load(self) -> Tuple[Dict[str, Entry], List[str]]:
-        """Every key's newest entry, and a sentence per pack or entry that could not be read."""
+        """Every key's newest entry, and a sentence per pack or entry that could not be read.
+
+        A refresh (``--full``) voids what came before it: the packs written before the newest
+        refresh pack, and the entries a run that had read the store before that refresh
+        reused from it (a run overlapping the refresh would otherwise bring them back)."""
         entries: Dict[str, Entry] = {}
         problems: List[str] = []
         self._packs = []
+        bodies = []
         for path, mtime in self._listing(self.folder):
             try:
                 raw = path.read_bytes()
@@ -108,21 +128,28 @@ class IncrementalStore:
                 body = pickle.loads(raw)
                 if not isinstance(body, dict) or body.get("format") != FORMAT:
                     raise ValueError("not a pack of this format")
-                stored = body["entries"]
+                bodies.append((_Pack(path, mtime), body, dict(body["entries"])))
             except Exception as exc:  # left to the retention: a newer version may read it
                 problems.append(f"{path} is damaged ({type(exc).__name__}: {exc})")
-                continue
-            pack = _Pack(path, mtime)
+        started, finished, refresher = _newest_refresh(bodies)
+        for pack, body, stored in bodies:
             self._packs.append(pack)
+            if body["run_id"] != refresher and body["written"] < started:
+                pack.void = True  # before the refresh: pruned as superseded
+                continue
+            stale_reuse = body["run_id"] != refresher and body.get("loaded", 0.0) < finished
             for key, value in stored.items():
                 try:
                     outputs, files, run_id, unchecked = value
-                    entries[key] = Entry(
+                    entry = Entry(
                         bytes(outputs), [tuple(f) for f in files], str(run_id), bool(unchecked)
                     )
                 except Exception as exc:
                     problems.append(f"an entry of {path} is damaged ({type(exc).__name__}: {exc})")
                     continue
+                if stale_reuse and entry.run_id != body.get("run_id"):
+                    continue  # reused from before the refresh
+                entries[key] = entry
                 pack.keys.add(key)
         return entries, problems
 
@@ -158,12 +185,23 @@ class IncrementalStore:
             return f"{self.folder} takes no file ({type(exc).__name__}: {exc})"
         return None
 
-    def save(self, entries: Mapping[str, Entry], run_id: str) -> UPath:
-        """Write one pack of ``entries`` (atomically: whole or not at all)."""
+    def save(
+        self,
+        entries: Mapping[str, Entry],
+        run_id: str,
+        *,
+        loaded: float = 0.0,
+        refresh: bool = False,
+    ) -> UPath:
+        """Write one pack of ``entries`` (atomically: whole or not at all). ``loaded``: when the
+        run read the store (``time.time()``); ``refresh``: a run that recomputed every note, whose
+        pack voids the older ones."""
         body = {
             "format": FORMAT,
             "run_id": run_id,
             "written": time.time(),
+            "loaded": loaded,
+            "refresh": refresh,
             "entries": {
                 k: (e.outputs, list(e.files), e.run_id, e.unchecked) for k, e in entries.items()
             },
@@ -183,7 +221,7 @@ class IncrementalStore:
         removed = 0
         for pack in reversed(self._packs):  # newest first
             age = now - pack.mtime
-            superseded = age > GRACE_S and pack.keys <= newer
+            superseded = age > GRACE_S and (pack.void or pack.keys <= newer)
             if superseded or age > RETENTION_DAYS * 86400:
                 try:
                     pack.path.unlink()

@@ -179,6 +179,44 @@ def test_folder_sensor_without_partitions_and_missing_folder(tmp_path):
         assert [(r.run_key, r.partition_key) for r in tick.run_requests] == [("2026-02-01", None)]
 
 
+def test_files_sensor_runs_each_change_of_a_growing_folder_once(tmp_path):
+    """``watch="files"``: a run per change of the files under the folder (added, replaced,
+    removed, in subfolders too), none while it stays the same, and one again for a folder back
+    to an earlier state (a count in the run key); refused for a partitioned workflow."""
+    folder = tmp_path / "raw"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("a")
+    defs = _defs(tmp_path, sensor=FolderSensor(folder, watch="files"))
+    sensor = defs.resolve_sensor_def("sample_new_files")
+    keys, cursor = [], None
+
+    def tick() -> None:
+        nonlocal cursor
+        with dg.instance_for_test() as instance:
+            done = sensor.evaluate_tick(
+                dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor)
+            )
+        cursor = done.cursor
+        keys.append([r.run_key for r in done.run_requests])
+
+    tick()  # a.txt
+    tick()  # nothing new
+    (folder / "sub" / "b.txt").write_text("b")
+    tick()
+    (folder / "sub" / "b.txt").unlink()  # back to the first state
+    tick()
+    (folder / ".hidden").write_text("an editor's file")
+    tick()
+    assert [len(k) for k in keys] == [1, 0, 1, 1, 0]
+    assert len({k[0] for k in keys if k}) == 3
+    with pytest.raises(ValueError, match="watch='files' is for an unpartitioned workflow"):
+        _defs(
+            tmp_path,
+            sensor=FolderSensor(folder, watch="files"),
+            partitions_def=daily_partitions("2026-01-01"),
+        )
+
+
 def test_bad_executor_is_a_clear_error(tmp_path):
     from dagster_graphbook import WorkflowError
 

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, List
 
@@ -250,3 +251,66 @@ def test_a_stream_whose_notes_reach_two_steps_runs_them_whole_and_says_why(tmp_p
     said = _warnings(runs[1])
     assert any("incremental is off in this stream" in w and "reach several" in w for w in said)
     assert not (tmp_path / "notes" / "incremental").exists()
+
+
+LOOKUP_NODES = """
+    from graphbook import steps
+    from lib.calc import factor
+
+
+    class Numbers(steps.SourceStep):
+        RequiresInput = False
+        Outputs = ["out"]
+
+        def load(self):
+            return {"out": [{"x": i} for i in range(3)]}
+
+
+    class Look(steps.Step):
+        RequiresInput = True
+        Outputs = ["out"]
+        Parameters = {"table": {"type": "string", "default": "TABLE"}}
+
+        def __init__(self, table="TABLE"):
+            super().__init__()
+            with open(table) as f:
+                self.word = f.read()
+
+        def on_data(self, note):
+            note["y"] = f"{self.word}{note['x'] * factor()}"
+"""
+
+
+def test_a_default_parameters_file_a_subpackage_helper_and_an_editors_lock_file(tmp_path, run_wf):
+    """Changes the key must see though nothing in the run's config names them: the file a
+    parameter left at its class default names, and a helper in a subpackage of the node folder;
+    and an editor's lock file (a dangling ``.#nodes.py`` link) fails nothing."""
+    from tests.conftest import edge, step_node, write_workflow
+
+    table = tmp_path / "table.txt"
+    table.write_text("A")
+    nodes = tmp_path / "nodes"
+    write_nodes(nodes, "look_nodes.py", LOOKUP_NODES.replace("TABLE", str(table)))
+    write_nodes(nodes / "lib", "__init__.py", "")
+    write_nodes(nodes / "lib", "calc.py", "def factor():\n    return 10\n")
+    (nodes / ".#look_nodes.py").symlink_to("user@host.1234:1700000000")  # Emacs's lock
+    workflow = write_workflow(
+        tmp_path,
+        "look",
+        [step_node("1", "Numbers", source=True), step_node("2", "Look")],
+        [edge("1", "out", "2")],
+    )
+
+    def ys() -> List[str]:
+        run = run_wf(
+            workflow, [nodes], notes_dir=str(tmp_path / "notes"), runtime={"incremental": True}
+        )
+        assert run.success, run.failure
+        return [n["y"] for n in run.notes["Look"]["out"]]
+
+    assert ys() == ["A0", "A10", "A20"]
+    time.sleep(0.01)
+    table.write_text("B")  # the default parameter's file
+    assert ys() == ["B0", "B10", "B20"]
+    (nodes / "lib" / "calc.py").write_text("def factor():\n    return 1000\n")
+    assert ys() == ["B0", "B1000", "B2000"]

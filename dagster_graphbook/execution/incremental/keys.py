@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import os
 import pickle
@@ -131,9 +132,14 @@ def _feed_tensor(h: Any, value: Any) -> None:
         raise Unkeyable(f"a {value.layout} tensor on {value.device} (quantized or not strided)")
     if getattr(value, "is_nested", False):
         raise Unkeyable("a nested tensor")
-    t = value.detach().cpu().contiguous()
-    h.update(f"t{t.dtype}{tuple(t.shape)}{value.requires_grad}:".encode())
-    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    try:
+        t = value.detach().cpu().resolve_conj().resolve_neg().contiguous()
+        h.update(f"t{t.dtype}{tuple(t.shape)}{value.requires_grad}:".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    except Exception as exc:  # a tensor kind with no plain bytes: never the run's failure
+        raise Unkeyable(
+            f"a tensor whose bytes cannot be read ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def _feed_pickled(h: Any, value: Any, strings: List[str]) -> None:
@@ -335,8 +341,28 @@ def _stable(value: Any) -> Any:
     return _ADDRESS.sub("", repr(value))
 
 
+def declared_defaults(cls: type) -> Dict[str, Any]:
+    """A step's or resource's parameter defaults (its ``Parameters`` and its ``__init__``): what
+    it gets for the parameters a run leaves unset, which run config does not hold."""
+    found: Dict[str, Any] = {}
+    try:
+        signature = inspect.signature(cls)  # its __init__'s, without self
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        for name, parameter in signature.parameters.items():
+            if parameter.default is not inspect.Parameter.empty and name != "self":
+                found[name] = parameter.default
+    for name, spec in (getattr(cls, "Parameters", None) or {}).items():
+        if isinstance(spec, Mapping) and "default" in spec:
+            found[name] = spec["default"]
+    return found
+
+
 def _param_strings(value: Any, depth: int = 0) -> List[str]:
     """The strings of a parameter's value (a list of paths, a mapping of them)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if isinstance(value, str):
         return [value] if 0 < len(value) < _MAX_PATH and "\0" not in value else []
     if depth < 4 and isinstance(value, (list, tuple)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...authoring._tempfiles import is_url, url_details
@@ -52,10 +53,12 @@ class Reuse:
         self.from_runs: collections.Counter = collections.Counter()
         self.said: set = set()  # the reasons notes could not be keyed, each warned once
         self.unchecked = 0  # reused notes whose dump_fn named no file (not checked)
+        self.loaded = 0.0  # when this run read the store
 
     def _load(self) -> Dict[str, Entry]:
         if self.entries is None:
             self.entries = {}
+            self.loaded = time.time()
             self.off = self.store.probe()
             if self.off is not None:
                 self.warn(
@@ -150,7 +153,9 @@ class Reuse:
         if not kept:
             return True
         try:
-            self.packs.append(str(self.store.save(kept, self.run_id)))
+            self.packs.append(
+                str(self.store.save(kept, self.run_id, loaded=self.loaded, refresh=self.refresh))
+            )
         except Exception as exc:
             self.warn(
                 f"{self.label}: incremental: {len(kept)} notes of this run could not be "

@@ -81,3 +81,26 @@ def test_reused_notes_whose_dump_fn_named_no_file_are_said_unchecked(tmp_path):
     second.finish()
     (warned,) = [w for w in said if "not checked" in w]
     assert "1 reused notes had dump_fn calls that returned no path" in warned
+
+
+def test_a_refresh_wins_over_a_run_that_overlapped_it_and_voids_what_it_did_not_see(tmp_path):
+    said: List[str] = []
+    notes = [{"x": i} for i in range(3)]
+
+    def record(run: Reuse, value: str, chosen: List[int]) -> None:
+        keys, _ = run.split(notes)
+        for i in chosen:
+            run.computed(keys[i], {"out": [{"v": value}]}, None)
+
+    old = _reuse(tmp_path, "r0", said)
+    record(old, "stale", [0, 1, 2])
+    old.finish()
+    overlapping = _reuse(tmp_path, "r1", said)
+    assert len(overlapping.split(notes)[1]) == 3  # it reused the stale notes
+    refresh = _reuse(tmp_path, "rf", said, refresh=True)
+    record(refresh, "fresh", [0])  # a refresh fed one note of the three
+    refresh.finish()
+    overlapping.finish()  # it ends after the refresh: its pack is the newest
+    after = _reuse(tmp_path, "r2", said)
+    _, hits = after.split(notes)
+    assert hits == {0: {"out": [{"v": "fresh"}]}}  # the others are computed again
