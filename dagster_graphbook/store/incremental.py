@@ -35,6 +35,10 @@ RETENTION_DAYS = 30  # a pack not rewritten for this long is removed
 # a pack superseded by newer ones stays this long: a run that listed it may be opening it (one
 # that finds it gone computes its notes again; nothing is lost)
 GRACE_S = 60.0
+# the newest packs of a version kept whatever they hold (a run's shards each write one); older
+# ones beyond go after their grace: notes whose keys change in every run (an object pickled
+# differently in each process) would otherwise pile packs up for the whole retention
+MAX_PACKS = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 
@@ -219,9 +223,11 @@ class IncrementalStore:
         now = time.time() if now is None else now
         newer: Set[str] = set(saved)
         removed = 0
-        for pack in reversed(self._packs):  # newest first
+        ours = 1 if saved else 0  # this run's pack, the newest
+        for rank, pack in enumerate(reversed(self._packs)):  # newest first
             age = now - pack.mtime
-            superseded = age > GRACE_S and (pack.void or pack.keys <= newer)
+            beyond = rank + ours >= MAX_PACKS
+            superseded = age > GRACE_S and (pack.void or beyond or pack.keys <= newer)
             if superseded or age > RETENTION_DAYS * 86400:
                 try:
                     pack.path.unlink()

@@ -81,3 +81,21 @@ def test_a_pack_is_written_whole_or_not_at_all(tmp_path):
     except Exception:
         pass
     assert [p.name for p in store.folder.iterdir()] == []
+
+
+def test_packs_beyond_the_newest_64_of_a_version_go_after_their_grace(tmp_path, monkeypatch):
+    """Notes whose keys change in every run leave packs nobody supersedes: the newest 64 stay."""
+    from dagster_graphbook.store import incremental
+
+    monkeypatch.setattr(incremental, "MAX_PACKS", 3)
+    store = IncrementalStore(str(tmp_path), "wf", "Step", None)
+    now = time.time()
+    for i in range(5):
+        path = store.save({f"k{i}": _entry(i, f"r{i}")}, f"r{i}")
+        then = now - GRACE_S - 100 + 10 * i  # older runs older, all past their grace
+        os.utime(path.path, (then, then))
+    reader = IncrementalStore(str(tmp_path), "wf", "Step", None)
+    reader.load()
+    reader.save({"k9": _entry(9, "r9")}, "r9")
+    assert reader.prune(["k9"]) == 3  # r0, r1, r2: beyond this run's and the 2 newest before it
+    assert sorted(p.name.split("-")[0] for p in reader.folder.iterdir()) == ["r3", "r4", "r9"]
