@@ -1070,10 +1070,12 @@ def _headline(data: Any) -> Optional[str]:
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+# where a frame is not the user's: the standard library, installed packages, and this package
+# wherever it lives (an editable install keeps it in the checkout, not in site-packages)
 _LIBRARIES = tuple(
     os.path.join(os.path.realpath(path), "")
     for path in {sysconfig.get_path(p) for p in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {os.path.dirname(__file__)}
+    | {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # dagster_graphbook/
 )
 
 

@@ -639,3 +639,28 @@ def test_run_workflow_without_a_home_is_a_tryout(location, tmp_path):
     assert not (location / "history").exists()  # nothing recorded in the location's instance
     recorded = run_workflow(SAMPLE, [SAMPLE_NODES], record=True)
     assert _latest(location)[KEY] == recorded.run_id
+
+
+def test_an_error_raised_inside_the_package_is_placed_at_the_users_line(tmp_path):
+    """The headline's ``at FILE, line N`` is the user's innermost frame: frames of any module of
+    this package are not the user's, wherever the package lives (an editable install keeps it in
+    the checkout, outside site-packages). Only ``runner/`` counted before."""
+    import dagster_graphbook
+    from dagster_graphbook.runner.run import _raised_at
+
+    package = Path(dagster_graphbook.__file__).resolve().parent
+    user = tmp_path / "my_nodes.py"
+    user.write_text("")
+    traceback_text = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            f'  File "{package / "execution" / "driver.py"}", line 250, in _feed_notes',
+            "    routed = self.step(note)",
+            f'  File "{user}", line 7, in on_data',
+            "    note['y'] = ctx.missing",
+            f'  File "{package / "authoring" / "steps.py"}", line 120, in __getattr__',
+            "    raise AttributeError(name)",
+            "AttributeError: missing",
+        ]
+    )
+    assert _raised_at(traceback_text) == f"{user}, line 7, in on_data"
