@@ -240,9 +240,8 @@ class StepDriver:
             result.items_in += hit_items
         stats = {**result.stats, "notes_in": len(notes), **reuse.stats()}
         return StepResult(
-            out.notes, stats, result.errors, result.files, items_in=result.items_in,
-            per_note=result.per_note, fresh=fresh,
-        )  # fmt: skip
+            out.notes, stats, result.errors, result.files, items_in=result.items_in, fresh=fresh
+        )
 
     def _feed_notes(
         self, notes: Sequence[Any], offset: int, numbers: Optional[List[int]] = None

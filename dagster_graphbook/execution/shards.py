@@ -41,6 +41,7 @@ from .step_op import (
     op_config,
     run_op,
     step_notes,
+    step_partition_key,
 )
 
 # a shard op's retry policy when the workflow sets none: its process dying (kill -9, out of
@@ -308,7 +309,8 @@ def _commit_hook(context: Any, plan: StepPlan) -> Optional[Any]:
     if commit_needs_step(plan.cls):
         config = op_config(context)
         config.pop(RUNTIME_KEY, None)
-        hook = getattr(make_step(context, plan, config), COMMIT_HOOK)
+        step = make_step(context, plan, config, step_partition_key(context, plan))
+        hook = getattr(step, COMMIT_HOOK)
     else:
         hook = getattr(plan.cls, COMMIT_HOOK)
     target = LogTarget(plan.node_id, plan.step_name, log_emitter(context.log))

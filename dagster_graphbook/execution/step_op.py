@@ -89,7 +89,7 @@ def refuse_unfilled(
         raise StepFailure(label, placeholder_message(found, partitioned), allow_retries=False)
 
 
-def _partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
+def step_partition_key(context: dg.AssetExecutionContext, plan: StepPlan) -> Optional[str]:
     """The run's partition key, checked against the asset's partitions (None when unpartitioned)."""
     partitions_def = context.assets_def.partitions_def
     tagged = context.run.tags.get("dagster/partition")
@@ -108,11 +108,12 @@ def make_step(
     context: dg.AssetExecutionContext,
     plan: StepPlan,
     config: Dict[str, Any],
+    partition_key: Optional[str],
     resources: Any = None,
 ) -> Any:
-    """The step instance from its op config (parameters, checked partition key) and resources
-    (``context.resources``, or those a shard op built itself: ``resources``)."""
-    partition_key = _partition_key(context, plan)
+    """The step instance from its op config (parameters, the run's checked partition key:
+    ``step_partition_key``) and resources (``context.resources``, or those a shard op built
+    itself: ``resources``)."""
     if partition_key is None:
         partitioned = context.assets_def.partitions_def is not None
         refuse_unfilled(config, plan.function_params, plan.label, plan.step_name, partitioned)
@@ -254,8 +255,11 @@ def run_op(
             _check_not_sharded(op, plan, runtime)
             if notes is not None and isinstance(runtime, BatchRuntime):  # a shard: the commit
                 runtime = runtime.model_copy(update={"max_skipped_fraction": None})  # checks it
-            step = make_step(context, plan, step_config, resources)
-            reuse = incremental_reuse(context, op, plan, runtime, step_config, emit, shared)
+            partition_key = step_partition_key(context, plan)
+            step = make_step(context, plan, step_config, partition_key, resources)
+            reuse = incremental_reuse(
+                context, op, plan, runtime, step_config, partition_key, emit, shared
+            )
         drivers[plan.node_id] = StepDriver(
             step, plan.kind, runtime, pins=plan.pins, label=plan.label,
             node=(plan.node_id, plan.step_name), emit=emit, chunked=op.streamed,
@@ -285,6 +289,7 @@ def incremental_reuse(
     plan: StepPlan,
     runtime: StepRuntime,
     params: Mapping[str, Any],
+    partition_key: Optional[str],
     emit: Emit,
     shared: Optional[str] = None,
 ) -> Optional[Reuse]:
@@ -299,7 +304,6 @@ def incremental_reuse(
         emit("warning", f"{plan.label}: incremental is off in this stream: {shared}")
         return None
     refresh = not wanted or context.run.tags.get(REFRESH_TAG) == "refresh"
-    partition_key = _partition_key(context, plan)
     given = {  # what the step got: its defaults for what the run left unset (None, as
         # make_step passes it), {partition_key} filled
         **{k: v for k, v in declared_defaults(plan.cls).items() if k not in plan.resource_keys},

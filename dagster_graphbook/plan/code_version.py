@@ -82,7 +82,7 @@ def node_code_version(node: WorkflowNode) -> str:
     digest.update(_class_source(node.cls, _file_stamp(path)).encode())
     if path is not None:
         digest.update(_file_bytes(path, _file_stamp(path)))
-    values = json.dumps(node.values, sort_keys=True, default=_stable_repr)
+    values = json.dumps(node.values, sort_keys=True, default=stable_repr)
     digest.update(values.encode())
     digest.update(json.dumps(sorted(node.resource_params.items())).encode())
     return digest.hexdigest()[:16]
@@ -93,7 +93,7 @@ def class_code_version(cls: type) -> Optional[str]:
     its module file, the other modules of that folder (helpers it imports) and the files of its
     base classes outside installed packages; None when its source cannot be found (a class made
     by ``exec``: its edits would go unseen)."""
-    path = _source_file(cls) or _defining_file(cls)
+    path = class_file(cls)
     if path is None:
         return None
     digest = hashlib.sha256()
@@ -133,6 +133,11 @@ def _folder_modules(folder: Path) -> List[Path]:
     return found
 
 
+def class_file(cls: type) -> Optional[Path]:
+    """The file that defines ``cls``: its module's, else the file its methods were compiled from."""
+    return _source_file(cls) or _defining_file(cls)
+
+
 def _defining_file(cls: type) -> Optional[Path]:
     """The file a class's methods were compiled from, where its module is not importable by
     name (a workflow ``.py`` file loaded from its path)."""
@@ -161,7 +166,7 @@ def _user_code(path: Path) -> bool:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def _stable_repr(value: Any) -> Any:
+def stable_repr(value: Any) -> Any:
     """A value JSON cannot hold, the same in every process that loads the same code (shards in
     step processes of their own compare it): a set sorted (its order changes with each
     process's hash seed), else its repr without a memory address (a function a ``Graph``

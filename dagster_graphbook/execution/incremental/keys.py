@@ -22,7 +22,6 @@ import json
 import os
 import pickle
 import pickletools
-import re
 import stat
 import sys
 import threading
@@ -30,12 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ...authoring._tempfiles import is_url, url_details
-from ...plan.code_version import class_code_version
+from ...plan.code_version import class_code_version, class_file, stable_repr
 
 _MAX_DEPTH = 32  # deeper values are not keyed
 _MAX_PATH = 4096  # longer strings name no file
 _MAX_FOLDER_FILES = 10_000  # a folder parameter with more files is not keyed
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 KEY_FORMAT = b"dagster-graphbook incremental 2"
 # URL schemes of stores whose objects a listing describes (the files a note or parameter names);
 # any other scheme (https://, ftp://) is a value: what it serves is not seen
@@ -335,12 +333,6 @@ def content_identity(path: str, folders: bool = True) -> Optional[str]:
 
 
 # -- steps and resources ---------------------------------------------------------------------
-def _stable(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(_ADDRESS.sub("", repr(v)) for v in value)
-    return _ADDRESS.sub("", repr(value))
-
-
 def declared_defaults(cls: type) -> Dict[str, Any]:
     """A step's or resource's parameter defaults (its ``Parameters`` and its ``__init__``): what
     it gets for the parameters a run leaves unset, which run config does not hold."""
@@ -393,16 +385,11 @@ def code_folders(cls: type, workflow_path: Optional[str] = None) -> List[str]:
     """Where a relative path a step or resource names may be found, besides the current folder:
     the workflow file's folder and the class's folder, each with two parents above it."""
     folders: List[str] = []
-    for start in (workflow_path, _class_file(cls)):
+    for start in (workflow_path, class_file(cls)):
         if start:
             here = Path(start).resolve().parent
             folders += [str(here), *(str(p) for p in list(here.parents)[:2])]
     return list(dict.fromkeys(folders))
-
-
-def _class_file(cls: type) -> Optional[str]:
-    module = sys.modules.get(getattr(cls, "__module__", ""), None)
-    return getattr(module, "__file__", None)
 
 
 def stamps(paths: Mapping[str, Sequence[str]]) -> Dict[str, Any]:  # a resource's
@@ -442,7 +429,7 @@ def version_of(
         raise Unkeyable(f"the source of {cls.__qualname__} cannot be found (its edits not seen)")
     h = hashlib.sha256(KEY_FORMAT)
     h.update(code.encode())
-    h.update(json.dumps(dict(params), sort_keys=True, default=_stable).encode())
+    h.update(json.dumps(dict(params), sort_keys=True, default=stable_repr).encode())
     for name, paths in named_paths(params, folders).items():
         for path in paths:
             if stamped is not None and not is_url(path):

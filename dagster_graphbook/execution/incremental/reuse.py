@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ...authoring._tempfiles import is_url, url_details
+from ...authoring._tempfiles import is_url, url_sizes
 from ...errors import Label
 from ...store.incremental import Entry, IncrementalStore, encode_outputs, files_present
 from .keys import note_keys
@@ -49,7 +49,6 @@ class Reuse:
         self.packs: List[str] = []
         self.reused = 0
         self.computed_notes = 0
-        self.unkeyed = 0
         self.from_runs: collections.Counter = collections.Counter()
         self.said: set = set()  # the reasons notes could not be keyed, each warned once
         self.unchecked = 0  # reused notes whose dump_fn named no file (not checked)
@@ -89,7 +88,6 @@ class Reuse:
         position in ``notes``."""
         entries = self._load()
         keys, why = note_keys(self.token, notes)
-        self.unkeyed += sum(k is None for k in keys)
         for reason in why:
             if reason not in self.said:
                 self.said.add(reason)
@@ -216,5 +214,5 @@ def _file_sizes(paths: Any) -> Dict[str, int]:
         except OSError:
             continue
     if urls:
-        sizes.update({u: int(e.get("size") or 0) for u, e in url_details(urls).items()})
+        sizes.update(url_sizes(urls))
     return sizes
