@@ -104,8 +104,8 @@ if [ "$scale" = quick ]; then
 else
     # runs of several seconds, so that starting 16 workers does not set the 16-worker rates (the
     # first H200 run, with 1,000 images, was about a second a run)
-    decode=(--items 4000 --big 400 --workers 1,4,16 --repeats 2)
-    loader=(--gpu-only --scale-items 2048 --repeats 2 --gpu-workers 4 --resnet-workers 1,2,4,8,16)
+    decode=(--items 3000 --big 400 --workers 1,4,16 --repeats 2)
+    loader=(--gpu-only --scale-items 2048 --repeats 2 --gpu-workers 4 --resnet-workers 1,4,8,16)
 fi
 if [ "$cuda" != 1 ]; then
     say ""
@@ -113,8 +113,8 @@ if [ "$cuda" != 1 ]; then
 fi
 device=cpu
 [ "$cuda" = 1 ] && device=cuda
-stage loader_gpu_rows 180 "$py" benchmarks/bench_loader.py --only scale "${loader[@]}"
-stage gpu_decode 150 "$py" benchmarks/bench_decode.py --device "$device" "${decode[@]}"
+stage loader_gpu_rows 200 "$py" benchmarks/bench_loader.py --only scale "${loader[@]}"
+stage gpu_decode 210 "$py" benchmarks/bench_decode.py --device "$device" "${decode[@]}"
 
 say ""
 if [ ${#failed[@]} = 0 ]; then
