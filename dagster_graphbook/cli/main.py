@@ -17,7 +17,9 @@ from ..errors import RequestError, StoredNotesError
 from ..execution.progress import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
-from ..runner.run import RUN_TOKEN_TAG, get_instance, run_workflow, tryout_home
+from ..runner.instance import get_instance, tryout_home
+from ..runner.run import run_workflow
+from ..runner.tags import RUN_TOKEN_TAG
 from ..store.io_manager import instance_notes_dir
 
 DEBUG_ENV = "DAGSTER_GRAPHBOOK_DEBUG"  # =1: user errors end in their traceback, as with --debug

@@ -198,7 +198,7 @@ def test_the_executor_run_options_name_is_rebuilt_in_step_processes():
     """``run_workflow(executor="module:attr")`` (what a RayExecutor asks for) builds the job with
     that executor, and the job a step process rebuilds has it too; a wrong name says the forms."""
     from dagster_graphbook.defs.executor import import_executor
-    from dagster_graphbook.runner.run import _reconstruct_job
+    from dagster_graphbook.runner.rebuild import reconstruct_job as _reconstruct_job
     from tests.conftest import REPO
 
     assert import_executor(gbray.RAY_EXECUTOR_PATH).name == "ray"

@@ -24,7 +24,7 @@ import pytest
 from dagster_graphbook import load_workflow, run_workflow
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.plan.translator import GraphbookTranslator
-from dagster_graphbook.runner.run import get_instance
+from dagster_graphbook.runner.instance import get_instance
 
 HERE = Path(__file__).resolve().parent
 CASES = sorted(p.name for p in (HERE / "cases").iterdir() if (p / "case.json").is_file())

@@ -13,7 +13,7 @@ import pytest
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
 from dagster_graphbook.model.workflow import WorkflowError
-from dagster_graphbook.runner.run import get_instance
+from dagster_graphbook.runner.instance import get_instance
 from tests.conftest import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"

@@ -523,7 +523,8 @@ def test_partition_key_in_inherited_path_and_list_class_defaults_is_filled_or_re
 def test_materialize_sets_a_resource_that_only_another_resource_uses(tmp_path, wf_builders):
     """``--set Cfg.root=...`` on a code location's job, Cfg bound to resource Outer's parameter
     (no step uses Cfg directly): refused before, while ``run --set`` took it."""
-    from dagster_graphbook.runner.run import _job_config, _tagged_steps
+    from dagster_graphbook.runner.run_config import job_config as _job_config
+    from dagster_graphbook.runner.run_config import tagged_steps as _tagged_steps
 
     b = wf_builders
     nodes = b["write_nodes"](

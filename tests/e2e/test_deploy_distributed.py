@@ -22,7 +22,9 @@ import pytest
 from dagster_graphbook import GraphbookWorkflow, run_workflow
 from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
-from dagster_graphbook.runner.run import _failure_message, _load_notes, run_config_for
+from dagster_graphbook.runner.failure import failure_message as _failure_message
+from dagster_graphbook.runner.results import load_notes as _load_notes
+from dagster_graphbook.runner.run_config import run_config_for
 from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
 from tests.e2e.test_cli_executor import cli_materialize, cli_notes, cli_project, cli_run_id
 from tests.e2e.test_nightly_sharded import TIMINGS, _files, _recorded

@@ -310,7 +310,7 @@ def test_the_yaml_components_incremental_default_and_a_check_on_a_run_with_nothi
     """``runtime: {incremental: true}`` in defs.yaml is each step's launchpad default; a run of a
     day whose notes were all computed before reuses them, and the accuracy check on the model's
     step, which computed nothing, passes saying so."""
-    from dagster_graphbook.runner.run import run_config_for
+    from dagster_graphbook.runner.run_config import run_config_for
     from tests.conftest import _load_defs_folder
 
     day = Day(tmp_path, 20)
@@ -405,7 +405,7 @@ def test_a_growing_folder_with_the_files_sensor_sends_only_new_files_through(
     a tick with no change requests nothing; late files request one run, which computes them
     alone."""
     from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions
-    from dagster_graphbook.runner.run import run_config_for
+    from dagster_graphbook.runner.run_config import run_config_for
 
     day = Day(tmp_path, 30)
     day.add(20)

@@ -102,7 +102,7 @@ class _OneBox:
     def run(self, day: str) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, bytes]]:
         """Day ``day``: its notes, sink tables and output files (relative path -> bytes)."""
         from dagster_graphbook.plan.translator import GraphbookTranslator
-        from dagster_graphbook.runner.run import _load_notes
+        from dagster_graphbook.runner.results import load_notes as _load_notes
 
         result = self.job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
@@ -359,7 +359,7 @@ def test_nightly_backfill_on_postgres_a_bucket_and_two_ray_nodes_survives_a_node
     what retention keeps, and no process of the rehearsal left afterwards."""
     from dagster_graphbook.defs.definitions import build_workflow
     from dagster_graphbook.plan.translator import GraphbookTranslator
-    from dagster_graphbook.runner.run import _load_notes
+    from dagster_graphbook.runner.results import load_notes as _load_notes
 
     began = time.monotonic()
     token = uuid.uuid4().hex  # in every part's environment (_rehearsal_processes)

@@ -552,7 +552,7 @@ def test_from_failure_after_the_plan_op_failed_runs_every_shard(
 def test_the_commit_alone_after_a_failed_shard_is_refused(tmp_path, nodes, run_wf):
     """Re-executing only the commit step while shard 2 of 3 failed: the guard refuses."""
     from dagster_graphbook.plan.translator import GraphbookTranslator
-    from dagster_graphbook.runner.run import _workflow_recon
+    from dagster_graphbook.runner.rebuild import workflow_recon as _workflow_recon
 
     marks = _marks(tmp_path)
     wf = _wf(tmp_path, n=12, params={"marks": str(marks), "fail_at": 5})

@@ -172,7 +172,7 @@ def test_a_class_two_steps_are_of_is_refused_as_a_runtime_or_set_key(tmp_path, w
     name works."""
     from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
     from dagster_graphbook.defs.definitions import build_workflow
-    from dagster_graphbook.runner.run import run_config_for
+    from dagster_graphbook.runner.run_config import run_config_for
 
     b = wf_builders
     nodes = b["write_nodes"](

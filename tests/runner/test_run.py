@@ -53,7 +53,7 @@ def sample_home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sample_instance(sample_home):
-    from dagster_graphbook.runner.run import get_instance
+    from dagster_graphbook.runner.instance import get_instance
 
     instance = get_instance(sample_home)
     yield instance
@@ -646,7 +646,7 @@ def test_an_error_raised_inside_the_package_is_placed_at_the_users_line(tmp_path
     this package are not the user's, wherever the package lives (an editable install keeps it in
     the checkout, outside site-packages). Only ``runner/`` counted before."""
     import dagster_graphbook
-    from dagster_graphbook.runner.run import _raised_at
+    from dagster_graphbook.runner.failure import raised_at as _raised_at
 
     package = Path(dagster_graphbook.__file__).resolve().parent
     user = tmp_path / "my_nodes.py"

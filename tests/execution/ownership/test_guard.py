@@ -132,6 +132,6 @@ def test_dynamic_partition_keys_the_store_cannot_hold_are_refused(tmp_path, dags
 
 
 def _failure(instance: dg.DagsterInstance, run_id: str) -> str:
-    from dagster_graphbook.runner.run import _failure_message
+    from dagster_graphbook.runner.failure import failure_message as _failure_message
 
     return _failure_message(instance, run_id)
