@@ -31,9 +31,10 @@ from ..execution.shards import (
 )
 from ..execution.step_op import config_kwargs, execute_op, log_emitter, refuse_unfilled
 from ..model.workflow import Workflow, WorkflowNode
-from ..plan.checks import EmptySource, StepCheck
+from ..plan.checks import StepCheck
 from ..plan.gpus import without_gpus
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
+from ..plan.options import WorkflowOptions
 from ..plan.plan import (
     OpPlan,
     WorkflowPlan,
@@ -62,30 +63,22 @@ class WorkflowDefs:
 def build_workflow_defs(
     workflow: Workflow,
     translator: Optional[GraphbookTranslator] = None,
+    options: WorkflowOptions = WorkflowOptions(),
     *,
-    partitions_def: Optional[dg.PartitionsDefinition] = None,
-    retry_policy: Optional[dg.RetryPolicy] = None,
-    op_tags: Optional[Dict[str, Any]] = None,
-    job_tags: Optional[Dict[str, str]] = None,
     external_deps: Optional[Dict[str, List[dg.AssetKey]]] = None,
     executor_def: Optional[dg.ExecutorDefinition] = None,
-    streaming: Any = False,
     checks: Optional[Dict[str, List[StepCheck]]] = None,
-    pool: Optional[str] = None,
     storage: Optional[Dict[str, Any]] = None,
-    empty_source: EmptySource = "warn",
 ) -> WorkflowDefs:
-    """Translate one validated workflow (``streaming``: ``True`` runs all steps as one streaming
-    op, a list of step names runs those, a connected segment, as one op; see ``streaming``).
-
-    ``retry_policy`` and ``pool`` apply to every step op where set; else the translator's
-    ``get_retry_policy`` and ``get_pool`` decide per step. ``storage``: the notes IO manager's
-    definition metadata (``notes_metadata``: where the workflow's notes go, how many kept).
-    ``empty_source``: what a partitioned run whose source emits no notes gets (``SourceHasNotes``).
-    """
+    """Translate one validated workflow as ``options`` say (``compile_workflow``), its job tagged
+    ``options.job_tags`` on ``executor_def``. ``external_deps`` and ``checks``: ``options``' bound
+    to node ids; ``storage``: the notes IO manager's definition metadata (``notes_metadata``:
+    where the workflow's notes go, how many kept). The translator's ``get_retry_policy`` and
+    ``get_pool`` decide per step where ``options`` leave them unset."""
     translator = translator or GraphbookTranslator()
     names = translator.names(workflow)
     resource_keys = dict(names.resource_keys)
+    partitions_def = options.partitions_def
     resources = {
         resource_keys[n.id]: _resource_def(workflow, n, resource_keys, translator, partitions_def)
         for n in workflow.resources()
@@ -93,15 +86,10 @@ def build_workflow_defs(
     plan = compile_workflow(
         workflow,
         translator,
-        streaming=streaming,
+        options,
         checks=checks,
         external_deps=external_deps,
-        partitions_def=partitions_def,
-        retry_policy=retry_policy,
-        op_tags=op_tags,
-        pool=pool,
         storage=storage,
-        empty_source=empty_source,
     )
     assets = [op_asset(op) for op in plan.ops]
     keys = [key for asset in assets for key in asset.keys]
@@ -109,7 +97,7 @@ def build_workflow_defs(
         names.job_name,
         selection=dg.AssetSelection.assets(*keys),
         description=translator.get_job_description(workflow),
-        tags=job_tags,
+        tags=options.job_tags,
         executor_def=executor_def,
     )
     return WorkflowDefs(workflow, assets, resources, job, keys, names, plan)

@@ -9,14 +9,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import dagster as dg
 
 from ..model.workflow import WorkflowError
+from ..plan.options import Automation
 
-AutomationName = Literal["eager", "on_cron", "none"]
-Automation = Union[None, AutomationName, dg.AutomationCondition]
 AUTOMATIONS = ("eager", "on_cron", "none")
 
 

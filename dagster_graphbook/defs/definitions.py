@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
@@ -23,15 +23,15 @@ from ..model.workflow import (
     load_workflow,
     unbound_resources,
 )
-from ..plan.checks import EmptySource, StepCheck, bind_checks
+from ..plan.checks import bind_checks
 from ..plan.gpus import ray_option_notices
 from ..plan.job_steps import NOTES_IO_MANAGER_KEY
+from ..plan.options import WorkflowOptions
 from ..plan.settings import resolve_runtime
 from ..plan.shards import sharded_steps
 from ..plan.translator import GraphbookTranslator
 from ..store.io_manager import in_process_memory, notes_io_manager, notes_metadata
 from .assets import WorkflowDefs, build_workflow_defs
-from .automation import Automation
 from .executor import (
     IN_MEMORY_NOTES,
     graphbook_executor,
@@ -56,63 +56,18 @@ _NOTES_IO = notes_io_manager
 
 
 @dataclass(frozen=True)
-class GraphbookWorkflow:
-    """A workflow to expose, with how Dagster should run it.
+class GraphbookWorkflow(WorkflowOptions):
+    """A workflow to expose, with how Dagster should run it (``WorkflowOptions``, keywords).
 
     ``source`` is a workflow JSON file, a ``.py`` file defining a ``Graph``, or a ``Graph``;
-    ``custom_nodes`` are folders (or files) of node classes for JSON workflows. Frozen: building
-    never changes it; derive a variant with ``dataclasses.replace(spec, ...)``.
+    ``custom_nodes`` are folders (or files) of node classes for JSON workflows; ``name`` the job
+    and asset group name (default: the file's stem). Frozen: building never changes it; derive a
+    variant with ``dataclasses.replace(spec, ...)``.
     """
 
     source: WorkflowSource
     custom_nodes: Sequence[Union[str, Path]] = ()
     name: Optional[str] = None
-    partitions_def: Optional[dg.PartitionsDefinition] = None
-    cron_schedule: Optional[str] = None
-    schedule_hour: Optional[int] = None
-    retry_policy: Optional[dg.RetryPolicy] = None
-    op_tags: Dict[str, Any] = field(default_factory=dict)
-    job_tags: Dict[str, str] = field(default_factory=dict)
-    overridable_functions: Sequence[str] = ()
-    external_deps: Dict[str, List[Any]] = field(
-        default_factory=dict
-    )  # step name or node id -> upstream asset keys
-    sensor: Any = None  # a dagster_graphbook.defs.schedules.FolderSensor
-    # None: graphbook_executor (in one process unless a run's config picks multiprocess);
-    # "in_process" | "multiprocess" (one process per step) | an ExecutorDefinition (k8s, ray, ...)
-    executor: Union[None, str, dg.ExecutorDefinition] = None
-    checks: Sequence[
-        StepCheck
-    ] = ()  # asset checks on steps' figures (dagster_graphbook.defs.checks)
-    # True: all steps as one op passing notes step to step; a list of step names: those steps
-    # (a connected segment) as one op, the others an op each (docs/streaming.md)
-    streaming: Union[bool, Sequence[str]] = False
-    # N: every batch step requests N GPUs; {step: N}: those steps (op tags for k8s, Ray, Dask)
-    gpus: Any = None
-    # {step: N} (or {step: {"shard_size": K}}, or N for every batch step): those batch steps run
-    # as N shards, each its own Dagster step retried alone, merged by a commit step
-    # (docs/sharding.md); runtime.shards / shard_size in a run's config change how many
-    shards: Any = None
-    # where this workflow's notes go (default: build_definitions', else the instance's storage)
-    notes_dir: Optional[str] = None
-    notes_keep: Optional[int] = None  # stored versions kept per asset and partition (default 3)
-    # image previews on materializations: False (none), {"max": 12, "size": 96, "caption": [...]}
-    # for every step, and/or {step: False | {...}} per step (plan/previews.py); None: defaults
-    preview: Any = None
-    # concurrency pool of every step op (default: the translator's get_pool, batch steps in "gpu");
-    # retry_policy above likewise applies to every step op, else the translator's get_retry_policy
-    pool: Optional[str] = None
-    # "eager" | "on_cron" | an AutomationCondition: declarative automation instead of the
-    # schedule and the sensor's run requests (dagster_graphbook.defs.automation); None/"none": off
-    automation: Automation = None
-    # a partitioned run whose source step emits no notes (the day's folder missing or empty):
-    # "warn" (a failed warning check on the source's asset, and a warning in the run's log),
-    # "blocking" (the run fails) or "ignore" (docs/nightly.md)
-    empty_source: EmptySource = "warn"
-    # the steps' run settings that runs start from (schedule, sensor, backfill, launchpad), as
-    # the launchpad's runtime block: {"on_item_error": "skip"} for every step that has the
-    # setting, {step: {"num_workers": 4}} per step (plan/settings.py resolve_runtime)
-    runtime: Optional[Mapping[str, Any]] = None
 
 
 def load(
@@ -241,17 +196,11 @@ def build_workflow(
     defs = build_workflow_defs(
         workflow,
         translator,
-        partitions_def=spec.partitions_def,
-        retry_policy=spec.retry_policy,
-        op_tags=spec.op_tags,
-        job_tags=spec.job_tags,
+        spec,
         external_deps=deps,
         executor_def=executor_def,
         checks=checks,
-        streaming=spec.streaming,
-        pool=spec.pool,
         storage=notes_metadata(spec.notes_dir, spec.notes_keep),
-        empty_source=spec.empty_source,
     )
     _automate(spec, defs)
     return defs

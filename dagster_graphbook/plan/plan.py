@@ -16,8 +16,9 @@ from ..model.workflow import Workflow, WorkflowError, WorkflowNode
 from .checks import BoundCheck, EmptySource, SourceHasNotes, StepCheck
 from .gpus import merged_tags
 from .job_steps import NOTES_IO_MANAGER_KEY, as_config_value, holds_placeholder
+from .options import WorkflowOptions
 from .previews import PreviewSettings
-from .segments import Streaming, segment_ids, stored_pins
+from .segments import segment_ids, stored_pins
 from .settings import RUNTIME_KEY, STREAM_KEY, runtime_field, stream_field
 from .shards import ShardPlan, shard_plan
 from .translator import GraphbookTranslator, WorkflowNames
@@ -84,24 +85,19 @@ class WorkflowPlan:
 def compile_workflow(
     workflow: Workflow,
     translator: GraphbookTranslator,
+    options: WorkflowOptions = WorkflowOptions(),
     *,
-    streaming: Streaming = False,
     checks: Optional[Mapping[str, Sequence[StepCheck]]] = None,
     external_deps: Optional[Mapping[str, Sequence[dg.AssetKey]]] = None,
-    partitions_def: Optional[dg.PartitionsDefinition] = None,
-    retry_policy: Optional[dg.RetryPolicy] = None,
-    op_tags: Optional[Mapping[str, Any]] = None,
-    pool: Optional[str] = None,
     storage: Optional[Mapping[str, Any]] = None,
-    empty_source: EmptySource = "warn",
 ) -> WorkflowPlan:
-    """Compile ``workflow`` (validated) into its plan; ``checks`` and ``external_deps`` by node
-    id. Checks on streamed steps are refused (a streamed pin may store nothing to check).
-    ``empty_source``: the check on the source steps of a partitioned workflow (``SourceHasNotes``;
-    a streamed source has none)."""
+    """Compile ``workflow`` (validated) into its plan, as ``options`` say (its partitions, retry
+    policy, op tags, pool, streaming, ``empty_source``); ``checks`` and ``external_deps`` are
+    ``options``' bound to node ids, ``storage`` its notes IO manager metadata. Checks on streamed
+    steps are refused (a streamed pin may store nothing to check)."""
     names = translator.names(workflow)
     checks, external_deps = checks or {}, external_deps or {}
-    segment = segment_ids(workflow, names, streaming)
+    segment = segment_ids(workflow, names, options.streaming)
     checked = [names.steps[i].step for i in segment if checks.get(i)]
     if checked:
         raise WorkflowError(
@@ -112,13 +108,7 @@ def compile_workflow(
             ],
         )
     common: Dict[str, Any] = dict(
-        resource_keys=dict(names.resource_keys),
-        partitions_def=partitions_def,
-        retry_policy=retry_policy,
-        op_tags=op_tags,
-        pool=pool,
-        storage=dict(storage or {}),
-        empty_source=empty_source,
+        resource_keys=dict(names.resource_keys), options=options, storage=dict(storage or {})
     )
     ops = [
         compile_op(
@@ -149,14 +139,10 @@ def compile_op(
     *,
     streamed: bool,
     resource_keys: Mapping[str, str],
-    partitions_def: Optional[dg.PartitionsDefinition] = None,
-    retry_policy: Optional[dg.RetryPolicy] = None,
-    op_tags: Optional[Mapping[str, Any]] = None,
+    options: WorkflowOptions = WorkflowOptions(),
     external_deps: Sequence[dg.AssetKey] = (),
     checks: Sequence[StepCheck] = (),
-    pool: Optional[str] = None,
     storage: Optional[Mapping[str, Any]] = None,
-    empty_source: EmptySource = "warn",
 ) -> OpPlan:
     """The plan of the op running ``segment`` (node ids in topological order): one step in the
     default mode, or the streamed steps. Its outputs are the steps' pins; a streamed pin that no
@@ -195,10 +181,15 @@ def compile_op(
         config = _step_config(workflow, nodes[0], shards[0])
         description = translator.get_description(workflow, nodes[0])
         tags = dict(translator.get_op_tags(workflow, nodes[0]))
+    partitions_def, retry_policy = options.partitions_def, options.retry_policy
     bound = tuple(_bind(checks, steps[0], names, nodes[0]))
     if not streamed and partitions_def is not None:
-        bound += tuple(_source_check(empty_source, steps[0], names, nodes[0]))
-    pools = [pool] if pool is not None else [translator.get_pool(workflow, n) for n in nodes]
+        bound += tuple(_source_check(options.empty_source, steps[0], names, nodes[0]))
+    pools = (
+        [options.pool]
+        if options.pool is not None
+        else [translator.get_pool(workflow, n) for n in nodes]
+    )
     if retry_policy is None:
         policies = [translator.get_retry_policy(workflow, n) for n in nodes]
         retry_policy = max(
@@ -215,7 +206,7 @@ def compile_op(
         required_resource_keys={k for s in steps for k in s.resource_keys.values()},
         op_tags=merged_tags(
             tags,
-            op_tags,
+            options.op_tags,
             names.steps_tag(
                 list(segment),
                 function_params,

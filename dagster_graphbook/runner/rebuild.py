@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Tuple
 
 import dagster as dg
 
 from ..authoring.graph import Graph
 from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import import_executor
+from ..errors import RequestError
 from ..plan.job_steps import (
     NOTES_IO_MANAGER_KEY,
 )
@@ -73,24 +74,41 @@ def workflow_definitions(
     return defs, wdefs
 
 
+# What a step process rebuilds a run_workflow job from (reconstruct_job's arguments); a
+# GraphbookWorkflow setting any other option runs in process, or from its code location.
+REBUILT = ("source", "custom_nodes", "name", "streaming", "shards", "preview", "runtime")
+
+
 def workflow_recon(
-    workflow: Any,
     spec: GraphbookWorkflow,
-    name: Optional[str],
     notes_dir: Optional[str],
-    streaming: Union[bool, Sequence[str]],
     translator: GraphbookTranslator,
     executor: Optional[str] = None,
 ) -> Any:
     """The workflow's job, rebuilt from its file in whichever process runs a step (with the
     run's executor where it is not one of ``graphbook_executor``'s modes)."""
-    stream = streaming if isinstance(streaming, bool) else tuple(streaming)
+    default = GraphbookWorkflow(spec.source)
+    kept = {"notes_dir", "executor"} if executor not in OWN_EXECUTORS else {"notes_dir"}
+    lost = [
+        f.name
+        for f in fields(spec)
+        if f.name not in REBUILT and f.name not in kept
+        and getattr(spec, f.name) != getattr(default, f.name)
+    ]  # fmt: skip
+    if lost:
+        raise RequestError(
+            f"workflow {spec.source}: its steps would run in processes of their own, which "
+            f"rebuild the job from the workflow file, but not its {', '.join(lost)}: run it in "
+            "process, or as a job of its code location (run_job, `dagster-graphbook "
+            "materialize`)"
+        )
+    streaming = spec.streaming
     args = (
-        _source_path(workflow),
-        tuple(spec.custom_nodes),
-        name,
+        _source_path(spec.source),
+        tuple(str(p) for p in spec.custom_nodes),
+        spec.name,
         notes_dir,
-        stream,
+        streaming if isinstance(streaming, bool) else tuple(streaming),
         path_of_translator(translator),
         json.dumps(spec.shards) if spec.shards is not None else None,
         None if executor in OWN_EXECUTORS else executor,

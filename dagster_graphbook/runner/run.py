@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
@@ -14,6 +14,7 @@ import dagster as dg
 from ..authoring.graph import Graph, register_runner
 from ..defs.definitions import GraphbookWorkflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
+from ..errors import RequestError
 from ..plan.translator import (
     GraphbookTranslator,
 )
@@ -31,7 +32,7 @@ _log = logging.getLogger("dagster_graphbook")
 
 
 def run_workflow(
-    workflow: Union[str, Path, Graph],
+    workflow: Union[str, Path, Graph, GraphbookWorkflow],
     custom_nodes: Sequence[Union[str, Path]] = (),
     params: Optional[Mapping[str, Any]] = None,
     *,
@@ -56,6 +57,10 @@ def run_workflow(
     full: bool = False,
 ) -> WorkflowRun:
     """Run ``workflow`` through Dagster and return the notes of every step and pin.
+
+    ``workflow``: a workflow file, a ``Graph``, or a whole ``GraphbookWorkflow`` (its options as
+    the code location would build it: partitions, checks, tags; then give ``custom_nodes``,
+    ``name``, ``streaming``, ``shards``, ``preview`` and ``runtime`` on it, not here).
 
     Where it records: ``instance``, else ``dagster_home``; with neither, a try-out records into an
     instance of its own (``tryout_home()``), apart from the code location's, unless ``record``
@@ -89,16 +94,18 @@ def run_workflow(
     if instance is None:
         home = dagster_home if dagster_home is not None or record else tryout_home()
         instance = get_instance(home)
-    spec = GraphbookWorkflow(
+    spec = _spec(
         workflow,
         custom_nodes=[str(Path(p).resolve()) for p in custom_nodes],
         name=name,
         streaming=streaming,
         shards=shards,
-        executor=None if executor in OWN_EXECUTORS else import_executor(executor),
         preview=preview,
         runtime=runtime,
     )
+    if executor not in OWN_EXECUTORS:
+        spec = replace(spec, executor=import_executor(executor))
+    notes_dir = notes_dir if notes_dir is not None else spec.notes_dir
     translator = translator or GraphbookTranslator()
     defs, wdefs = workflow_definitions(spec, notes_dir, translator)
     job = defs.resolve_job_def(wdefs.job.name)
@@ -107,11 +114,9 @@ def run_workflow(
         job,
         f"workflow {wdefs.workflow.source}",
         config=lambda: workflow_config(
-            wdefs, job, params, run_config, partition_key, streaming, translator
+            wdefs, job, params, run_config, partition_key, spec.streaming, translator
         ),
-        recon=lambda: workflow_recon(
-            workflow, spec, name, notes_dir, streaming, translator, executor
-        ),
+        recon=lambda: workflow_recon(spec, notes_dir, translator, executor),
         request=_Request(
             params,
             partition_key,
@@ -127,6 +132,21 @@ def run_workflow(
     if run.success:
         run.notes = load_notes(run.run_id, wdefs, translator, instance)
     return run
+
+
+def _spec(workflow: Union[str, Path, Graph, GraphbookWorkflow], **given: Any) -> GraphbookWorkflow:
+    """``workflow`` as a ``GraphbookWorkflow``: the one given, or one of ``run_workflow``'s
+    arguments; options given both ways are refused rather than one silently winning."""
+    if not isinstance(workflow, GraphbookWorkflow):
+        return GraphbookWorkflow(workflow, **given)
+    default = GraphbookWorkflow(workflow.source)
+    twice = [k for k, v in given.items() if v != getattr(default, k) and v != []]
+    if twice:
+        raise RequestError(
+            f"run_workflow got a GraphbookWorkflow and {', '.join(twice)}: give "
+            f"{'them' if len(twice) > 1 else 'it'} on the GraphbookWorkflow"
+        )
+    return workflow
 
 
 @dataclass

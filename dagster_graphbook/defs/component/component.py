@@ -36,6 +36,7 @@ import dagster as dg
 
 from ...model.workflow import WorkflowError
 from ...plan.checks import StepCheck
+from ...plan.options import describe
 from ..definitions import GraphbookWorkflow, NameClaims, build_definitions
 from ..executor import import_executor
 from ..schedules import FolderSensor, daily_partitions
@@ -81,6 +82,37 @@ class RetryPolicyModel(dg.Model, dg.Resolvable):
         )
 
 
+# The options whose YAML fields differ from GraphbookWorkflow's (names, shapes, relative paths):
+# option -> its YAML fields, translated in workflow_spec. Every other option is SAME_OPTIONS.
+TRANSLATED_OPTIONS = {
+    "partitions_def": ("partitions",),
+    "sensor": ("sensor_folder", "sensor_watch", "sensor_asset"),
+    "external_deps": ("external_deps",),
+    "executor": ("executor", "executor_config"),
+    "notes_dir": ("notes_dir",),
+    "retry_policy": ("retry_policy",),
+}
+# The options whose YAML field has GraphbookWorkflow's name, shape and description
+# (``plan/options.py``): passed through as they are.
+SAME_OPTIONS = (
+    "cron_schedule",
+    "schedule_hour",
+    "op_tags",
+    "job_tags",
+    "overridable_functions",
+    "runtime",
+    "notes_keep",
+    "checks",
+    "empty_source",
+    "streaming",
+    "gpus",
+    "shards",
+    "preview",
+    "pool",
+    "automation",
+)
+
+
 @dg.scaffold_with(GraphbookWorkflowScaffolder)
 class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     """A Graphbook workflow file (editor JSON, or a ``.py`` defining a ``Graph``) as a Dagster job,
@@ -120,13 +152,13 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     cron_schedule: Annotated[
         Optional[str],
         _doc(
-            "schedule <job>_schedule (UTC); partitioned: each tick runs the latest partition",
+            describe("cron_schedule"),
             "30 6 * * 1-5",
         ),
     ] = None
     schedule_hour: Annotated[
         Optional[int],
-        _doc("schedule <job>_nightly at this hour (UTC), running the previous day", 2),
+        _doc(describe("schedule_hour"), 2),
     ] = None
     sensor_folder: Annotated[
         Optional[str],
@@ -161,13 +193,13 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     op_tags: Annotated[
         Dict[str, Any],
         _doc(
-            "tags on every step's op (executors read them, e.g. dagster-k8s/config)",
+            describe("op_tags"),
             {"team": "vision"},
         ),
     ] = {}
-    job_tags: Annotated[Dict[str, str], _doc("tags on the job and its runs", {"owner": "ml"})] = {}
+    job_tags: Annotated[Dict[str, str], _doc(describe("job_tags"), {"owner": "ml"})] = {}
     overridable_functions: Annotated[
-        List[str], _doc("function parameters whose code run config may replace", ["load_fn"])
+        List[str], _doc(describe("overridable_functions"), ["load_fn"])
     ] = []
     executor: Annotated[
         Optional[str],
@@ -189,9 +221,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     runtime: Annotated[
         Optional[Dict[str, Any]],
         _doc(
-            "the steps' run settings that runs start from (schedule, sensor, backfill, "
-            "launchpad), as the launchpad's runtime block: setting: value for every step that "
-            "has it, or step: {setting: value}",
+            describe("runtime"),
             {"on_item_error": "skip", "max_skipped_fraction": 0.05},
             {"ClassifyShapes": {"num_workers": 4, "on_item_error": "skip"}},
         ),
@@ -205,30 +235,25 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             "s3://bucket/notes",
         ),
     ] = None
-    notes_keep: Annotated[
-        Optional[int], _doc("stored note versions kept per asset and partition (default 3)", 3)
-    ] = None
+    notes_keep: Annotated[Optional[int], _doc(describe("notes_keep"), 3)] = None
     checks: Annotated[
         List[StepCheck],
         _doc(
-            "asset checks on steps' figures, evaluated on each run's own partition",
+            describe("checks"),
             [{"step": "ClassifyShapes", "metric": "accuracy", "min": 0.9, "severity": "warn"}],
         ),
     ] = []
     empty_source: Annotated[
         Literal["warn", "blocking", "ignore"],
         _doc(
-            "with partitions: what a run whose source step emits no notes (the day's folder "
-            "missing or empty) gets: warn (default), a failed warning check on the source's "
-            "asset and a warning in the run's log; blocking, the run fails; ignore, no check",
+            describe("empty_source"),
             "blocking",
         ),
     ] = "warn"
     streaming: Annotated[
         Union[bool, List[str]],
         _doc(
-            "true: run all steps as one op streaming notes step to step; a list of steps: "
-            "those (a connected segment) as one op (docs/streaming.md)",
+            describe("streaming"),
             True,
             ["LoadImages", "ClassifyShapes"],
         ),
@@ -236,7 +261,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     gpus: Annotated[
         Optional[Union[int, Dict[str, int]]],
         _doc(
-            "GPUs each batch step requests (op tags for k8s, Ray, Dask), or {step: N}",
+            describe("gpus"),
             1,
             {"ClassifyShapes": 1},
         ),
@@ -244,9 +269,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     shards: Annotated[
         Optional[Union[int, Dict[str, Union[int, Dict[str, int]]]]],
         _doc(
-            "batch steps run as N shards, each its own Dagster step retried alone, merged by a "
-            "commit step: {step: N}, {step: {shard_size: K}}, or N for every batch step "
-            "(docs/sharding.md)",
+            describe("shards"),
             {"ClassifyShapes": 4},
             {"ClassifyShapes": {"shard_size": 10000}},
         ),
@@ -254,9 +277,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     preview: Annotated[
         Optional[Union[bool, Dict[str, Any]]],
         _doc(
-            "image previews on each materialization (thumbnails of the notes' images): false "
-            "for none, {max: 12, size: 96, caption: [label, confidence]} for every step, "
-            "{step: false | {...}} per step (docs/ui.md)",
+            describe("preview"),
             False,
             {"max": 6, "size": 128},
             {"ReviewSplit": {"caption": ["label", "confidence"]}, "Train": False},
@@ -273,8 +294,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     pool: Annotated[
         Optional[str],
         _doc(
-            "concurrency pool of every step op (default: batch steps share `gpu`); limit it with "
-            "`dagster instance concurrency set <pool> N`",
+            describe("pool"),
             "vision_gpu",
         ),
     ] = None
@@ -282,10 +302,7 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
     automation: Annotated[
         Literal["eager", "on_cron", "none"],
         _doc(
-            "declarative automation instead of the schedule and the sensor's run requests: "
-            "eager runs each new day once sensor_asset records it; on_cron runs the latest day "
-            "after the cron (cron_schedule or schedule_hour) once its inputs are present; "
-            "sensor <job>_automation evaluates it",
+            describe("automation"),
             "eager",
             "on_cron",
         ),
@@ -327,11 +344,6 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             custom_nodes=[path(p) for p in self.custom_nodes],
             name=self.name,
             partitions_def=partitions,
-            cron_schedule=self.cron_schedule,
-            schedule_hour=self.schedule_hour,
-            op_tags=dict(self.op_tags),
-            job_tags=dict(self.job_tags),
-            overridable_functions=tuple(self.overridable_functions),
             external_deps={
                 step: [dg.AssetKey.from_user_string(k) for k in keys]
                 for step, keys in self.external_deps.items()
@@ -344,20 +356,11 @@ class GraphbookWorkflowComponent(dg.Component, dg.Model, dg.Resolvable):
             if self.sensor_folder
             else None,
             executor=self._executor(),
-            streaming=self.streaming,
-            gpus=self.gpus,
-            shards=self.shards,
-            preview=self.preview,
-            checks=list(self.checks),
-            empty_source=self.empty_source,
             notes_dir=str(path(self.notes_dir))
             if self.notes_dir and "://" not in self.notes_dir
             else self.notes_dir,
-            notes_keep=self.notes_keep,
             retry_policy=self.retry_policy.policy() if self.retry_policy else None,
-            pool=self.pool,
-            automation=self.automation,
-            runtime=self.runtime,
+            **{option: getattr(self, option) for option in SAME_OPTIONS},
         )
 
     def _executor(self) -> Union[None, str, dg.ExecutorDefinition]:
