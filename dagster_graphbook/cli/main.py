@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..defs.component.component import component_job_name
 from ..defs.instance import default_dagster_home, location_home
-from ..errors import RequestError, StoredNotesError
+from ..errors import GraphbookError
 from ..execution.progress import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
@@ -67,13 +67,13 @@ def _user_errors() -> Tuple[type, ...]:
     import dagster as dg
 
     from ..defs.definitions import NameClashError
-    from ..model.workflow import WorkflowError
 
     return (
-        RequestError,
-        StoredNotesError,
-        WorkflowError,
+        GraphbookError,  # ours, all of them: a workflow, a request, stored notes, ...
+        # two workflows that claim one name: not (yet) a GraphbookError (defs/definitions.py)
         NameClashError,
+        # Dagster's own, on what the user typed: a job name the location lacks, run config that
+        # does not fit the job (a --set value of the wrong type), a partition the job does not have
         dg.DagsterInvariantViolationError,
         dg.DagsterInvalidConfigError,
         dg.DagsterUnknownPartitionError,
@@ -382,7 +382,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..defs.definitions import GraphbookWorkflow, build_workflow, strict_from_env
-    from ..model.workflow import UnboundResourceWarning, WorkflowError
+    from ..model.workflow import UnboundResourceWarning
 
     start = time.perf_counter()
     try:
@@ -395,7 +395,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
             # $DAGSTER_GRAPHBOOK_STRICT: CI's check, as strict as `dg check defs`
             defs = build_workflow(spec, import_translator(args.translator), strict_from_env())
-    except (WorkflowError, ValueError) as exc:
+    # GraphbookError: a workflow that does not load (WorkflowError), ... ValueError as well: a
+    # --translator that does not import (import_translator), settings a workflow's steps cannot
+    # take (plan/settings.py) and other checks of the definitions raise plain ValueErrors, which
+    # would otherwise end in a traceback where validate has always printed one line
+    except (GraphbookError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
     for warning in said:
