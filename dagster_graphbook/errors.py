@@ -2,8 +2,14 @@
 
 An op that raises a ``dg.Failure`` fails with the failure's ``description`` as its headline (the
 UI shows it instead of Dagster's "Error occurred while executing op ...") and its ``metadata``
-as entries below it, as dagster-dbt's errors do. ``WorkflowError`` (a workflow that cannot run)
-and ``StepFailure`` (a step that failed on an item) derive from ``GraphbookError``.
+as entries below it, as dagster-dbt's errors do.
+
+``GraphbookError`` is the one base of every error a user can meet: ``WorkflowError`` (a workflow
+that cannot run), ``RequestError`` (a run asked for with what it cannot take), ``StepFailure``
+(a step that failed on an item) and the others derive from it, so ``except GraphbookError``
+catches them all. Where a builtin base was part of an error's contract before, it stays a second
+base (``RequestError`` and ``WorkflowError`` are ``ValueError``s, ``StepFailure`` a
+``RuntimeError``). ``tests/test_errors.py`` checks every exception class of the package.
 """
 
 from __future__ import annotations
@@ -63,10 +69,10 @@ class GraphbookError(dg.Failure):
         return (_restore, (type(self), str(self.description), self.__dict__.copy()))
 
 
-class RequestError(ValueError):
+class RequestError(GraphbookError, ValueError):
     """A run asked for with what the workflow cannot take (a ``--set`` value that cannot be
     read, a partition key of a workflow without partitions): refused in one line before any run
-    starts."""
+    starts. Still a ``ValueError``, as before it was a ``GraphbookError``."""
 
 
 def _restore(cls: Type[GraphbookError], description: str, state: Dict[str, Any]) -> GraphbookError:

@@ -12,12 +12,12 @@ import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..defs.component.component import component_job_name
-from ..defs.instance import default_dagster_home, location_home
-from ..errors import RequestError, StoredNotesError
+from ..defs.instance import location_home, run_home
+from ..errors import GraphbookError
 from ..execution.progress import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
-from ..runner.instance import get_instance, tryout_home
+from ..runner.instance import get_instance
 from ..runner.run import run_workflow
 from ..runner.tags import RUN_TOKEN_TAG
 from ..store.io_manager import instance_notes_dir
@@ -68,14 +68,10 @@ def _user_errors() -> Tuple[type, ...]:
     """What a user's input (workflow, --set, partition, job name) fails with: one line, exit 1."""
     import dagster as dg
 
-    from ..defs.definitions import NameClashError
-    from ..model.workflow import WorkflowError
-
     return (
-        RequestError,
-        StoredNotesError,
-        WorkflowError,
-        NameClashError,
+        GraphbookError,  # ours, all of them: a workflow, a request, stored notes, a name clash
+        # Dagster's own, on what the user typed: a job name the location lacks, run config that
+        # does not fit the job (a --set value of the wrong type), a partition the job does not have
         dg.DagsterInvariantViolationError,
         dg.DagsterInvalidConfigError,
         dg.DagsterUnknownPartitionError,
@@ -117,7 +113,7 @@ class _NoDatabaseRetries:
 def _instance_home(args: argparse.Namespace) -> Optional[str]:
     """The instance folder the command opened (as ``cmd_run``, ``cmd_materialize`` pick it)."""
     if args.command == "run":
-        return _run_home(args)
+        return run_home(args.dagster_home, args.record)
     if args.command == "materialize":
         return location_home(args.dagster_home)
     return None
@@ -283,14 +279,6 @@ def _instance_line(run: Any, home: str) -> str:
     return f"Dagster instance: {home}; {run.log_hint()}"
 
 
-def _run_home(args: argparse.Namespace) -> str:
-    """``--dagster-home`` if given; else the code location's instance with ``--record``, else a
-    try-out instance of its own beside it (``runner.tryout_home``)."""
-    if args.dagster_home is not None or args.record:
-        return default_dagster_home(args.dagster_home)
-    return tryout_home()
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     import uuid
 
@@ -299,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"dagster-graphbook run: {exc}", file=sys.stderr)
         return 2
-    instance = get_instance(_run_home(args))
+    instance = get_instance(run_home(args.dagster_home, args.record))  # --dagster-home, --record
     token = uuid.uuid4().hex
     with _progress(args, instance, token):
         run = run_workflow(
@@ -384,7 +372,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..defs.definitions import GraphbookWorkflow, build_workflow, strict_from_env
-    from ..model.workflow import UnboundResourceWarning, WorkflowError
+    from ..model.workflow import UnboundResourceWarning
 
     start = time.perf_counter()
     try:
@@ -397,7 +385,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
             # $DAGSTER_GRAPHBOOK_STRICT: CI's check, as strict as `dg check defs`
             defs = build_workflow(spec, import_translator(args.translator), strict_from_env())
-    except (WorkflowError, ValueError) as exc:
+    # GraphbookError: a workflow that does not load (WorkflowError), ... ValueError as well: a
+    # --translator that does not import (import_translator), settings a workflow's steps cannot
+    # take (plan/settings.py) and other checks of the definitions raise plain ValueErrors, which
+    # would otherwise end in a traceback where validate has always printed one line
+    except (GraphbookError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
     for warning in said:
@@ -417,6 +409,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for notice in wf.notices:  # what Graphbook would ignore too (idle steps, top-level exports)
         print(f"  ignored: {notice}")
     return 0
+
+
+def _add_run_options(command: argparse.ArgumentParser, *, partition: str, home: str) -> None:
+    """The options ``run`` and ``materialize`` share (each says what its ``--partition`` and
+    ``--dagster-home`` are): what to run, where to record it, how to show it, what to redo."""
+    command.add_argument("--partition", default=None, help=partition)
+    command.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STEP.PARAM=VALUE",
+        help=SET_HELP,
+    )
+    command.add_argument("--dagster-home", default=None, help=home)
+    command.add_argument(
+        "--no-progress", action="store_true", help="do not print events while running"
+    )
+    command.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
+    command.add_argument("--full", action="store_true", help=FULL_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -449,20 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="GraphbookTranslator subclass naming the assets and ops (as the code location's)",
         )
     run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="STEP.PARAM=VALUE",
-        help=SET_HELP,
-    )
-    run.add_argument(
         "--executor",
         choices=["in_process", "multiprocess"],
         default=None,
         help="default: in process, or multiprocess for a workflow with a sharded step",
-    )
-    run.add_argument(
-        "--partition", default=None, help="partition key (daily-partitioned workflows)"
     )
     run.add_argument(
         "--streaming",
@@ -476,26 +477,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="run these steps (a connected segment) as one streaming op, the others an op each",
     )
     run.add_argument(
-        "--dagster-home",
-        default=None,
-        help="record into this instance folder (default: a try-out instance of its own, "
-        ".dagster_graphbook/tryouts beside $DAGSTER_HOME or ./.dagster_home)",
-    )
-    run.add_argument(
         "--record",
         action="store_true",
         help="record into the code location's instance ($DAGSTER_HOME or ./.dagster_home) "
         "as `materialize` does, instead of a try-out instance",
     )
-    run.add_argument("--no-progress", action="store_true", help="do not print events while running")
-    run.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
     run.add_argument(
         "--incremental",
         action="store_true",
         help="every step reuses the outputs of earlier runs for the notes that did not change "
         "(runtime.incremental; docs/incremental.md)",
     )
-    run.add_argument("--full", action="store_true", help=FULL_HELP)
     run.set_defaults(func=cmd_run)
     mat = sub.add_parser(
         "materialize",
@@ -504,31 +496,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mat.add_argument("job", help="job name (a workflow's file stem)")
     mat.add_argument(
-        "--partition", default=None, help="partition key, e.g. 2026-01-31 for daily partitions"
-    )
-    mat.add_argument(
         "--module",
         default=None,
         help="code location module (default: the one `dg` loads, from [tool.dg.project] of the "
         "project's pyproject.toml or dg.toml, else definitions); a package without Definitions "
         "is autoloaded like workspace.yaml's autoload_defs_module",
     )
-    mat.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="STEP.PARAM=VALUE",
-        help=SET_HELP,
-    )
-    mat.add_argument(
-        "--dagster-home",
-        default=None,
-        help="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
-    )
-    mat.add_argument("--no-progress", action="store_true", help="do not print events while running")
-    mat.add_argument("--from-failure", metavar="RUN_ID", default=None, help=FROM_FAILURE_HELP)
-    mat.add_argument("--full", action="store_true", help=FULL_HELP)
     mat.set_defaults(func=cmd_materialize)
+    _add_run_options(
+        run,
+        partition="partition key (daily-partitioned workflows)",
+        home="record into this instance folder (default: a try-out instance of its own, "
+        ".dagster_graphbook/tryouts beside $DAGSTER_HOME or ./.dagster_home)",
+    )
+    _add_run_options(
+        mat,
+        partition="partition key, e.g. 2026-01-31 for daily partitions",
+        home="instance folder (default: $DAGSTER_HOME or ./.dagster_home)",
+    )
     validate.set_defaults(func=cmd_validate)
     for p in (run, validate, mat):  # after the command too; unset there, it keeps the top one
         p.add_argument("--debug", **{**debug, "default": argparse.SUPPRESS})

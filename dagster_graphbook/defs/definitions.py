@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 import dagster as dg
 
 from ..authoring.graph import Graph
+from ..errors import GraphbookError
 from ..model.registry import NodeRegistry
 from ..model.workflow import (
     UnboundResourceWarning,
@@ -284,7 +285,7 @@ def _check_depth(workflow: Workflow) -> None:
         )
 
 
-class NameClashError(dg.DagsterInvalidDefinitionError):
+class NameClashError(GraphbookError, dg.DagsterInvalidDefinitionError):
     """Two workflows of a code location define one job name or asset key."""
 
 

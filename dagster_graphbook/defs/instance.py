@@ -38,6 +38,26 @@ def location_home(dagster_home: Optional[str] = None) -> str:
     return os.path.abspath(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home")
 
 
+def tryout_home(dagster_home: Optional[str] = None) -> str:
+    """Where try-outs record: ``.dagster_graphbook/tryouts`` beside the code location's instance
+    (``location_home(dagster_home)``), created with a dagster.yaml.
+
+    An instance of its own, so a try-out's runs, asset materializations and stored notes (under
+    its storage) never become the code location's latest ones.
+    """
+    beside = os.path.dirname(location_home(dagster_home))
+    return default_dagster_home(os.path.join(beside, ".dagster_graphbook", "tryouts"))
+
+
+def run_home(dagster_home: Optional[str] = None, record: bool = False) -> str:
+    """Where a run of a workflow records (``dagster-graphbook run``, ``run_workflow()`` without
+    an instance), created: ``dagster_home`` if given; else the code location's instance with
+    ``record``, else a try-out instance of its own beside it (``tryout_home``)."""
+    if dagster_home is not None or record:
+        return default_dagster_home(dagster_home)
+    return tryout_home()
+
+
 def default_dagster_home(dagster_home: Optional[str] = None) -> str:
     """``location_home(dagster_home)``, created with a dagster.yaml (``DAGSTER_YAML``: the
     settings ``dagster dev`` needs on it; one an earlier version wrote is brought up to date)."""

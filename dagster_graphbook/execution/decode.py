@@ -48,6 +48,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..authoring.images import EncodedImage
+from ..errors import GraphbookError
 from .device import is_cuda_oom
 
 Failure = Tuple[int, str]  # (position in the batch, traceback text)
@@ -57,8 +58,9 @@ _PNG = b"\x89PNG\r\n\x1a\n"
 _MAX_RESIZE_BLOCK = 1 << 25  # source pixels x channels resized in one call (32 MiB of uint8)
 
 
-class ImageDecodeError(ValueError):
-    """An encoded image that no decoder reads (the last line of its item's traceback)."""
+class ImageDecodeError(GraphbookError, ValueError):
+    """An encoded image that no decoder reads (the last line of its item's traceback). Still a
+    ``ValueError``, as before it was a ``GraphbookError``."""
 
 
 def is_encoded(value: Any) -> bool:

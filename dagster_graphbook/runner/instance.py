@@ -7,18 +7,7 @@ from typing import Optional
 
 import dagster as dg
 
-from ..defs.instance import default_dagster_home, location_home
-
-
-def tryout_home(dagster_home: Optional[str] = None) -> str:
-    """Where try-outs record: ``.dagster_graphbook/tryouts`` beside the code location's instance
-    (``location_home(dagster_home)``), created with a dagster.yaml.
-
-    An instance of its own, so a try-out's runs, asset materializations and stored notes (under
-    its storage) never become the code location's latest ones.
-    """
-    beside = os.path.dirname(location_home(dagster_home))
-    return default_dagster_home(os.path.join(beside, ".dagster_graphbook", "tryouts"))
+from ..defs.instance import default_dagster_home
 
 
 def get_instance(dagster_home: Optional[str] = None) -> dg.DagsterInstance:

@@ -14,12 +14,13 @@ import dagster as dg
 from ..authoring.graph import Graph, register_runner
 from ..defs.definitions import GraphbookWorkflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
+from ..defs.instance import run_home
 from ..errors import RequestError
 from ..plan.translator import (
     GraphbookTranslator,
 )
 from .console import QUIET_LOGGERS, failures_unsaid
-from .instance import get_instance, tryout_home
+from .instance import get_instance
 from .interrupts import backstop, execute_in_process
 from .location import code_location_module, load_code_location
 from .rebuild import OWN_EXECUTORS, workflow_definitions, workflow_recon
@@ -92,8 +93,7 @@ def run_workflow(
     is told, before the run, where its steps run when that is not this process.
     """
     if instance is None:
-        home = dagster_home if dagster_home is not None or record else tryout_home()
-        instance = get_instance(home)
+        instance = get_instance(run_home(dagster_home, record))
     spec = _spec(
         workflow,
         custom_nodes=[str(Path(p).resolve()) for p in custom_nodes],

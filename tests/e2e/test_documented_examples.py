@@ -37,6 +37,12 @@ def doc_section(page: str, heading: str) -> Tuple[Dict[str, str], List[str]]:
     return files, commands
 
 
+def readme_opening() -> List[Tuple[str, str]]:
+    """The ``(language, body)`` of each code block of the README before its first section."""
+    text = (REPO / "README.md").read_text()
+    return re.findall(r"```(\w+)\n(.*?)```", text[: text.index("\n## ")], re.S)
+
+
 def run_commands(folder: Path, commands: List[str]) -> subprocess.CompletedProcess:
     """A section's bash lines in ``folder``, as a user runs them (a try-out beside it)."""
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
@@ -52,6 +58,24 @@ def run_commands(folder: Path, commands: List[str]) -> subprocess.CompletedProce
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done
+
+
+def test_the_readmes_opening_example_runs_as_a_dagster_job_before_the_two_commands(tmp_path):
+    """The README's first code block, ``quickstart.py``, as written: the workflow runs as the
+    Dagster job ``squares`` and prints its notes; the block after it holds the README's first
+    commands, the nightly demo and the test suite."""
+    (example, quickstart), (lang, commands) = readme_opening()
+    assert example == "python" and lang == "bash", (example, lang)
+    first, code = quickstart.split("\n", 1)
+    assert first == "# quickstart.py", first
+    assert [line.split("#")[0].strip() for line in commands.splitlines()] == [
+        "bash scripts/demo.sh",
+        "bash scripts/test.sh",
+    ], commands
+    (tmp_path / "quickstart.py").write_text(code)
+    done = run_commands(tmp_path, ["python quickstart.py"])
+    squares = [{"n": n, "square": n * n} for n in range(5)]
+    assert f"True {squares}" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_authoring_guides_batch_step_with_load_fn_dump_fn_and_a_model_runs_as_written(

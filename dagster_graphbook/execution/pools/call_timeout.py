@@ -14,9 +14,12 @@ import signal
 import threading
 from typing import Iterator, Optional
 
+from ...errors import GraphbookError
 
-class CallTimeout(Exception):
-    """A ``load_fn``/``dump_fn`` call ran past ``runtime.call_timeout_s``."""
+
+class CallTimeout(GraphbookError):
+    """A ``load_fn``/``dump_fn`` call ran past ``runtime.call_timeout_s`` (the item's error: the
+    last line of its traceback)."""
 
 
 def can_interrupt() -> bool:
