@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..defs.component.component import component_job_name
 from ..defs.instance import default_dagster_home, location_home
 from ..errors import RequestError, StoredNotesError
-from ..execution.progress import PROGRESS_LINE
+from ..execution import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
 from ..runner.run import RUN_TOKEN_TAG, get_instance, run_workflow, tryout_home
@@ -563,7 +563,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _exit_past_stuck_threads(code: int) -> None:
     """A load_fn/dump_fn thread stuck in C code would keep the interpreter from exiting (it joins
     every thread); the run is recorded already, so say so and exit without waiting for it."""
-    from ..execution.pools.threads import stuck_threads
+    from ..execution import stuck_threads
 
     stuck = stuck_threads()
     if stuck:

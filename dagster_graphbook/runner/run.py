@@ -30,8 +30,7 @@ from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import MULTIPROCESS, default_mode, import_executor
 from ..defs.instance import default_dagster_home, location_home
 from ..errors import RequestError
-from ..execution.incremental.reuse import REFRESH_TAG
-from ..execution.ownership.dead_runs import InterruptBackstop, own_run, sweep_dead_runs
+from ..execution import REFRESH_TAG, InterruptBackstop, own_run, sweep_dead_runs
 from ..model import params as ptypes
 from ..model.workflow import Workflow, WorkflowError
 from ..plan.job_steps import (

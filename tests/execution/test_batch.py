@@ -14,9 +14,9 @@ import torch
 
 from dagster_graphbook.authoring import batch, param, step
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
-from dagster_graphbook.execution.driver import run_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
+from dagster_graphbook.execution.step.driver import run_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import edge, step_node, write_workflow
 
@@ -972,7 +972,7 @@ def test_a_kept_lent_batch_is_never_overwritten(keep):
 _SIGCHLD_PROBE = r"""
 import json, logging, signal, sys, threading, time
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
 

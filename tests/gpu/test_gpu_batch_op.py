@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory
 from dagster_graphbook.execution.pools import loader_pool
 from dagster_graphbook.plan.settings import BatchRuntime

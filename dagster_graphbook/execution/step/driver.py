@@ -19,15 +19,15 @@ import traceback
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
-from ..authoring.log import Emit, LogTarget, log_target
-from ..errors import Label
-from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
-from .batch import count_items, run_batch_step
-from .errors import ItemError, StepFailure, named_url, short_repr, skip_hint, url_named
-from .incremental.reuse import Reuse
-from .pools.batch_pools import BatchPools
-from .routing import Pins, StepResult, dropped_stats, normalize_yield
-from .stall import StallWatchdog
+from ...authoring.log import Emit, LogTarget, log_target
+from ...errors import Label
+from ...plan.settings import BatchRuntime, StepRuntime, runtime_class
+from ..batch.run import count_items, run_batch_step
+from ..errors import ItemError, StepFailure, named_url, short_repr, skip_hint, url_named
+from ..incremental.reuse import Reuse
+from ..pools.batch_pools import BatchPools
+from ..routing import Pins, StepResult, dropped_stats, normalize_yield
+from ..stall import StallWatchdog
 
 
 class _Where:

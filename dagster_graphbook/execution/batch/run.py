@@ -16,22 +16,22 @@ import traceback
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..authoring import steps as gb_steps
-from ..authoring.log import Emit
-from ..errors import Label
-from ..plan.settings import BatchRuntime
-from ..store.codec import LOST_ITEMS_KEY, compact
-from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
+from ...authoring import steps as gb_steps
+from ...authoring.log import Emit
+from ...errors import Label
+from ...plan.settings import BatchRuntime
+from ...store.codec import LOST_ITEMS_KEY, compact
+from ...store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
+from ..device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
+from ..errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
+from ..pools.batch_pools import BatchPools
+from ..pools.dump_pool import with_sizes
+from ..pools.priority import AutoPriority
+from ..pools.workers import shm_free_bytes, start_method_problem
+from ..routing import Pins, StepResult
+from ..stall import StallWatchdog
 from .decode import any_encoded, decode_batch, is_encoded
-from .device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
-from .errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
-from .pools.batch_pools import BatchPools
-from .pools.dump_pool import with_sizes
-from .pools.priority import AutoPriority
-from .pools.workers import shm_free_bytes, start_method_problem
 from .progress import Progress
-from .routing import Pins, StepResult
-from .stall import StallWatchdog
 
 _SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
 
@@ -58,7 +58,7 @@ def _check_pool_sizes(settings: BatchRuntime, label: Label) -> None:
 def _placeholders() -> Tuple[set, set]:
     loads, dumps = {gb_steps.BatchStep.load_fn}, {gb_steps.BatchStep.dump_fn}
     try:  # real Graphbook's placeholders, where it is installed
-        from ..authoring.compat import real_graphbook_installed
+        from ...authoring.compat import real_graphbook_installed
 
         if real_graphbook_installed():  # pragma: no cover
             from graphbook.core.steps import BatchStep
