@@ -1,6 +1,6 @@
 """Images left encoded by ``load_fn`` (``encoded_image``, dagster_graphbook/authoring/images.py)
-and decoded by the batch op on the device (dagster_graphbook/execution/batch/decode.py): equal to the
-nightly demo's PIL ``load_fn`` within the documented tolerance, corrupt files lost like a file
+and decoded by the batch op on the device (dagster_graphbook/execution/batch/decode.py): equal to
+the nightly demo's PIL ``load_fn`` within the documented tolerance, corrupt files lost like a file
 ``load_fn`` raised on, and one end-to-end Dagster run. The CUDA cases run where torch sees a GPU
 (marked ``gpu``); elsewhere they skip."""
 

@@ -39,13 +39,13 @@ from typing import (
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, get_worker_info
 
-from ...errors import Label
-from ...plan.settings import BatchRuntime
-from ...store.tensors import map_tensors
-from ..errors import WorkerDied, cuda_fork_hint, exit_hint, url_named
-from .io_calls import close_pool, map_calls, on_urls, own_pool
-from .threads import pool_thread_ids
-from .torch_internals import (
+from ....errors import Label
+from ....plan.settings import BatchRuntime
+from ....store.tensors import map_tensors
+from ...errors import WorkerDied, cuda_fork_hint, exit_hint, url_named
+from ..io_calls import close_pool, map_calls, on_urls, own_pool
+from ..threads import pool_thread_ids
+from ..torch_internals import (
     BatchNotReady,
     forget_worker_pids,
     keep_out_sigchld_handler,
@@ -56,7 +56,7 @@ from .torch_internals import (
     tasks_outstanding,
     wait_in_slices,
 )
-from .workers import SHM_DIR, PoolNice, init_worker, renice, shm_free_bytes
+from ..workers import SHM_DIR, PoolNice, init_worker, renice, shm_free_bytes
 
 
 class LoadedBatch(NamedTuple):
@@ -75,7 +75,7 @@ class LoadedBatch(NamedTuple):
             return list(block.unbind(0))
         if device == "cpu":
             return list(self.values or [])
-        from ..device import move
+        from ...device import move
 
         return move(list(self.values or []), device, non_blocking=True)
 
@@ -114,7 +114,7 @@ class ItemDataset(Dataset):
     def __getitem__(self, key: Any) -> Tuple[int, Any, Optional[str]]:
         """``key``: an item's index, or a ``_Sent`` item (a stream's later chunks, which the
         workers were not forked with; see ``ProcessLoader.aim``)."""
-        from .call_timeout import time_limit
+        from ..call_timeout import time_limit
 
         i = key.i if isinstance(key, _Sent) else key
         try:
@@ -786,7 +786,7 @@ class ThreadLoader:
         if self.pool is not None:
             # a load_fn stuck in C code (a read on a stalled mount) never returns: wait a little,
             # then leave its thread behind rather than hang the step's end (see threads.py)
-            from .threads import shut_down_threads
+            from ..threads import shut_down_threads
 
             shut_down_threads(self.pool, "graphbook-load")
             self.pool = None
