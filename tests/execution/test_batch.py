@@ -863,7 +863,7 @@ def test_a_worker_nice_set_by_the_run_is_kept_even_when_model_bound(tmp_path):
 def test_ring_slot_rewritten_too_early_fails_loudly():
     """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the
     rewrite."""
-    from dagster_graphbook.execution.pools.loader.process import ItemDataset, ProcessLoader
+    from dagster_graphbook.execution.pools.loader import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(64)), KeepTensors.load_fn, {})
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
@@ -919,7 +919,7 @@ def _lent_batches(keep):
     """Run a ProcessLoader over 24 batches; ``keep(batch)`` is what the step keeps of each.
     Returns (the loader after the run, what was kept, whether each batch was a view of a ring
     block)."""
-    from dagster_graphbook.execution.pools.loader.process import ItemDataset, ProcessLoader
+    from dagster_graphbook.execution.pools.loader import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(96)), KeepTensors.load_fn, {})
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")

@@ -29,7 +29,7 @@ class BatchPools:
     def loader(self, run: Any, batch_size: int, device: str, has_load: bool) -> Any:
         """The batches of the run's items: ``load_fn`` in worker processes or threads (or none)."""
         from .io_calls import share
-        from .loader.process import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
+        from .loader import ItemDataset, ProcessLoader, SyncBatches, ThreadLoader
 
         settings, step = run.settings, run.step
         if not has_load:
