@@ -24,7 +24,7 @@ from ...store.codec import LOST_ITEMS_KEY, compact
 from ...store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
 from ..device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
 from ..errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
-from ..pools.batch_pools import BatchPools
+from ..pools.batch_pools import BatchPools, DumpPool, Loader
 from ..pools.dump_pool import with_sizes
 from ..pools.priority import AutoPriority
 from ..pools.workers import shm_free_bytes, start_method_problem
@@ -443,8 +443,8 @@ def _own_fns(step: Any, settings: BatchRuntime, label: Label) -> Tuple[bool, boo
 
 def _batches(
     run: _BatchRun,
-    loader: Any,
-    dumps: Any,
+    loader: Loader,
+    dumps: Optional[DumpPool],
     progress: Progress,
     watchdog: StallWatchdog,
     priority: AutoPriority,
@@ -490,7 +490,7 @@ def _batches(
         )
 
 
-def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
+def _stuck(run: _BatchRun, progress: Progress, dumps: Optional[DumpPool]) -> str:
     """What a stalled step waits for: the stage and the items (for the stall watchdog)."""
     done = progress.counts["processed"] + progress.counts["failed"]
     parts = [f"waiting in {run.stage}"]
@@ -608,7 +608,7 @@ def _process_batch(
     has_load: bool,
     has_dump: bool,
     device: str,
-    dumps: Any,
+    dumps: Optional[DumpPool],
     progress: Progress,
     retried: bool = False,
 ) -> None:
@@ -657,6 +657,7 @@ def _process_batch(
             run.label, "on_item_batch returned dump tuples but the step has no dump_fn"
         )
     for pos, args in calls:
+        assert dumps is not None  # a step with a dump_fn has a pool (BatchPools.dump_pool)
         index = indices[pos]
         if contains_cuda(args):
             args = move(args, "cpu")  # dump workers must not touch CUDA
