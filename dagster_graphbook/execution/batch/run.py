@@ -23,7 +23,7 @@ from ...plan.settings import BatchRuntime
 from ...store.codec import LOST_ITEMS_KEY, compact
 from ...store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
 from ..device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
-from ..errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
+from ..errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_or_raise
 from ..pools.batch_pools import BatchPools, DumpPool, Loader
 from ..pools.dump_pool import with_sizes
 from ..pools.priority import AutoPriority
@@ -203,16 +203,12 @@ class _BatchRun:
             tb,
             item_picture(self.items[index], PICTURE_SIZE) if shown else "",
         )
-        if not self.skip:
-            raise StepFailure(
-                self.label,
-                f"{stage} failed on item {short_repr(self.items[index])} (note "
-                f"{self.number(note_index)}, item {self.position[index]})",
-                error,
-                note=self.notes[note_index],
-                hint=skip_hint(self.label, batch=True),
-            )
-        self.errors.append(error)
+        skip_or_raise(
+            self.skip, self.errors, self.label,
+            f"{stage} failed on item {short_repr(self.items[index])} (note "
+            f"{self.number(note_index)}, item {self.position[index]})",
+            error, note=self.notes[note_index], batch=True,
+        )  # fmt: skip
         lost = self.lost.setdefault(note_index, [])
         if self.position[index] not in lost:
             lost.append(self.position[index])
@@ -229,15 +225,11 @@ class _BatchRun:
                 error = ItemError(
                     "on_data", self.number(ni), None, "", short_repr(note), traceback.format_exc()
                 )
-                if not self.skip:
-                    raise StepFailure(
-                        self.label,
-                        f"note {self.number(ni)} {short_repr(note)}: {type(exc).__name__}: {exc}",
-                        error,
-                        note=note,
-                        hint=skip_hint(self.label, batch=True),
-                    ) from exc
-                self.errors.append(error)
+                skip_or_raise(
+                    self.skip, self.errors, self.label,
+                    f"note {self.number(ni)} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                    error, note=note, batch=True, cause=exc,
+                )  # fmt: skip
                 self.valid[ni] = False
                 continue
             self.items += items
@@ -262,16 +254,12 @@ class _BatchRun:
             except Exception as exc:
                 at = self.number(ni)
                 error = ItemError("route", at, None, "", short_repr(note), traceback.format_exc())
-                if not self.skip:
-                    raise StepFailure(
-                        self.label,
-                        f"on_after_item/route failed on note {at} {short_repr(note)}: "
-                        f"{type(exc).__name__}: {exc}",
-                        error,
-                        note=note,
-                        hint=skip_hint(self.label, batch=True),
-                    ) from exc
-                self.errors.append(error)
+                skip_or_raise(
+                    self.skip, self.errors, self.label,
+                    f"on_after_item/route failed on note {at} {short_repr(note)}: "
+                    f"{type(exc).__name__}: {exc}",
+                    error, note=note, batch=True, cause=exc,
+                )  # fmt: skip
                 continue
             self.per_note[ni] = self.out.add_routed(
                 routed, note, f"route of note {self.number(ni)}"
