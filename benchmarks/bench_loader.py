@@ -123,7 +123,7 @@ def run_project(
         from dagster_graphbook.execution.batch.run import run_batch_step
         from dagster_graphbook.plan.settings import BatchRuntime
     except ImportError as e:
-        raise ProjectUnavailable(f"dagster_graphbook.execution.batch: {e}") from None
+        raise ProjectUnavailable(f"dagster_graphbook.execution.batch.run: {e}") from None
     notes = notes if notes is not None else [{"path": p} for p in paths]
     # the step's default settings but the pool kind (and worker_nice where a row names it)
     chosen = {"worker_nice": nice} if nice is not None else {}
