@@ -39,8 +39,8 @@ from imageset import make_image_set  # noqa: E402
 
 from dagster_graphbook import encoded_image  # noqa: E402
 from dagster_graphbook.authoring.steps import BatchStep  # noqa: E402
-from dagster_graphbook.execution.batch import run_batch_step  # noqa: E402
-from dagster_graphbook.execution.decode import decode_batch  # noqa: E402
+from dagster_graphbook.execution.batch.decode import decode_batch  # noqa: E402
+from dagster_graphbook.execution.batch.run import run_batch_step  # noqa: E402
 from dagster_graphbook.plan.settings import BatchRuntime  # noqa: E402
 
 DATA = HERE / ".data"

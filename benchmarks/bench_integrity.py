@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from dagster_graphbook.authoring.steps import BatchStep  # noqa: E402
-from dagster_graphbook.execution.batch import run_batch_step  # noqa: E402
+from dagster_graphbook.execution.batch.run import run_batch_step  # noqa: E402
 from dagster_graphbook.plan.settings import BatchRuntime  # noqa: E402
 
 HANG = "stalled/item"

@@ -120,10 +120,10 @@ def run_project(
     """One run of the project's batch op over one note per path; returns its result (raises
     ProjectUnavailable)."""
     try:
-        from dagster_graphbook.execution.batch import run_batch_step
+        from dagster_graphbook.execution.batch.run import run_batch_step
         from dagster_graphbook.plan.settings import BatchRuntime
     except ImportError as e:
-        raise ProjectUnavailable(f"dagster_graphbook.execution.batch: {e}") from None
+        raise ProjectUnavailable(f"dagster_graphbook.execution.batch.run: {e}") from None
     notes = notes if notes is not None else [{"path": p} for p in paths]
     # the step's default settings but the pool kind (and worker_nice where a row names it)
     chosen = {"worker_nice": nice} if nice is not None else {}
@@ -505,7 +505,7 @@ def chunks_mode(paths, args) -> None:
     run, in chunks of 64 with new pools per chunk (as streams did before issue 25), and in chunks
     of 64 and 256 with the step's pools kept (``BatchPools(keep=True)``, as streams do now)."""
     try:
-        from dagster_graphbook.execution.batch import run_batch_step
+        from dagster_graphbook.execution.batch.run import run_batch_step
         from dagster_graphbook.execution.pools.batch_pools import BatchPools
         from dagster_graphbook.plan.settings import BatchRuntime
     except ImportError as e:

@@ -14,8 +14,9 @@ import time
 import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
-from dagster_graphbook.execution.pools import loader_pool
+from dagster_graphbook.execution.batch.run import run_batch_step
+from dagster_graphbook.execution.pools.loader import process as loader_pool  # sizes the ring
+from dagster_graphbook.execution.pools.workers import SHM_DIR
 from dagster_graphbook.plan.settings import BatchRuntime
 
 
@@ -34,7 +35,7 @@ class Images(BatchStep):
 def _run(items: int, piped: bool) -> float:
     real = loader_pool.shm_budget
     if piped:
-        loader_pool.shm_budget = lambda num_workers, path=loader_pool.SHM_DIR: 1  # nothing fits
+        loader_pool.shm_budget = lambda num_workers, path=SHM_DIR: 1  # nothing fits
     try:
         notes = [{"items": list(range(n, min(n + 64, items)))} for n in range(0, items, 64)]
         settings = BatchRuntime(num_workers=2, worker_type="process", device="cpu")

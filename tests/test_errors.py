@@ -359,7 +359,7 @@ def test_every_error_a_user_can_meet_derives_from_graphbook_error():
     """One base for every error of the package a user can meet (``except GraphbookError``), the
     builtin bases callers catch kept beside it; the exemptions are listed, and still needed."""
     from dagster_graphbook.errors import RequestError
-    from dagster_graphbook.execution.decode import ImageDecodeError
+    from dagster_graphbook.execution.batch.decode import ImageDecodeError
 
     found = _package_exceptions()
     assert len(found) >= 10, sorted(found)  # the walk found the package's modules

@@ -7,7 +7,7 @@ bounds a GPU step's throughput. With one line, a ``load_fn`` only reads the file
     def load_fn(item, size):
         return encoded_image(item, size)
 
-and the batch op (``dagster_graphbook/execution/decode.py``) decodes the batch's JPEGs in one
+and the batch op (``dagster_graphbook/execution/batch/decode.py``) decodes the batch's JPEGs in one
 ``torchvision.io.decode_jpeg`` call on ``ctx.device`` (nvJPEG on a GPU), resizes them there, and
 hands ``on_item_batch`` one ``[3, H, W]`` tensor per item: what a ``load_fn`` doing
 ``Image.open(item).convert("RGB").resize((w, h), Image.BILINEAR)`` and ``/ 255`` gave, within

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..defs.component.component import component_job_name
 from ..defs.instance import location_home, run_home
 from ..errors import GraphbookError
-from ..execution.progress import PROGRESS_LINE
+from ..execution import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
 from ..runner.instance import get_instance
@@ -550,7 +550,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _exit_past_stuck_threads(code: int) -> None:
     """A load_fn/dump_fn thread stuck in C code would keep the interpreter from exiting (it joins
     every thread); the run is recorded already, so say so and exit without waiting for it."""
-    from ..execution.pools.threads import stuck_threads
+    from ..execution import stuck_threads
 
     stuck = stuck_threads()
     if stuck:

@@ -10,26 +10,28 @@ from typing import Any, Dict, List, Mapping, Optional
 import dagster as dg
 
 from ..errors import StepRef
-from ..execution.advice import warn_heavy_outputs
-from ..execution.checks import with_checks
-from ..execution.incremental.keys import (
-    code_folders,
-    declared_defaults,
-    named_paths,
-    record_resource,
-    resource_version,
-    stamps,
-    version_of,
-)
-from ..execution.ownership.dead_runs import join_run
-from ..execution.shards import (
+from ..execution import (
     SHARD_CRASH_RETRY,
+    check_partition_key,
+    code_folders,
     commit_needs_step,
     commit_shards,
+    config_kwargs,
+    declared_defaults,
+    execute_op,
+    join_run,
+    log_emitter,
+    named_paths,
     plan_shards,
+    record_resource,
+    refuse_unfilled,
+    resource_version,
     run_shard,
+    stamps,
+    version_of,
+    warn_heavy_outputs,
+    with_checks,
 )
-from ..execution.step_op import config_kwargs, execute_op, log_emitter, refuse_unfilled
 from ..model.workflow import Workflow, WorkflowNode
 from ..plan.checks import StepCheck
 from ..plan.gpus import without_gpus
@@ -251,8 +253,6 @@ def _run_partition(
 ) -> Optional[str]:
     """The partition key a resource's ``{partition_key}`` parameters get: the run's (checked as
     a step's is); a run of no single partition is refused when one holds the placeholder."""
-    from ..execution.ownership.guard import check_partition_key
-
     run = init_context.dagster_run
     key = run.tags.get("dagster/partition") if run is not None else None
     if key is not None:
@@ -314,7 +314,7 @@ def _resource_def(
 
     def build(init_context: dg.InitResourceContext) -> Any:
         from ..authoring.log import LogTarget, log_target
-        from ..execution.errors import StepFailure
+        from ..execution import StepFailure
 
         config = init_context.resource_config or {}
         key = _run_partition(init_context, config, functions, partitions_def, label)

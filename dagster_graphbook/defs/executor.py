@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 import dagster as dg
 
 from ..dagster_internals import sleep_between_slot_claims
-from ..execution.ownership.dead_runs import own_run
+from ..execution import own_run
 from ..model.workflow import WorkflowError
 from ..plan.job_steps import job_source, placeholder_message, runtime_problems, unfilled_in_job
 from ..store.io_manager import NOTES_DIR_META, in_process_memory

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
@@ -191,6 +191,29 @@ class StepFailure(GraphbookError, RuntimeError):
             return name
         cause = self.__cause__
         return type(cause).__name__ if cause is not None else None
+
+
+def skip_or_raise(
+    skip: bool,
+    errors: List[ItemError],
+    label: Label,
+    message: str,
+    error: ItemError,
+    *,
+    note: Any,
+    batch: bool,
+    cause: Optional[BaseException] = None,
+) -> None:
+    """A note or item failed: under ``on_item_error: skip`` record ``error`` in ``errors`` and go
+    on; under ``raise`` (the default) fail the step with ``message``, naming the note, and the
+    hint that ``skip`` exists (``skip_hint``). ``cause``: the exception it is raised from."""
+    if skip:
+        errors.append(error)
+        return
+    failure = StepFailure(label, message, error, note=note, hint=skip_hint(label, batch=batch))
+    if cause is None:
+        raise failure
+    raise failure from cause
 
 
 def killed_by_signal(exitcode: Optional[int]) -> bool:

@@ -60,7 +60,7 @@ from ..dagster_internals import (
     StepHandlerContext,
 )
 from ..errors import RayHeadLostError
-from ..execution.ownership.dead_runs import own_run
+from ..execution import own_run
 from ..plan.gpus import ON_CLUSTER_TAG
 from .beside import ForkedSteps
 

@@ -1,7 +1,7 @@
 """The constants of a step's asset (workflow, node, class, pin, sink, parameters) as ONE
 definition metadata entry, ``graphbook``: they never change between runs, so they stay off the
 materializations (whose numbers the UI plots) and out of the way on the asset's page. Read back
-by ``execution.job_steps.read_node_info``, which needs no workflow loader."""
+by ``plan.job_steps.read_node_info``, which needs no workflow loader."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A workflow compiled once: its names, its segment and its ops. A step op is a segment of one
 step, a streaming op a segment of several. The one builder (``assets.op_asset``) and the one op
-body (``execution.step_op.execute_op``) read an ``OpPlan`` and derive nothing again."""
+body (``execution.op.step_op.execute_op``) read an ``OpPlan`` and derive nothing again."""
 
 from __future__ import annotations
 

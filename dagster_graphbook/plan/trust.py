@@ -3,7 +3,7 @@
 Function parameters (and ``Split``'s ``split_fn``) are compiled by the step, so their source
 must come from the workflow. A resource whose value reaches such a parameter is code too: run
 config may not edit it unless every parameter it feeds is marked overridable. The run-time
-refusals are ``execution.guard``'s.
+refusals are ``execution.ownership.guard``'s.
 """
 
 from __future__ import annotations

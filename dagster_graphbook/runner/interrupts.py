@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 
 import dagster as dg
 
-from ..execution.ownership.dead_runs import InterruptBackstop, own_run
+from ..execution import InterruptBackstop, own_run
 from .tags import RUN_TOKEN_TAG
 
 _log = logging.getLogger("dagster_graphbook")

@@ -15,7 +15,7 @@ from ..dagster_internals import (
 )
 from ..defs.executor import default_mode
 from ..errors import RequestError
-from ..execution.ownership.dead_runs import sweep_dead_runs
+from ..execution import sweep_dead_runs
 from .interrupts import backstop
 from .tags import new_run_tags
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Dict, Mapping, Optional
 
-from ..execution.incremental.reuse import REFRESH_TAG
+from ..execution import REFRESH_TAG
 
 RUN_TOKEN_TAG = "dagster_graphbook/run_token"
 

@@ -15,7 +15,7 @@ from tests.e2e.conftest import _can_unshare
 SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from dagster_graphbook.authoring.steps import BatchStep
-    from dagster_graphbook.execution.batch import run_batch_step
+    from dagster_graphbook.execution.batch.run import run_batch_step
     from dagster_graphbook.plan.settings import BatchRuntime
 
     st = os.statvfs("/dev/shm")
@@ -70,7 +70,7 @@ def test_process_batch_step_works_with_a_64_mib_dev_shm(tmp_path):
 FULL_SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from dagster_graphbook.authoring.steps import BatchStep
-    from dagster_graphbook.execution.batch import run_batch_step
+    from dagster_graphbook.execution.batch.run import run_batch_step
     from dagster_graphbook.plan.settings import BatchRuntime
 
     fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)  # what leaked fills /dev/shm

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import CHAIN_NODES, chain_workflow, step_node, write_nodes, write_workflow
 

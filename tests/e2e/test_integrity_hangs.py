@@ -11,9 +11,9 @@ import time
 import pytest
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import LOST_ITEMS_KEY, run_batch_step
-from dagster_graphbook.execution.driver import run_step
+from dagster_graphbook.execution.batch.run import LOST_ITEMS_KEY, run_batch_step
 from dagster_graphbook.execution.errors import StepFailure
+from dagster_graphbook.execution.step.driver import run_step
 from dagster_graphbook.plan.settings import BatchRuntime
 
 HANG = "stalled-mount/img_0007.png"

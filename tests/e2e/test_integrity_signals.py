@@ -252,7 +252,7 @@ def test_a_run_killed_with_sigkill_is_failed_and_frees_its_pool_slot(tmp_path, d
 
 LATE_WORKER = """
 import os, sys, time
-from dagster_graphbook.execution.pools.loader_pool import _WorkerInit
+from dagster_graphbook.execution.pools.loader.worker import WorkerInit as _WorkerInit
 
 init = _WorkerInit("1", "Load")  # made in the step process, as the loader pool does
 pid = os.fork()

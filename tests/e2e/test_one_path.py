@@ -235,7 +235,7 @@ def test_the_stall_watchdog_does_not_repr_every_note(streaming):
     made for every note, the repr of notes holding tensors cost a stream of 2,000 images 2.9 s
     of 11 (``benchmarks/bench_streaming.py``)."""
     from dagster_graphbook.authoring.steps import Step
-    from dagster_graphbook.execution.driver import StepDriver, run_all
+    from dagster_graphbook.execution.step.driver import StepDriver, run_all
 
     class Touch(Step):
         Outputs = ["out"]

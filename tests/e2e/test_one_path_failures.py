@@ -14,9 +14,9 @@ import pytest
 
 from dagster_graphbook.authoring.steps import BatchStep, Step
 from dagster_graphbook.errors import RequestError
-from dagster_graphbook.execution.driver import StepDriver, run_all
 from dagster_graphbook.execution.errors import StepFailure, WorkerDied
-from dagster_graphbook.execution.stream import StreamingRun, StreamStep
+from dagster_graphbook.execution.step.driver import StepDriver, run_all
+from dagster_graphbook.execution.step.stream import StreamingRun, StreamStep
 from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSettings
 from tests.conftest import edge, step_node, write_nodes, write_workflow
 

@@ -109,7 +109,7 @@ def fault_wf(tmp_path):
 
 @pytest.fixture
 def leaks(dagster_home):
-    import dagster_graphbook.execution.pools.loader_pool  # noqa: F401  (import torch etc. before the snapshot)
+    import dagster_graphbook.execution.pools.loader  # noqa: F401  (import torch etc. before the snapshot)
 
     dg.DagsterInstance.from_config(dagster_home).dispose()  # let the instance open its files first
     return Leaks()

@@ -410,7 +410,7 @@ def test_on_commit_logs_as_the_step_and_a_static_one_needs_no_resources(tmp_path
     resource (the nightly demo's: no model loaded for the commit)."""
     import importlib.util
 
-    from dagster_graphbook.execution.shards import commit_needs_step
+    from dagster_graphbook.execution.op.shards import commit_needs_step
 
     run = run_wf(_wf(tmp_path, n=12, parity="Logs"), [nodes], FAST, shards={"Parity": 3})
     assert run.success, run.failure
@@ -527,7 +527,7 @@ def test_from_failure_after_the_plan_op_failed_runs_every_shard(
 ):
     """dagster-io/dagster#30248: a failure before the fan-out. The plan op fails once; resumed,
     every shard runs and the commit has them all."""
-    from dagster_graphbook.execution import shards as shards_module
+    from dagster_graphbook.execution.op import shards as shards_module
 
     real = shards_module.split
     calls = []

@@ -104,7 +104,7 @@ def _step_window(dagster_home: str, run_id: str, step_key: str) -> tuple:
 def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(
     tmp_path, run_wf, dagster_home
 ):
-    import dagster_graphbook.execution.pools.loader_pool  # noqa: F401  (torch imported before the baseline)
+    import dagster_graphbook.execution.pools.loader  # noqa: F401  (torch imported before the baseline)
 
     nodes = write_nodes(tmp_path / "soak_nodes", "soak_nodes.py", SOAK_NODES)
     dump_dir = tmp_path / "dumps"

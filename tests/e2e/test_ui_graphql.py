@@ -24,7 +24,7 @@ from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_pr
 
 pytestmark = pytest.mark.ui
 
-# the short form of execution/progress.py, as the event log must show it
+# the short form of execution/batch/progress.py, as the event log must show it
 PROGRESS = re.compile(r"^(\d+)/12 \((\d+)%\) · [\d.]+ items/s · ETA (\d+ s|\?) · \d+ failed")
 
 

@@ -14,9 +14,9 @@ import torch
 
 from dagster_graphbook.authoring import batch, param, step
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
-from dagster_graphbook.execution.driver import run_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
+from dagster_graphbook.execution.step.driver import run_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import edge, step_node, write_workflow
 
@@ -863,7 +863,7 @@ def test_a_worker_nice_set_by_the_run_is_kept_even_when_model_bound(tmp_path):
 def test_ring_slot_rewritten_too_early_fails_loudly():
     """With one slot per worker (fewer than a worker runs ahead), the stamp check must catch the
     rewrite."""
-    from dagster_graphbook.execution.pools.loader_pool import ItemDataset, ProcessLoader
+    from dagster_graphbook.execution.pools.loader import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(64)), KeepTensors.load_fn, {})
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
@@ -919,7 +919,7 @@ def _lent_batches(keep):
     """Run a ProcessLoader over 24 batches; ``keep(batch)`` is what the step keeps of each.
     Returns (the loader after the run, what was kept, whether each batch was a view of a ring
     block)."""
-    from dagster_graphbook.execution.pools.loader_pool import ItemDataset, ProcessLoader
+    from dagster_graphbook.execution.pools.loader import ItemDataset, ProcessLoader
 
     dataset = ItemDataset(list(range(96)), KeepTensors.load_fn, {})
     settings = BatchRuntime(num_workers=2, prefetch=2, start_method="fork")
@@ -972,7 +972,7 @@ def test_a_kept_lent_batch_is_never_overwritten(keep):
 _SIGCHLD_PROBE = r"""
 import json, logging, signal, sys, threading, time
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
 

@@ -9,7 +9,7 @@ import pytest
 
 
 def _drive(step_obj, kind, notes=(), pins=("out",), **kw):
-    from dagster_graphbook.execution.driver import run_step
+    from dagster_graphbook.execution.step.driver import run_step
 
     logs = []
     result = run_step(

@@ -20,7 +20,7 @@ def test_cuda_in_a_forked_worker_gets_the_hint(monkeypatch):
     worker adds the hint (here the fork state is faked: it needs a GPU)."""
     from dagster_graphbook.execution.errors import CUDA_FORK_HINT, cuda_fork_hint
     from dagster_graphbook.execution.pools.dump_pool import _call
-    from dagster_graphbook.execution.pools.loader_pool import ItemDataset
+    from dagster_graphbook.execution.pools.loader import ItemDataset
 
     if torch.cuda.is_initialized():
         pytest.skip("CUDA already started in this process: _lazy_init raises nothing")

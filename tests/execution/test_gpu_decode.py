@@ -1,6 +1,6 @@
 """Images left encoded by ``load_fn`` (``encoded_image``, dagster_graphbook/authoring/images.py)
-and decoded by the batch op on the device (dagster_graphbook/execution/decode.py): equal to the
-nightly demo's PIL ``load_fn`` within the documented tolerance, corrupt files lost like a file
+and decoded by the batch op on the device (dagster_graphbook/execution/batch/decode.py): equal to
+the nightly demo's PIL ``load_fn`` within the documented tolerance, corrupt files lost like a file
 ``load_fn`` raised on, and one end-to-end Dagster run. The CUDA cases run where torch sees a GPU
 (marked ``gpu``); elsewhere they skip."""
 
@@ -22,8 +22,8 @@ from PIL import Image
 from custom_nodes.nightly.nightly_nodes import ClassifyShapes
 from dagster_graphbook import EncodedImage, encoded_image
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
-from dagster_graphbook.execution.decode import decode_batch
+from dagster_graphbook.execution.batch.decode import decode_batch
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import _shapes_data
@@ -253,7 +253,7 @@ def test_corrupt_images_are_failures_that_say_what_was_wrong(images, corrupt, de
 def test_on_cuda_a_jpeg_without_its_end_marker_goes_to_the_cpus_decoder(images, corrupt):
     """nvJPEG decodes a truncated JPEG without a word: such a JPEG is left out of CUDA's batched
     call (libjpeg-turbo on the CPU refuses it, or reads one with data after its end)."""
-    from dagster_graphbook.execution.decode import _batched
+    from dagster_graphbook.execution.batch.decode import _batched
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # no GPU needed to build the device
     whole, cut = open(images[3], "rb").read(), open(corrupt["truncated.jpg"], "rb").read()
@@ -338,7 +338,7 @@ def _last_lines(failures):
 
 @DEVICES
 def test_a_jpeg_bomb_fails_alone_before_any_decoder_sees_it(images, bombs, device, monkeypatch):
-    from dagster_graphbook.execution import decode
+    from dagster_graphbook.execution.batch import decode
 
     decode_batch([encoded_image(images[3], 32)], device)  # torch and the decoders loaded
     seen = []
@@ -367,7 +367,7 @@ def test_a_jpeg_bomb_fails_alone_before_any_decoder_sees_it(images, bombs, devic
 
 
 def test_the_bound_is_pils_setting_at_call_time(images, bombs, monkeypatch):
-    from dagster_graphbook.execution.decode import _too_large
+    from dagster_graphbook.execution.batch.decode import _too_large
 
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 256x256 is over 200 pixels
     decoded, failures = decode_batch([encoded_image(p, 8) for p in images[3:5]], "cpu")
@@ -396,7 +396,7 @@ def test_pils_bomb_error_has_its_own_sentence_not_corrupt(images, bombs):
 
 
 def test_jpeg_size_reads_the_sof_as_libjpeg_finds_it(images, corrupt):
-    from dagster_graphbook.execution.decode import jpeg_size
+    from dagster_graphbook.execution.batch.decode import jpeg_size
 
     for path in images:
         data = open(path, "rb").read()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
-from dagster_graphbook.execution.progress import PROGRESS_LINE, Progress
+from dagster_graphbook.execution.batch.progress import PROGRESS_LINE, Progress
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
 
 

@@ -1,4 +1,4 @@
-"""Sharded batch steps (``dagster_graphbook/execution/shards.py``): a step's notes split into
+"""Sharded batch steps (``dagster_graphbook/execution/op/shards.py``): a step's notes split into
 shards, each its own Dagster step, merged by a commit step into the unsharded step's outputs.
 
 Real runs are in process and small (tens of notes): the suite's CI budget is tight.
@@ -13,8 +13,7 @@ import pytest
 
 from dagster_graphbook import WorkflowError
 from dagster_graphbook.execution.errors import StepFailure
-from dagster_graphbook.execution.routing import PinNotes, StepResult
-from dagster_graphbook.execution.shards import (
+from dagster_graphbook.execution.op.shards import (
     FIGURES_NOTE,
     ShardResult,
     check_complete,
@@ -22,7 +21,8 @@ from dagster_graphbook.execution.shards import (
     merge_shards,
     split,
 )
-from dagster_graphbook.execution.step_op import OpRun
+from dagster_graphbook.execution.op.step_op import OpRun
+from dagster_graphbook.execution.routing import PinNotes, StepResult
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import edge, step_node, write_nodes, write_workflow
 

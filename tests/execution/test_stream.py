@@ -704,7 +704,7 @@ def test_a_stream_says_when_a_stored_pin_holds_many_notes(
     """A stored sink's notes stay in memory until the stream ends (they are its asset): in a
     stream that runs on, they are what grows. A warning names the step and the pin at
     ``KEPT_WARN_NOTES`` held, and again at each tenfold."""
-    from dagster_graphbook.execution import stream
+    from dagster_graphbook.execution.step import stream
 
     monkeypatch.setattr(stream, "KEPT_WARN_NOTES", 50)
     nodes = write_nodes(tmp_path / "long_nodes", "long_nodes.py", LONG_NODES)

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory
-from dagster_graphbook.execution.pools import loader_pool
+from dagster_graphbook.execution.pools import loader as loader_pool
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.conftest import REPO
 

@@ -145,8 +145,10 @@ def _exited(procs: List[Any], wait_s: float = DEATH_WAIT_S) -> List[Tuple[int, i
         time.sleep(0.01)
 
 
-class DumpPool:
-    """Runs dump calls; ``submit`` blocks while ``max_in_flight`` calls are pending."""
+class ExecutorDumpPool:
+    """Runs dump calls on a ``concurrent.futures`` executor (processes or threads): the
+    ``batch_pools.DumpPool`` a batch run gets; ``submit`` blocks while ``max_in_flight`` calls are
+    pending."""
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.pools.batch_pools import BatchPools
 from tests.execution.pools.pool_steps import (
     Keeper,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from tests.execution.pools.pool_steps import batch_runtime
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dagster_graphbook.authoring.steps import BatchStep
-from dagster_graphbook.execution.batch import run_batch_step
+from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import named_url, url_named
 from dagster_graphbook.execution.pools.io_calls import on_urls, share
 from tests.execution.pools.pool_steps import batch_runtime

@@ -7,8 +7,8 @@ from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence
 
 import dagster as dg
 
-from ..plan.checks import NOTES_OUT, ROW_COUNT, BoundCheck
-from .errors import StepFailure
+from ...plan.checks import NOTES_OUT, ROW_COUNT, BoundCheck
+from ..errors import StepFailure
 
 
 def with_checks(

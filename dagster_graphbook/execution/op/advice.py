@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from ..errors import Label
-from ..store.codec import tensor_bytes
+from ...errors import Label
+from ...store.codec import tensor_bytes
 
 WARN_ENV = "DAGSTER_GRAPHBOOK_TENSOR_WARN_MB"
 DEFAULT_WARN_MB = 256.0

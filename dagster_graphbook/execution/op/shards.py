@@ -24,14 +24,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import dagster as dg
 
-from ..authoring.log import LogTarget, log_target
-from ..plan.plan import OpPlan, StepPlan
-from ..plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
-from ..plan.shards import FIGURES_NOTE
-from .driver import check_skipped_share
-from .errors import StepFailure
-from .ownership.leases import shard_lease
-from .routing import PinNotes, StepResult
+from ...authoring.log import LogTarget, log_target
+from ...plan.plan import OpPlan, StepPlan
+from ...plan.settings import RUNTIME_KEY, BatchRuntime, read_runtime
+from ...plan.shards import FIGURES_NOTE
+from ..errors import StepFailure
+from ..ownership.leases import shard_lease
+from ..routing import PinNotes, StepResult
+from ..step.driver import check_skipped_share
 from .step_op import (
     OpRun,
     emit_outputs,

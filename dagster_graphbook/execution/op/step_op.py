@@ -15,11 +15,11 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import dagster as dg
 
-from ..authoring.log import Emit
-from ..errors import Label
-from ..plan.job_steps import fill_placeholder, placeholder_message, unfilled_placeholders
-from ..plan.plan import OpPlan, StepPlan
-from ..plan.settings import (
+from ...authoring.log import Emit
+from ...errors import Label
+from ...plan.job_steps import fill_placeholder, placeholder_message, unfilled_placeholders
+from ...plan.plan import OpPlan, StepPlan
+from ...plan.settings import (
     RUNTIME_KEY,
     STREAM_KEY,
     BatchRuntime,
@@ -27,28 +27,28 @@ from ..plan.settings import (
     StreamSettings,
     read_runtime,
 )
-from ..store.incremental import IncrementalStore
-from ..store.previews import (
+from ...store.incremental import IncrementalStore
+from ...store.previews import (
     PREVIEW_META,
     contact_sheet,
     opening_store_urls,
     store_protocols,
 )
-from .driver import StepDriver, run_all
-from .errors import ItemError, StepFailure
-from .incremental.keys import (
+from ..errors import ItemError, StepFailure
+from ..incremental.keys import (
     Unkeyable,
     code_folders,
     declared_defaults,
     resource_version,
     version_of,
 )
-from .incremental.reuse import REFRESH_TAG, Reuse
-from .ownership.guard import check_code_config, check_partition_key
-from .pools.workers import die_with_the_run
-from .routing import PinNotes, StepResult, dropped_stats
+from ..incremental.reuse import REFRESH_TAG, Reuse
+from ..ownership.guard import check_code_config, check_partition_key
+from ..pools.workers import die_with_the_run
+from ..routing import PinNotes, StepResult, dropped_stats
+from ..step.driver import StepDriver, run_all
+from ..step.stream import StreamingRun, StreamStep
 from .step_metadata import step_metadata
-from .stream import StreamingRun, StreamStep
 
 
 def config_kwargs(
@@ -488,7 +488,7 @@ def _computed_first(notes: List[Any], fresh: Optional[List[int]]) -> List[Any]:
 
 def _notes_dir(context: dg.AssetExecutionContext, op: OpPlan) -> str:
     """Where the IO manager stores ``op``'s notes (a folder, or a bucket URL)."""
-    from ..store.io_manager import NOTES_DIR_META, instance_notes_dir
+    from ...store.io_manager import NOTES_DIR_META, instance_notes_dir
 
     return op.storage.get(NOTES_DIR_META) or instance_notes_dir(context.instance)
 
@@ -498,7 +498,7 @@ def _store_manifest(
 ) -> dg.MetadataValue:
     """The manifest of the files the step wrote, beside the notes of its first pin (where the
     IO manager puts them: the bucket when notes_dir is one), pruned with them."""
-    from ..store.manifests import manifest_path, write_manifest
+    from ...store.manifests import manifest_path, write_manifest
 
     notes_dir = _notes_dir(context, op)
     key = context.asset_key_for_output(op.outputs[(plan.node_id, plan.pins[0])])

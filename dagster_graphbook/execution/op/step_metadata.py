@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import dagster as dg
 
-from ..store.previews import PICTURES_SHOWN, pictures_markdown
-from .errors import ItemError
+from ...store.previews import PICTURES_SHOWN, pictures_markdown
+from ..errors import ItemError
 
 DETAILS_META = "details"
 # step figures worth a curve across runs (the step's own ``dagster_metadata`` are too)

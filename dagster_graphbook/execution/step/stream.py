@@ -33,12 +33,12 @@ from typing import (
     Tuple,
 )
 
-from ..authoring.log import Emit
-from ..plan.settings import StreamSettings
-from .batch import count_items
+from ...authoring.log import Emit
+from ...plan.settings import StreamSettings
+from ..batch.run import count_items
+from ..errors import StepFailure
+from ..ownership.interrupts import interrupt_latch
 from .driver import StepDriver
-from .errors import StepFailure
-from .ownership.interrupts import interrupt_latch
 
 
 @dataclass

@@ -19,15 +19,15 @@ import traceback
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
-from ..authoring.log import Emit, LogTarget, log_target
-from ..errors import Label
-from ..plan.settings import BatchRuntime, StepRuntime, runtime_class
-from .batch import count_items, run_batch_step
-from .errors import ItemError, StepFailure, named_url, short_repr, skip_hint, url_named
-from .incremental.reuse import Reuse
-from .pools.batch_pools import BatchPools
-from .routing import Pins, StepResult, dropped_stats, normalize_yield
-from .stall import StallWatchdog
+from ...authoring.log import Emit, LogTarget, log_target
+from ...errors import Label
+from ...plan.settings import BatchRuntime, StepRuntime, runtime_class
+from ..batch.run import count_items, run_batch_step
+from ..errors import ItemError, StepFailure, named_url, short_repr, skip_or_raise, url_named
+from ..incremental.reuse import Reuse
+from ..pools.batch_pools import BatchPools
+from ..routing import Pins, StepResult, dropped_stats, normalize_yield
+from ..stall import StallWatchdog
 
 
 class _Where:
@@ -258,16 +258,12 @@ class StepDriver:
             except Exception as exc:
                 tb = url_named(traceback.format_exc(), exc)
                 error = ItemError("step", index, None, "", short_repr(note), tb)
-                if self.runtime.on_item_error != "skip":
-                    raise StepFailure(
-                        self.label,
-                        f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}"
-                        f"{named_url(exc)}",
-                        error,
-                        note=note,
-                        hint=skip_hint(self.label, batch=False),
-                    ) from exc
-                errors.append(error)
+                skip_or_raise(
+                    self.runtime.on_item_error == "skip", errors, self.label,
+                    f"failed on note {index} {short_repr(note)}: {type(exc).__name__}: {exc}"
+                    f"{named_url(exc)}",
+                    error, note=note, batch=False, cause=exc,
+                )  # fmt: skip
                 continue
             per_note[k] = out.add_routed(routed, note, f"note {index}")
         stats = {

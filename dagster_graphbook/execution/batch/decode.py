@@ -47,9 +47,9 @@ import traceback
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..authoring.images import EncodedImage
-from ..errors import GraphbookError
-from .device import is_cuda_oom
+from ...authoring.images import EncodedImage
+from ...errors import GraphbookError
+from ..device import is_cuda_oom
 
 Failure = Tuple[int, str]  # (position in the batch, traceback text)
 

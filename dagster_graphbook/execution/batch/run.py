@@ -16,22 +16,22 @@ import traceback
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..authoring import steps as gb_steps
-from ..authoring.log import Emit
-from ..errors import Label
-from ..plan.settings import BatchRuntime
-from ..store.codec import LOST_ITEMS_KEY, compact
-from ..store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
+from ...authoring import steps as gb_steps
+from ...authoring.log import Emit
+from ...errors import Label
+from ...plan.settings import BatchRuntime
+from ...store.codec import LOST_ITEMS_KEY, compact
+from ...store.previews import PICTURE_SIZE, PICTURES_SHOWN, item_picture
+from ..device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
+from ..errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_or_raise
+from ..pools.batch_pools import BatchPools, DumpPool, Loader
+from ..pools.dump_pool import with_sizes
+from ..pools.priority import AutoPriority
+from ..pools.workers import shm_free_bytes, start_method_problem
+from ..routing import Pins, StepResult
+from ..stall import StallWatchdog
 from .decode import any_encoded, decode_batch, is_encoded
-from .device import contains_cuda, is_cuda_oom, memory_line, move, resolve_device
-from .errors import GpuOutOfMemory, ItemError, StepFailure, exit_hint, short_repr, skip_hint
-from .pools.batch_pools import BatchPools
-from .pools.dump_pool import with_sizes
-from .pools.priority import AutoPriority
-from .pools.workers import shm_free_bytes, start_method_problem
 from .progress import Progress
-from .routing import Pins, StepResult
-from .stall import StallWatchdog
 
 _SHM_MIN = 256 * 1024  # below this, worker processes cannot count on their semaphores
 
@@ -58,7 +58,7 @@ def _check_pool_sizes(settings: BatchRuntime, label: Label) -> None:
 def _placeholders() -> Tuple[set, set]:
     loads, dumps = {gb_steps.BatchStep.load_fn}, {gb_steps.BatchStep.dump_fn}
     try:  # real Graphbook's placeholders, where it is installed
-        from ..authoring.compat import real_graphbook_installed
+        from ...authoring.compat import real_graphbook_installed
 
         if real_graphbook_installed():  # pragma: no cover
             from graphbook.core.steps import BatchStep
@@ -203,16 +203,12 @@ class _BatchRun:
             tb,
             item_picture(self.items[index], PICTURE_SIZE) if shown else "",
         )
-        if not self.skip:
-            raise StepFailure(
-                self.label,
-                f"{stage} failed on item {short_repr(self.items[index])} (note "
-                f"{self.number(note_index)}, item {self.position[index]})",
-                error,
-                note=self.notes[note_index],
-                hint=skip_hint(self.label, batch=True),
-            )
-        self.errors.append(error)
+        skip_or_raise(
+            self.skip, self.errors, self.label,
+            f"{stage} failed on item {short_repr(self.items[index])} (note "
+            f"{self.number(note_index)}, item {self.position[index]})",
+            error, note=self.notes[note_index], batch=True,
+        )  # fmt: skip
         lost = self.lost.setdefault(note_index, [])
         if self.position[index] not in lost:
             lost.append(self.position[index])
@@ -229,15 +225,11 @@ class _BatchRun:
                 error = ItemError(
                     "on_data", self.number(ni), None, "", short_repr(note), traceback.format_exc()
                 )
-                if not self.skip:
-                    raise StepFailure(
-                        self.label,
-                        f"note {self.number(ni)} {short_repr(note)}: {type(exc).__name__}: {exc}",
-                        error,
-                        note=note,
-                        hint=skip_hint(self.label, batch=True),
-                    ) from exc
-                self.errors.append(error)
+                skip_or_raise(
+                    self.skip, self.errors, self.label,
+                    f"note {self.number(ni)} {short_repr(note)}: {type(exc).__name__}: {exc}",
+                    error, note=note, batch=True, cause=exc,
+                )  # fmt: skip
                 self.valid[ni] = False
                 continue
             self.items += items
@@ -262,16 +254,12 @@ class _BatchRun:
             except Exception as exc:
                 at = self.number(ni)
                 error = ItemError("route", at, None, "", short_repr(note), traceback.format_exc())
-                if not self.skip:
-                    raise StepFailure(
-                        self.label,
-                        f"on_after_item/route failed on note {at} {short_repr(note)}: "
-                        f"{type(exc).__name__}: {exc}",
-                        error,
-                        note=note,
-                        hint=skip_hint(self.label, batch=True),
-                    ) from exc
-                self.errors.append(error)
+                skip_or_raise(
+                    self.skip, self.errors, self.label,
+                    f"on_after_item/route failed on note {at} {short_repr(note)}: "
+                    f"{type(exc).__name__}: {exc}",
+                    error, note=note, batch=True, cause=exc,
+                )  # fmt: skip
                 continue
             self.per_note[ni] = self.out.add_routed(
                 routed, note, f"route of note {self.number(ni)}"
@@ -443,8 +431,8 @@ def _own_fns(step: Any, settings: BatchRuntime, label: Label) -> Tuple[bool, boo
 
 def _batches(
     run: _BatchRun,
-    loader: Any,
-    dumps: Any,
+    loader: Loader,
+    dumps: Optional[DumpPool],
     progress: Progress,
     watchdog: StallWatchdog,
     priority: AutoPriority,
@@ -490,7 +478,7 @@ def _batches(
         )
 
 
-def _stuck(run: _BatchRun, progress: Progress, dumps: Any) -> str:
+def _stuck(run: _BatchRun, progress: Progress, dumps: Optional[DumpPool]) -> str:
     """What a stalled step waits for: the stage and the items (for the stall watchdog)."""
     done = progress.counts["processed"] + progress.counts["failed"]
     parts = [f"waiting in {run.stage}"]
@@ -608,7 +596,7 @@ def _process_batch(
     has_load: bool,
     has_dump: bool,
     device: str,
-    dumps: Any,
+    dumps: Optional[DumpPool],
     progress: Progress,
     retried: bool = False,
 ) -> None:
@@ -657,6 +645,7 @@ def _process_batch(
             run.label, "on_item_batch returned dump tuples but the step has no dump_fn"
         )
     for pos, args in calls:
+        assert dumps is not None  # a step with a dump_fn has a pool (BatchPools.dump_pool)
         index = indices[pos]
         if contains_cuda(args):
             args = move(args, "cpu")  # dump workers must not touch CUDA

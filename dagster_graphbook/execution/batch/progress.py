@@ -11,7 +11,7 @@ import re
 import time
 from typing import Callable, Dict, Optional
 
-from ..errors import Label
+from ...errors import Label
 
 FIRST_REPORT_S = 1.0
 PROGRESS_LINE = re.compile(r"^\d+/\d+ \(\d+%\) · ")
