@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Type, Union
+from typing import Any, Dict, Iterator, Optional, Set, Tuple, Type, Union
 
 import dagster as dg
 
@@ -143,3 +143,21 @@ class RayHeadLostError(GraphbookError):
     def __init__(self, headline: str, *, address: str, step: str, run_id: str, silent_s: float):
         metadata = {"address": address, "step": step, "run": run_id, "silent_s": round(silent_s)}
         super().__init__(headline, metadata=metadata)
+
+
+def error_chain(exc: BaseException, *, implicit: bool = True) -> Iterator[BaseException]:
+    """``exc``, then the errors it was raised from (``__cause__``) and, with ``implicit``, while
+    handling (``__context__``), nearest first; at most 20, never round a loop."""
+    seen: Optional[BaseException] = exc
+    met: Set[int] = set()
+    while seen is not None and id(seen) not in met and len(met) < 20:
+        met.add(id(seen))
+        yield seen
+        seen = seen.__cause__ or (seen.__context__ if implicit else None)
+
+
+def error_cause(
+    exc: BaseException, kinds: Union[type, Tuple[type, ...]], *, implicit: bool = True
+) -> Optional[BaseException]:
+    """``exc`` or the first error of its chain (``error_chain``) that is one of ``kinds``."""
+    return next((e for e in error_chain(exc, implicit=implicit) if isinstance(e, kinds)), None)

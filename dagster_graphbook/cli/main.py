@@ -13,10 +13,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..defs.component.component import component_job_name
 from ..defs.instance import location_home, run_home
-from ..errors import GraphbookError
+from ..errors import GraphbookError, error_cause, error_chain
 from ..execution import PROGRESS_LINE
 from ..model.params import TextValue
 from ..plan.translator import import_translator
+from ..runner.console import console_loggers
 from ..runner.instance import get_instance
 from ..runner.run import run_workflow
 from ..runner.tags import RUN_TOKEN_TAG
@@ -81,12 +82,7 @@ def _user_errors() -> Tuple[type, ...]:
 def _user_error(exc: BaseException) -> Optional[BaseException]:
     """``exc`` or the user error it wraps (a component's, wrapped by Dagster's component tree);
     None for any other error, whose traceback helps."""
-    seen: Optional[BaseException] = exc
-    while seen is not None:
-        if isinstance(seen, _user_errors()):
-            return seen
-        seen = seen.__cause__
-    return None
+    return error_cause(exc, _user_errors(), implicit=False)
 
 
 def _say_error(command: str, exc: BaseException, limit: int = 500) -> None:
@@ -125,11 +121,7 @@ def _database_error(exc: BaseException, home: Optional[str]) -> Optional[str]:
     password), why, and what to do; None for any other error."""
     import sqlalchemy.exc
 
-    chain: List[BaseException] = []
-    seen: Optional[BaseException] = exc
-    while seen is not None and len(chain) < 20:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = list(error_chain(exc))
     failed = [
         e
         for e in chain
@@ -335,7 +327,7 @@ def _console_config(args: argparse.Namespace) -> Dict[str, Any]:
     printed twice); with ``--no-progress`` it prints the warnings (the runner's default)."""
     if args.no_progress:
         return {}
-    return {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    return {"loggers": console_loggers("CRITICAL")}
 
 
 _FIGURES = ("accuracy", "items_per_s", "dagster/row_count", "files_written", "table_path")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 from multiprocessing import forkserver
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
 
@@ -73,7 +73,7 @@ def _graphbook_executor(default: Mapping[str, Any]) -> dg.ExecutorDefinition:
         if "forkserver" in ((chosen or {}).get("start_method") or {}):
             forkserver_with_this_environment()
         multiprocess = "multiprocess" in context.executor_config
-        return _OwnedExecutor(create(context), owned=True, multiprocess=multiprocess)
+        return _CompletingExecutor(create(context), owned=True, multiprocess=multiprocess)
 
     return graphbook_executor
 
@@ -186,30 +186,31 @@ def in_memory_notes_dirs(job: dg.JobDefinition) -> List[str]:
     return sorted(found)
 
 
-class _OwnedExecutor(dg.Executor):
-    """Dagster's executor, run while this process holds the run's owner lock (``owned``), with
-    the shards Dagster leaves out of a from-failure run added to it (``reexecution``)."""
+class OwnedExecutor(dg.Executor):
+    """An executor (``inner``) run while this process holds the run's owner lock (``owned``):
+    the one wrapper of Dagster's, k8s's and Ray's executors. ``prepare`` and ``finish`` are
+    what a wrapper adds before the run's steps start and after they end."""
 
-    def __init__(self, inner: dg.Executor, owned: bool, multiprocess: bool = False) -> None:
+    def __init__(self, inner: dg.Executor, owned: bool = True) -> None:
         self.inner = inner
         self.owned = owned
-        self.multiprocess = multiprocess  # graphbook_executor's mode of this run
+
+    def prepare(self, plan_context: Any, execution_plan: Any) -> Tuple[Any, Any]:
+        return plan_context, execution_plan
+
+    def finish(self) -> None:
+        return None
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
-        plan_context, execution_plan, added = complete_plan(plan_context, execution_plan)
-        if added:
-            plan_context.log.info(
-                f"re-execution from failure: also running {', '.join(added)}, which never ran "
-                "in an earlier run (their step's commit needs every shard)"
-            )
-        _refuse_before_start(plan_context, execution_plan)
-        if self.multiprocess:
-            _refuse_in_memory_notes(plan_context.job.get_definition())
-        if not self.owned:
-            yield from self.inner.execute(plan_context, execution_plan)
-            return
-        with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
-            yield from self.inner.execute(plan_context, execution_plan)
+        plan_context, execution_plan = self.prepare(plan_context, execution_plan)
+        try:
+            if not self.owned:
+                yield from self.inner.execute(plan_context, execution_plan)
+                return
+            with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
+                yield from self.inner.execute(plan_context, execution_plan)
+        finally:
+            self.finish()
 
     @property
     def retries(self) -> Any:
@@ -220,6 +221,27 @@ class _OwnedExecutor(dg.Executor):
         return self.inner.step_dependency_config
 
 
+class _CompletingExecutor(OwnedExecutor):
+    """Dagster's executor, owned, with the shards Dagster leaves out of a from-failure run added
+    to it, and a run refused before any step starts where it could not go right."""
+
+    def __init__(self, inner: dg.Executor, owned: bool, multiprocess: bool = False) -> None:
+        super().__init__(inner, owned)
+        self.multiprocess = multiprocess  # graphbook_executor's mode of this run
+
+    def prepare(self, plan_context: Any, execution_plan: Any) -> Tuple[Any, Any]:
+        plan_context, execution_plan, added = complete_plan(plan_context, execution_plan)
+        if added:
+            plan_context.log.info(
+                f"re-execution from failure: also running {', '.join(added)}, which never ran "
+                "in an earlier run (their step's commit needs every shard)"
+            )
+        _refuse_before_start(plan_context, execution_plan)
+        if self.multiprocess:
+            _refuse_in_memory_notes(plan_context.job.get_definition())
+        return plan_context, execution_plan
+
+
 def _completing(executor_def: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
     """A user's executor (a Dagster, k8s or Ray one) that also runs never-run shards on a
     re-execution from failure; its name, config and requirements unchanged."""
@@ -228,7 +250,7 @@ def _completing(executor_def: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
     return dg.ExecutorDefinition(
         name=executor_def.name,
         config_schema=executor_def.config_schema,  # type: ignore[arg-type]  # a definition's, as is
-        executor_creation_fn=lambda init_context: _OwnedExecutor(create(init_context), False),
+        executor_creation_fn=lambda init_context: _CompletingExecutor(create(init_context), False),
         description=executor_def.description,
         requirements=executor_def.get_requirements,
     )

@@ -59,8 +59,8 @@ from ..dagster_internals import (
     StepHandler,
     StepHandlerContext,
 )
+from ..defs.executor import OwnedExecutor
 from ..errors import RayHeadLostError
-from ..execution import own_run
 from ..plan.gpus import ON_CLUSTER_TAG
 from .beside import ForkedSteps
 
@@ -407,31 +407,21 @@ class PlacedRayStepHandler(StepHandler):
             )
 
 
-class _OwnedExecutor(dg.Executor):
-    """dagster-ray's executor, run while this process holds the run's owner lock; the server
-    its light steps fork from started at once (``handler``'s, unless every step is a Ray
-    job)."""
+class _OwnedRayExecutor(OwnedExecutor):
+    """dagster-ray's executor, owned (``OwnedExecutor``); the server its light steps fork from
+    started at once (``handler``'s, unless every step is a Ray job), and ended with the run."""
 
     def __init__(self, inner: Any, handler: PlacedRayStepHandler) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.handler = handler
 
-    def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
+    def prepare(self, plan_context: Any, execution_plan: Any) -> Tuple[Any, Any]:
         if self.handler.runs_beside(execution_plan):
             self.handler.beside.warm_up(plan_context.instance)
-        try:
-            with own_run(plan_context.instance, plan_context.run_id, plan_context.log.warning):
-                yield from self.inner.execute(plan_context, execution_plan)
-        finally:  # no step forked beside the run worker outlives its run
-            self.handler.beside.end()
+        return plan_context, execution_plan
 
-    @property
-    def retries(self) -> Any:
-        return self.inner.retries
-
-    @property
-    def step_dependency_config(self) -> Any:
-        return self.inner.step_dependency_config
+    def finish(self) -> None:  # no step forked beside the run worker outlives its run
+        self.handler.beside.end()
 
 
 @dg.executor(
@@ -491,4 +481,4 @@ def ray_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     executor._step_handler = handler
     # dagster-ray builds the StepDelegatingExecutor without it: Dagster's 20 s then
     executor._check_step_health_interval_seconds = config["health_check_interval_s"]
-    return _OwnedExecutor(executor, handler)
+    return _OwnedRayExecutor(executor, handler)

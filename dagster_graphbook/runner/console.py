@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, Dict
 
 import dagster as dg
 
@@ -11,7 +12,12 @@ from ..dagster_internals import (
 )
 from .failure import RETURNED_EVENTS
 
-QUIET_LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}  # warnings, not the failure
+
+def console_loggers(level: str) -> Dict[str, Any]:
+    """The run config ``loggers`` section that sets the console logger's level: ``WARNING`` for
+    a run whose caller says the failure itself (``quiet``), ``CRITICAL`` while the CLI's live
+    display shows the run's messages."""
+    return {"console": {"config": {"log_level": level}}}
 
 
 def _not_returned(record: logging.LogRecord) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional
 
 import dagster as dg
 
@@ -77,15 +77,3 @@ def raised_at(traceback_text: str) -> Optional[str]:
     ]
     found = (own or frames)[-1] if frames else None
     return f"{found['file']}, line {found['line']}, in {found['func']}" if found else None
-
-
-def error_cause(
-    exc: BaseException, kinds: Union[type, Tuple[type, ...]]
-) -> Optional[BaseException]:
-    """``exc`` or the first error of its chain of causes that is one of ``kinds``."""
-    seen: Optional[BaseException] = exc
-    while seen is not None:
-        if isinstance(seen, kinds):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None

@@ -9,10 +9,9 @@ from typing import Any, Dict, Optional, Union
 
 import dagster as dg
 
-from ..errors import RequestError
+from ..errors import RequestError, error_cause
 from ..model.workflow import WorkflowError
 from .console import failures_unsaid
-from .failure import error_cause
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -19,7 +18,7 @@ from ..errors import RequestError
 from ..plan.translator import (
     GraphbookTranslator,
 )
-from .console import QUIET_LOGGERS, failures_unsaid
+from .console import console_loggers, failures_unsaid
 from .instance import get_instance
 from .interrupts import backstop, execute_in_process
 from .location import code_location_module, load_code_location
@@ -189,7 +188,7 @@ def _run(
         return finished_run(instance, run_id, success, start)
     run_config = config()
     if request.quiet:
-        run_config.setdefault("loggers", copy.deepcopy(QUIET_LOGGERS))
+        run_config.setdefault("loggers", console_loggers("WARNING"))
     run_tags = new_run_tags(request.tags)
     partition_key = request.partition_key
     mode = request.executor or default_mode(job.executor_def)

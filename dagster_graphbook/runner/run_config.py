@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import dagster as dg
@@ -53,6 +54,32 @@ def _params_config(
     return config
 
 
+def _cannot_set(
+    source: str,
+    steps: Sequence[str],
+    key: str,
+    *,
+    resources: Sequence[str] = (),
+    shared: Optional[Mapping[str, Sequence[str]]] = None,
+) -> WorkflowError:
+    """The refusal of ``--set key=...`` whose STEP names no step (or resource) of ``source``,
+    or (``shared``: a name -> what it names) several of them."""
+    name = key.partition(".")[0]
+    if shared and name in shared:  # two steps of one class, two resources of one class
+        return WorkflowError(
+            source,
+            [
+                f"cannot set {key!r}: {name!r} names several steps or resources "
+                f"({', '.join(shared[name])}): name the one to set"
+            ],
+        )
+    also = f" (or RESOURCE.PARAM with RESOURCE one of {', '.join(resources)})" if resources else ""
+    return WorkflowError(
+        source,
+        [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {', '.join(steps)}{also}"],
+    )
+
+
 def _with_params(
     run_config: Optional[Mapping[str, Any]], from_params: Mapping[str, Any]
 ) -> Dict[str, Any]:
@@ -74,21 +101,7 @@ def run_config_for(
         **{ref: ("ops", op, ()) for ref, op in steps.items()},  # a step's name wins
     }
 
-    def refused(key: str) -> Exception:
-        name = key.partition(".")[0]
-        if name in names.shared:  # two steps of one class, two resources of one class
-            return WorkflowError(
-                workflow.source,
-                [
-                    f"cannot set {key!r}: {name!r} names several steps or resources "
-                    f"({', '.join(names.shared[name])}): name the one to set"
-                ],
-            )
-        choices = ", ".join(sorted(set(steps)))
-        return WorkflowError(
-            workflow.source, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {choices}"]
-        )
-
+    refused = partial(_cannot_set, workflow.source, sorted(set(steps)), shared=names.shared)
     sections = _params_config(params, targets, refused)
     return {s: sections[s] for s in ("ops", "resources") if s in sections}
 
@@ -133,16 +146,9 @@ def job_config(
         for ref, (op, step) in resolve_refs((t.refs, (op, t)) for op, t in tagged).items()
     )
 
-    def refused(key: str) -> Exception:
-        steps = ", ".join(sorted(t.step for _, t in tagged))
-        resources = sorted({r for _, t in tagged for r in t.resources})
-        also = (
-            f" (or RESOURCE.PARAM with RESOURCE one of {', '.join(resources)})" if resources else ""
-        )
-        return WorkflowError(
-            job.name, [f"cannot set {key!r}: expected STEP.PARAM with STEP one of {steps}{also}"]
-        )
-
+    steps = sorted(t.step for _, t in tagged)
+    resources = sorted({r for _, t in tagged for r in t.resources})
+    refused = partial(_cannot_set, job.name, steps, resources=resources)
     config = _with_params(run_config, _params_config(params or {}, targets, refused))
     return _request_config(config, job, partition_key, job_source(job))
 
