@@ -9,7 +9,7 @@ import pytest
 
 from dagster_graphbook import GraphbookError, GraphbookWorkflow, WorkflowError, build_definitions
 from dagster_graphbook.execution.errors import StepFailure
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 import os

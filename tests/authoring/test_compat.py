@@ -7,7 +7,7 @@ import sys
 import dagster_graphbook
 from dagster_graphbook import NodeRegistry, load_workflow
 from dagster_graphbook.authoring.compat import install_graphbook_alias
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 COMPAT_NODES = '''
 """Written the way Graphbook's docs write nodes (several of these imports fail on 0.13.3)."""

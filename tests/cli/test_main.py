@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import dagster as dg
 
 from dagster_graphbook.cli.main import LiveDisplay
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 

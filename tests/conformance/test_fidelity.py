@@ -23,7 +23,7 @@ from dagster_graphbook import load_workflow, run_workflow
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError
 from dagster_graphbook.runner.run import get_instance
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 CONFORMANCE = Path(__file__).resolve().parent
 CASES = CONFORMANCE / "cases"

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook import param, resource, source, step

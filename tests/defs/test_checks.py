@@ -11,7 +11,7 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook import step, param, source
@@ -320,7 +320,7 @@ def test_a_partition_whose_source_emits_no_notes_warns_naming_the_step_and_day(
 def test_empty_source_blocking_in_the_yaml_component_fails_the_run(daily, tmp_path):
     """``empty_source: blocking`` in defs.yaml: the missing day fails the run at the source,
     naming the step and the day, and the steps below it do not run."""
-    from tests.conftest import _load_defs_folder
+    from tests.support.defs_folder import load_defs_folder
 
     wf, nodes, _ = daily
     yaml = f"""
@@ -335,7 +335,7 @@ def test_empty_source_blocking_in_the_yaml_component_fails_the_run(daily, tmp_pa
     (tmp_path / "project").mkdir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # load_defs, as the component tests
-        defs = _load_defs_folder(tmp_path / "project", "gb_empty_source_defs", {"daily": yaml})
+        defs = load_defs_folder(tmp_path / "project", "gb_empty_source_defs", {"daily": yaml})
     home = tmp_path / "home"
     home.mkdir()
     empty = _run_day(defs, str(home), EMPTY_DAY)

@@ -21,9 +21,9 @@ from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.authoring.graph import Graph
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import UnboundResourceWarning, WorkflowError, load_workflow
-from tests.conftest import (
-    CHAIN_NODES,
-    REPO,
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.workflows import (
     chain_workflow,
     edge,
     resource_node,
@@ -55,7 +55,7 @@ def _chain(folder: Path, steps: int) -> Path:
 
 def _build_work(tmp_path: Path, steps: int, monkeypatch) -> Dict[str, int]:
     """Input list scans and workflow file bytes read while building an N-step chain."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     path = _chain(tmp_path, steps)
     workflow = load_workflow(path, NodeRegistry.load([nodes]))
     counter = {"scans": 0, "bytes": 0}
@@ -87,7 +87,7 @@ def test_building_a_chain_scans_inputs_and_reads_its_file_linearly(tmp_path, mon
 
 def test_every_node_reference_points_at_its_id_line(tmp_path):
     """The workflow file's lines of all node ids, found in one pass, are each node's own."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     path = _chain(tmp_path, 40)
     data = json.loads(path.read_text())
     data["edges"] = [{**e, "id": e["target"]} for e in data["edges"]]  # edge ids that are node ids
@@ -118,7 +118,7 @@ def test_dagster_sorts_the_steps_with_the_cyclic_gc_paused(tmp_path, monkeypatch
         yield from original(data)
 
     monkeypatch.setattr(toposort, "toposort", watched)
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     build_definitions([GraphbookWorkflow(_chain(tmp_path, 20), custom_nodes=[nodes])], strict=True)
     assert gc_on_while_sorting and not any(gc_on_while_sorting)
     assert gc.isenabled()

@@ -16,7 +16,7 @@ import pytest
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.integrations.dask import dask_executor
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, parent_of_a_step, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, parent_of_a_step, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook.steps import BatchStep, SourceStep
@@ -145,7 +145,7 @@ def test_launchpad_multiprocess_sees_env_vars_set_after_the_forkserver_started(t
     """A run in a process whose forkserver was started by an earlier run: the step process must
     see the environment the run's process has now (as spawn would give it), not the forkserver's
     from its start."""
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
     cfg = {
@@ -171,7 +171,7 @@ def test_launchpad_multiprocess_sees_env_vars_set_after_the_forkserver_started(t
 def test_launchpad_multiprocess_keeps_max_concurrent_and_tag_limits(tmp_path, run_wf):
     """Property: max_concurrent, retries and tag_concurrency_limits named with multiprocess are
     accepted and the run succeeds from the forkserver."""
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
     out = tmp_path / "env.txt"
@@ -214,7 +214,7 @@ def test_launchpad_multiprocess_steps_run_in_the_runs_current_directory(tmp_path
     """Two launchpad-multiprocess runs from one process, the second after a chdir: its step
     process must run in the directory the run's process is in now (spawn's behaviour), not the
     one the forkserver started in."""
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "cwd_nodes.py", CWD_NODES)
     cfg = {"execution": {"config": {"multiprocess": {}}}}
@@ -248,7 +248,7 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     import multiprocessing
 
     from dagster_graphbook.defs import executor
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     # as in a process where no run started the forkserver yet (one already running, started
     # by an earlier test, was started with another environment: the case tested too)

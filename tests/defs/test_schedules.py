@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"

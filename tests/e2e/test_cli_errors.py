@@ -18,7 +18,7 @@ from typing import List
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 DAGSTER = str(Path(sys.executable).parent / "dagster")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 # Two steps that record which process ran them; Check fails while the file `fail_check` exists
 # beside the code location (a fault to resume from).

@@ -17,8 +17,10 @@ from typing import Any, List
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO, can_make_read_only, read_only_switch, write_nodes
 from tests.e2e.test_incremental import NODES, STEPS, WORKFLOW, Day, _computed, _meta, demo
+from tests.support.mounts import can_make_read_only, read_only_switch
+from tests.support.paths import REPO
+from tests.support.workflows import write_nodes
 
 __all__ = ["demo"]  # the fixture, shared with test_incremental
 pytestmark = pytest.mark.xdist_group("incremental_demo")
@@ -139,7 +141,7 @@ print(json.dumps({{"ok": run.success, "y": [n["y"] for n in run.notes["Square"][
 
 
 def test_a_run_killed_mid_step_leaves_nothing_a_later_run_trusts(tmp_path, dagster_home):
-    from tests.conftest import edge, step_node, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
     write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
     write_workflow(
@@ -228,7 +230,7 @@ def test_a_stream_whose_notes_reach_two_steps_runs_them_whole_and_says_why(tmp_p
     """Streamed, Letters -> A -> (B, C): B and C change the same dicts, so a full run's notes
     carry both changes. Reusing copies would not: incremental is off for the stream, said once
     per step, and the notes are a full run's."""
-    from tests.conftest import edge, step_node, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
     write_nodes(tmp_path / "nodes", "fanout_nodes.py", FANOUT_NODES)
     workflow = write_workflow(
@@ -285,7 +287,7 @@ def test_a_default_parameters_file_a_subpackage_helper_and_an_editors_lock_file(
     """Changes the key must see though nothing in the run's config names them: the file a
     parameter left at its class default names, and a helper in a subpackage of the node folder;
     and an editor's lock file (a dangling ``.#nodes.py`` link) fails nothing."""
-    from tests.conftest import edge, step_node, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
     table = tmp_path / "table.txt"
     table.write_text("A")

@@ -9,7 +9,8 @@ import pytest
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import CHAIN_NODES, chain_workflow, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import chain_workflow, step_node, write_nodes, write_workflow
 
 
 class Exits(BatchStep):
@@ -73,7 +74,7 @@ def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
     from dagster_graphbook import GraphbookWorkflow, WorkflowError
     from dagster_graphbook.defs.definitions import build_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain.py", "chain")
     wf = _chain(tmp_path, 1002)
     with pytest.raises(
         WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"
@@ -88,7 +89,7 @@ def test_a_chain_as_deep_as_allowed_builds_whichever_step_dagster_visits_first(t
     import subprocess
     import sys
 
-    nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain.py", "chain")
     wf = _chain(tmp_path, 1000)
     script = f"""
 from dagster._core.definitions.graph_definition import create_adjacency_lists

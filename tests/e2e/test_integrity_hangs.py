@@ -260,7 +260,7 @@ def test_a_plain_step_stuck_on_a_note_says_where(tmp_path, run_wf, dagster_home)
     now the stall watchdog names the workflow, the step and the note, as for batch steps."""
     import dagster as dg
 
-    from tests.conftest import edge, step_node, write_nodes, write_workflow
+    from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "stuck_nodes.py", STUCK_NODES)
     wf = write_workflow(

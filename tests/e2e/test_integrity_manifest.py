@@ -9,7 +9,7 @@ import pytest
 from upath import UPath
 
 from dagster_graphbook.store.manifests import read_manifest
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 import os

@@ -19,15 +19,9 @@ import dagster as dg
 import psutil
 import pytest
 
-from tests.conftest import (
-    can_make_read_only,
-    edge,
-    read_only_switch,
-    serve_webserver,
-    step_node,
-    write_nodes,
-    write_workflow,
-)
+from tests.support.mounts import can_make_read_only, read_only_switch
+from tests.support.webserver import serve_webserver
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 import time

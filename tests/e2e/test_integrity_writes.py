@@ -118,7 +118,7 @@ def test_kill_9_while_the_demo_writes_a_copy_leaves_no_image_named_file(tmp_path
     under a ``.png`` name in the day's outputs, and nothing ever removed it."""
     from PIL import Image
 
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     nodes = REPO / "custom_nodes" / "nightly" / "nightly_nodes.py"
     src = tmp_path / "src.png"
@@ -181,10 +181,10 @@ def test_a_full_disk_under_dump_jsonl_keeps_the_previous_file_and_no_temporary(
 ):
     """DumpJSONL on a full disk (a real 16 KiB tmpfs): closing its temporary file failed and left
     it behind, holding the space of the disk that was already full."""
-    from tests.conftest import write_nodes
-    from tests.e2e.conftest import _can_unshare
+    from tests.support.mounts import can_unshare
+    from tests.support.workflows import write_nodes
 
-    why = _can_unshare()
+    why = can_unshare()
     if why:
         pytest.skip(why)
     nodes = write_nodes(tmp_path / "nodes", "count_nodes.py", COUNT_NODES)

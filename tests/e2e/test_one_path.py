@@ -14,7 +14,7 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSettings
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
     import time

@@ -18,7 +18,7 @@ from dagster_graphbook.execution.driver import StepDriver, run_all
 from dagster_graphbook.execution.errors import StepFailure, WorkerDied
 from dagster_graphbook.execution.stream import StreamingRun, StreamStep
 from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSettings
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 MODES = [pytest.param(False, id="default"), pytest.param(True, id="streaming")]
 

@@ -15,7 +15,8 @@ import dagster as dg
 from PIL import Image
 
 from dagster_graphbook.store.previews import NOT_AN_IMAGE
-from tests.conftest import REPO, _shapes_data
+from tests.support.nightly import shapes_data
+from tests.support.paths import REPO
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -53,7 +54,7 @@ def _thumbs(markdown: str):
 def test_a_day_shows_thumbnails_of_each_pin_with_label_and_confidence(
     project, tmp_path, run_wf, dagster_home
 ):
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, 30)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, 30)
     run = run_wf(WORKFLOW, [NODES], _params(project, folder, tmp_path))
     assert run.success, run.failure
     meta = _materializations(dagster_home, run.run_id)
@@ -86,7 +87,7 @@ def test_a_day_shows_thumbnails_of_each_pin_with_label_and_confidence(
 
 
 def test_preview_off_leaves_the_metadata_as_before(project, tmp_path, run_wf, dagster_home):
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, 8)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, 8)
     run = run_wf(WORKFLOW, [NODES], _params(project, folder, tmp_path), preview=False)
     assert run.success, run.failure
     meta = _materializations(dagster_home, run.run_id)
@@ -97,7 +98,7 @@ def test_preview_off_leaves_the_metadata_as_before(project, tmp_path, run_wf, da
 
 
 def _with_a_corrupt_image(tmp_path: Path) -> Path:
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, 6)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, 6)
     good = sorted(folder.glob("*.png"))
     broken = folder / ("zz_" + good[0].name)
     broken.write_bytes(good[0].read_bytes()[:40])  # a truncated PNG: its header, no pixels
@@ -169,7 +170,7 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
 
     from dagster_graphbook import run_workflow
     from dagster_graphbook.store.previews import SKIPPED
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     good, rotated, fifo = tmp_path / "good.png", tmp_path / "rotated.jpg", tmp_path / "fifo.png"
     Image.new("RGB", (40, 40), (0, 200, 0)).save(good)

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import Leaks, shm_leaks, shm_snapshot
+from tests.support.leaks import Leaks, shm_leaks, shm_snapshot
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 FAULT_NODES = """
     import os

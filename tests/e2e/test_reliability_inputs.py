@@ -20,7 +20,7 @@ from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.authoring import Graph
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError, load_workflow
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 PROCESS_WORKERS = {"num_workers": 2, "worker_type": "process", "device": "cpu"}
 

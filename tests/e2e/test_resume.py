@@ -23,7 +23,7 @@ from upath import UPath
 from dagster_graphbook.cli import main as cli
 from dagster_graphbook.errors import RequestError
 from dagster_graphbook.store.versions import read_notes, stored_notes_path
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 import os, time

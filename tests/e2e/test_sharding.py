@@ -12,7 +12,7 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
     import os
@@ -998,11 +998,11 @@ def test_a_shard_killed_with_kill_9_is_retried_alone(tmp_path, nodes, run_wf):
 @pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("setting", ["{ClassifyShapes: 3}", "{ClassifyShapes: {shard_size: 100}}"])
 def test_the_components_shards_option(tmp_path, setting):
-    from tests.conftest import _load_defs_folder
-    from tests.defs.conftest import NIGHTLY_YAML
+    from tests.support.defs_folder import load_defs_folder
+    from tests.support.nightly import NIGHTLY_YAML
 
     yaml = NIGHTLY_YAML.rstrip() + f"\n      shards: {setting}\n"
-    defs = _load_defs_folder(tmp_path, "gb_shard_defs", {"nightly": yaml})
+    defs = load_defs_folder(tmp_path, "gb_shard_defs", {"nightly": yaml})
     job = defs.resolve_job_def("nightly_shapes")
     graph = job.graph.node_named("nightly_shapes__ClassifyShapes").definition
     assert sorted(n.name for n in graph.nodes) == [
@@ -1247,9 +1247,9 @@ def test_a_full_disk_under_a_shards_result_names_the_file_and_its_file_system(tm
     """The notes_dir on a real 256 KiB tmpfs: the slices fit, a shard's result (8 notes of 100
     KB) does not. The failure names the output, the file it was writing and the full file
     system, in words ('its output's cannot be stored' named none)."""
-    from tests.e2e.conftest import _can_unshare
+    from tests.support.mounts import can_unshare
 
-    why = _can_unshare()
+    why = can_unshare()
     if why:
         pytest.skip(why)
     import subprocess

@@ -14,8 +14,8 @@ import dagster as dg
 import psutil
 import pytest
 
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import Leaks
+from tests.support.leaks import Leaks
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 NOTES, ITEMS_PER_NOTE = 1000, 50  # 50 000 items
 

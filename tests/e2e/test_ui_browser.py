@@ -18,8 +18,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO, serve_webserver
 from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
+from tests.support.paths import REPO
+from tests.support.webserver import serve_webserver
 
 DEMO = "nightly_shapes"
 
@@ -477,7 +478,7 @@ def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(
     from selenium.webdriver.support.ui import WebDriverWait
 
     from dagster_graphbook import run_workflow
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     port = listener.port
     image = tmp_path / "good.png"

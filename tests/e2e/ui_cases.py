@@ -19,7 +19,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-from tests.conftest import REPO, edge, step_node, write_nodes, write_workflow
+from tests.support.paths import REPO
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 LOCATION = "ui_cases"
 BROKEN_STEP = "NoSuchStep"

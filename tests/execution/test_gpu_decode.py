@@ -26,7 +26,7 @@ from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.decode import decode_batch
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import _shapes_data
+from tests.support.nightly import shapes_data
 
 # Against the demo's PIL load_fn, in units of 1/255 of the [0, 1] floats (decode.py's docstring
 # says the same). CPU measured: mean 0.003, max 1 (libjpeg-turbo both sides, PIL-exact resize).
@@ -67,7 +67,7 @@ def images(tmp_path_factory):
     """The demo's shapes as PNG (what shapes_data.py writes), and as JPEGs: RGB, grayscale,
     non-square, larger than the model's input, 4:4:4 and 4:2:0, one with an EXIF rotation."""
     folder = tmp_path_factory.mktemp("images")
-    pictures = [image for image, _ in _shapes_data().samples("gpu-decode", 6)]
+    pictures = [image for image, _ in shapes_data().samples("gpu-decode", 6)]
     paths = []
     for i, image in enumerate(pictures[:3]):
         paths.append(folder / f"shape_{i}.png")
@@ -506,7 +506,7 @@ class ClassifyEncoded(ClassifyPil):
 def test_a_job_whose_load_fn_is_one_line_classifies_as_the_pil_path(images, tmp_path, run_wf):
     from dagster_graphbook import NodeRegistry
     from dagster_graphbook.authoring import Graph
-    from tests.conftest import write_nodes
+    from tests.support.workflows import write_nodes
 
     registry = NodeRegistry.load([write_nodes(tmp_path / "nodes", "decode_nodes.py", NODES)])
     g = Graph()

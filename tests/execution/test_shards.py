@@ -24,7 +24,7 @@ from dagster_graphbook.execution.shards import (
 )
 from dagster_graphbook.execution.step_op import OpRun
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
     import os

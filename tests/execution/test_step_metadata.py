@@ -12,7 +12,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = '''
 from graphbook.steps import BatchStep, SourceStep, Step

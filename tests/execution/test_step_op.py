@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import shm_leaks, shm_snapshot
+from tests.support.leaks import shm_leaks, shm_snapshot
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
     import os

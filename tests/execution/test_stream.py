@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 NODES = """
     import os

@@ -21,7 +21,7 @@ from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory
 from dagster_graphbook.execution.pools import loader_pool
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 

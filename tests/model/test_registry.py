@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 
 def test_two_classes_with_one_name_are_ambiguous_not_fatal(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
 from dagster_graphbook.model.workflow import workflow_name
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 EXTRA_NODES = """
 from graphbook import step, param, source, resource

@@ -23,7 +23,8 @@ from dagster_graphbook import (
     load_workflow,
 )
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import REPO, edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.paths import REPO
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 K = dg.AssetKey
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 NODES = """
     from graphbook import step, source, param

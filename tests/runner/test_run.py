@@ -15,8 +15,8 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions, run_workflow
 from dagster_graphbook.cli.main import main
-from tests.conftest import (
-    REPO,
+from tests.support.paths import REPO
+from tests.support.workflows import (
     edge,
     parent_of_a_step,
     resource_node,

@@ -7,7 +7,7 @@ import os
 import dagster as dg
 
 from dagster_graphbook.store import codec
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 NODES = """
 from graphbook import source, step

@@ -14,7 +14,8 @@ import pytest
 from dagster.components import load_defs
 
 from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, build_definitions
-from tests.conftest import REPO, edge, step_node, write_nodes, write_workflow
+from tests.support.paths import REPO
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Function `load_defs` is deprecated:DeprecationWarning"

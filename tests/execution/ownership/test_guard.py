@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import step_node, write_nodes, write_workflow
+from tests.support.workflows import step_node, write_nodes, write_workflow
 
 PARTITION_NODES = """
     from graphbook import step, source, param

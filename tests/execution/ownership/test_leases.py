@@ -30,15 +30,8 @@ from dagster_graphbook.execution.ownership.leases import (
     nvml_gpu_count,
 )
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import (
-    can_make_read_only,
-    edge,
-    read_only_switch,
-    resource_node,
-    step_node,
-    write_nodes,
-    write_workflow,
-)
+from tests.support.mounts import can_make_read_only, read_only_switch
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 LABEL = "workflow 'w', step 'S' (node 1)"
 FORK = mp.get_context("fork")  # real processes, without re-importing Dagster in each

@@ -48,7 +48,7 @@ def test_step_processes_do_not_outlive_a_killed_launchpad_multiprocess_run(tmp_p
     import subprocess
     import sys
 
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "sleep_nodes.py", SLEEP_NODES)
     out = tmp_path / "pid.txt"
@@ -130,7 +130,7 @@ def test_an_in_process_run_in_a_process_started_from_a_thread_outlives_that_thre
     launcher process is alive. Runs in process are meant to be left alone."""
     import multiprocessing
 
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_nodes, write_workflow
 
     nodes = write_nodes(tmp_path / "nodes", "slow_nodes.py", SLOW_NODES)
     out = tmp_path / "out.txt"
