@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from tests.support.defs_folder import load_defs_folder
 from tests.support.nightly import NIGHTLY_YAML
+from tests.support.nodes import node_file
 from tests.support.paths import REPO
 
 # load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the
@@ -146,23 +148,12 @@ def _workflow_yaml(workflow: Path, nodes: Path) -> str:
     )
 
 
-COUNT_NODES = """
-from graphbook import step, source
-
-
-@step("Comp/Count")
-@source()
-def count(ctx):
-    yield {"out": {"i": 1}}
-"""
-
-
 def test_component_whose_node_file_exits_at_import_names_the_file(tmp_path):
     """A node file calling ``sys.exit(0)`` at import ended the code server's load silently; the
     component's workflow is a job that names the file, and the location still loads."""
     nodes = tmp_path / "nodes"
     nodes.mkdir()
-    (nodes / "count.py").write_text(COUNT_NODES)
+    shutil.copyfile(node_file("component_count"), (nodes / "count.py"))
     (nodes / "quits.py").write_text("import sys\n\nsys.exit(0)\n")
     wf = tmp_path / "counting.json"
     wf.write_text(
@@ -190,7 +181,7 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     error names both files and the ``name:`` attribute; with a name each, both load."""
     nodes = tmp_path / "nodes"
     nodes.mkdir()
-    (nodes / "count.py").write_text(COUNT_NODES)
+    shutil.copyfile(node_file("component_count"), (nodes / "count.py"))
     text = '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Count"}}], "edges": []}'
     first, second = tmp_path / "MyFlow.json", tmp_path / "sub" / "my_flow.json"
     second.parent.mkdir()
