@@ -10,7 +10,7 @@ from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
 from tests.support.nodes import copy_nodes
-from tests.support.workflows import chain_workflow, step_node, write_nodes, write_workflow
+from tests.support.workflows import chain_workflow, step_node, write_workflow
 
 
 class Exits(BatchStep):
@@ -44,22 +44,8 @@ def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
     assert result.outputs["out"][0]["graphbook_lost_items"] == [1]
 
 
-NODES = """
-import threading
-from graphbook.steps import SourceStep
-
-class Locky(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"id": 0}, {"id": 1, "lock": threading.Lock()}]}
-"""
-
-
 def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path, run_wf):
-    nodes = write_nodes(tmp_path / "nodes", "locky.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "locky.py", "exit_steps")
     wf = write_workflow(tmp_path, "locky", [step_node("0", "Locky", {}, source=True)], [])
     run = run_wf(wf, [nodes], notes_dir=str(tmp_path / "notes"))
     assert not run.success

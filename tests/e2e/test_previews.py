@@ -16,6 +16,7 @@ from PIL import Image
 
 from dagster_graphbook.store.previews import NOT_AN_IMAGE
 from tests.support.nightly import shapes_data
+from tests.support.nodes import copy_nodes
 from tests.support.paths import REPO
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
@@ -142,25 +143,6 @@ def test_skipped_items_show_their_pictures_on_the_step_materialization(
     assert "load\\_fn failed" in pictures and NOT_AN_IMAGE in pictures
 
 
-HOSTILE_NODES = """
-from graphbook.steps import SourceStep
-
-
-class Paths(SourceStep):
-    \"\"\"Passes paths along, as the demo's IncomingImages does: one note per ``paths`` entry.\"\"\"
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"paths": {"type": "string", "default": ""}}
-
-    def __init__(self, paths=""):
-        super().__init__()
-        self.paths = paths
-
-    def load(self):
-        return {"out": [{"image": p, "n": i} for i, p in enumerate(self.paths.split("|"))]}
-"""
-
-
 def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
     """A FIFO named ``fifo.png`` (reading it would block for ever), an ``http://`` URL to a
     listener of the test's own and an EXIF-rotated JPEG, in a step that only passes paths along:
@@ -170,7 +152,7 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
 
     from dagster_graphbook import run_workflow
     from dagster_graphbook.store.previews import SKIPPED
-    from tests.support.workflows import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
     good, rotated, fifo = tmp_path / "good.png", tmp_path / "rotated.jpg", tmp_path / "fifo.png"
     Image.new("RGB", (40, 40), (0, 200, 0)).save(good)
@@ -181,7 +163,7 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
     stored.save(rotated, exif=exif.tobytes(), quality=95)
     os.mkfifo(fifo)
     url = f"http://127.0.0.1:{listener.port}/track.png"
-    nodes = write_nodes(tmp_path / "nodes", "paths_nodes.py", HOSTILE_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "paths_nodes.py", "hostile_previews")
     wf = write_workflow(tmp_path, "paths", [step_node("0", "Paths", source=True)], [])
     ran: Dict[str, Any] = {}
     run = threading.Thread(
