@@ -51,7 +51,7 @@ _package_from_pythonpath()
 
 from bench_sharding import day_inputs  # noqa: E402
 
-from tests.conftest import moto_server  # noqa: E402
+from tests.support.s3 import moto_server  # noqa: E402
 
 
 def _proxy_module() -> Any:

@@ -56,8 +56,9 @@ sys.path.insert(0, str(HERE))  # bench_sharding's inputs
 
 from bench_sharding import day_inputs  # noqa: E402
 
-from tests.conftest import moto_server, serve_webserver  # noqa: E402
 from tests.e2e import production_parts as parts  # noqa: E402
+from tests.support.s3 import moto_server  # noqa: E402
+from tests.support.webserver import serve_webserver  # noqa: E402
 
 CACHE = HERE / ".data" / "deploy"
 DAY = "2026-04-01"

@@ -119,7 +119,7 @@ class Stuck(BatchStep):
 
 
 def signals() -> None:
-    from conftest import edge, step_node, write_nodes, write_workflow
+    from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
     print("\n2. signal -> CLI run with a hung load_fn ends (seconds from the signal to exit)")
     print(f"{'workers':<8} {'signal':<8} {'seconds':>8} {'exit':>5} {'run status':>11}")

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SCRIPT = REPO / "scripts" / "uv_args.py"
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 CLOSURE = REPO / "benchmarks" / "gpu" / "closure.py"
 

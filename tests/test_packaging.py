@@ -6,7 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_py_typed_is_in_the_package() -> None:

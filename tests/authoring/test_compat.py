@@ -7,66 +7,12 @@ import sys
 import dagster_graphbook
 from dagster_graphbook import NodeRegistry, load_workflow
 from dagster_graphbook.authoring.compat import install_graphbook_alias
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-
-COMPAT_NODES = '''
-"""Written the way Graphbook's docs write nodes (several of these imports fail on 0.13.3)."""
-import graphbook
-from graphbook import utils, step, param, source, output
-from graphbook.steps import Step, BatchStep, SourceStep
-from graphbook.resources import Resource
-from graphbook.utils import image, transform_function_string
-from graphbook.core.resources import NumberResource
-from graphbook.core import steps as core_steps
-
-
-class Prefix(Resource):
-    """A resource subclass: its value is its val with a prefix."""
-    Parameters = {"val": {"type": "string", "default": "p"}}
-
-    def value(self):
-        return "pre-" + self.val
-
-
-class Tagger(Step):
-    """Tags each note with the prefix resource and routes on a function string."""
-    RequiresInput = True
-    Parameters = {
-        "prefix": {"type": "resource"},
-        "rule": {"type": "function", "default": "def rule(d):\\n    return d['i'] % 2 == 0\\n"},
-    }
-    Outputs = ["even", "odd"]
-    Category = "Compat"
-
-    def __init__(self, prefix, rule):
-        super().__init__()
-        self.prefix = prefix
-        self.rule = transform_function_string(rule)
-
-    def on_data(self, data):
-        data["tag"] = f"{self.prefix}{data['i']}"
-        data["img"] = image(f"/tmp/{data['i']}.png")
-        data["batchable"] = utils.is_batchable([1])
-
-    def route(self, data):
-        return "even" if self.rule(data) else "odd"
-
-
-@step("Compat/Numbers")
-@source()
-@param("count", "number", default=3)
-def numbers(ctx):
-    for i in range(int(ctx.count)):
-        yield {"out": {"i": i, "is_graphbook_step": isinstance(ctx, graphbook.steps.Step)}}
-
-
-assert core_steps.Step is Step
-assert NumberResource.__name__ == "NumberResource"
-'''
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 
 def _compat_workflow(tmp_path):
-    nodes_dir = write_nodes(tmp_path / "nodes", "compat_nodes.py", COMPAT_NODES)
+    nodes_dir = copy_nodes(tmp_path / "nodes", "compat_nodes.py", "graphbook_compat")
     wf = write_workflow(
         tmp_path,
         "compat_flow",

@@ -199,7 +199,7 @@ def test_the_executor_run_options_name_is_rebuilt_in_step_processes():
     that executor, and the job a step process rebuilds has it too; a wrong name says the forms."""
     from dagster_graphbook.defs.executor import import_executor
     from dagster_graphbook.runner.rebuild import reconstruct_job as _reconstruct_job
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     assert import_executor(gbray.RAY_EXECUTOR_PATH).name == "ray"
     job = _reconstruct_job(

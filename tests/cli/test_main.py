@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,7 +16,8 @@ from types import SimpleNamespace
 import dagster as dg
 
 from dagster_graphbook.cli.main import LiveDisplay
-from tests.conftest import REPO
+from tests.support.nodes import node_file
+from tests.support.paths import REPO
 
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 
@@ -145,33 +147,11 @@ def test_materialize_a_component_location_deployed_without_pyproject(tmp_path):
     assert "SUCCESS" in out.stdout and "Traceback" not in out.stderr, out.stdout + out.stderr
 
 
-TYPED_NODES = """
-import json
-
-from graphbook import param, source, step
-
-
-@step("Cli/Typed")
-@source()
-@param("text", "string", default="a")
-@param("count", "int", default=1)
-@param("scale", "number", default=1.0)
-@param("flag", "boolean", default=False)
-@param("tags", "list[string]", default=[])
-@param("dump", "string", default="")
-def typed(ctx):
-    seen = {k: getattr(ctx, k) for k in ("text", "count", "scale", "flag", "tags")}
-    with open(ctx.dump, "w") as f:
-        json.dump({k: [v, type(v).__name__] for k, v in seen.items()}, f)
-    yield {"out": {"i": 1}}
-"""
-
-
 def _typed_location(tmp_path: Path) -> Path:
     """A workflow of one Typed step, and a code location module ``typed_location`` for it."""
     nodes = tmp_path / "nodes"
     nodes.mkdir()
-    (nodes / "typed.py").write_text(TYPED_NODES)
+    shutil.copyfile(node_file("typed_params"), (nodes / "typed.py"))
     wf = tmp_path / "typed.json"
     wf.write_text(
         '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Typed"}}], "edges": []}'

@@ -23,7 +23,8 @@ from dagster_graphbook import load_workflow, run_workflow
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError
 from dagster_graphbook.runner.instance import get_instance
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_nodes, write_workflow
 
 CONFORMANCE = Path(__file__).resolve().parent
 CASES = CONFORMANCE / "cases"
@@ -349,37 +350,6 @@ def test_every_built_in_step_name_imports_in_a_fresh_interpreter() -> None:
     )
 
 
-UNSUPPORTED_NODES = """
-from graphbook import prompt, step
-from graphbook.core.steps import AsyncStep, PromptStep, SourceStep
-from graphbook.prompts import bool_prompt
-
-
-class Numbers(SourceStep):
-    def load(self):
-        return {"out": [{"i": 0}, {"i": 1}]}
-
-
-class Ask(PromptStep):
-    def __init__(self):
-        super().__init__()
-
-    def on_prompt_response(self, data, response):
-        data["ok"] = response
-
-
-class Queued(AsyncStep):
-    def __init__(self):
-        super().__init__()
-
-
-@step("Review")
-@prompt(lambda ctx, data: bool_prompt(data))
-def review(ctx, data, response):
-    data["ok"] = response
-"""
-
-
 @pytest.mark.parametrize(
     ("name", "why", "instead"),
     [
@@ -392,7 +362,7 @@ def test_prompt_and_async_steps_import_and_fail_on_use(
     tmp_path: Path, name: str, why: str, instead: str
 ) -> None:
     """A workflow using one fails before any run, naming the file, the step, why, what to use."""
-    nodes = write_nodes(tmp_path / "nodes", "unsupported.py", UNSUPPORTED_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "unsupported.py", "unsupported_graphbook_features")
     wf = write_workflow(
         tmp_path,
         "Labeling",

@@ -7,36 +7,8 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-
-NODES = """
-from graphbook import param, resource, source, step
-
-
-@resource("Res/Offset")
-@param("offset", "number", default=1)
-def offset(ctx):
-    return ctx.offset
-
-
-@resource("Res/Scale")
-@param("factor", "number", default=2)
-def scale(ctx):
-    return ctx.factor
-
-
-@step("Res/Emit")
-@source()
-def emit(ctx):
-    for i in range(3):
-        yield {"out": {"i": i}}
-
-
-@step("Res/Use")
-@param("value", "resource")
-def use(ctx, data):
-    data["value"] = data["i"] + ctx.value
-"""
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 SHARED = {"graphbook_notes", "io_manager"}  # every job's notes and default IO managers
 
@@ -44,7 +16,7 @@ SHARED = {"graphbook_notes", "io_manager"}  # every job's notes and default IO m
 @pytest.fixture
 def two_workflows(tmp_path):
     """Two workflows, ``shift`` (resource Offset) and ``grow`` (resource Scale)."""
-    nodes = write_nodes(tmp_path / "nodes", "res_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "res_nodes.py", "asset_specs")
     paths = []
     for name, resource, value in (("shift", "Offset", {"offset": 10}), ("grow", "Scale", {})):
         paths.append(

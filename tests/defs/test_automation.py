@@ -14,7 +14,7 @@ import pytest
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
 from dagster_graphbook.model.workflow import WorkflowError
 from dagster_graphbook.runner.instance import get_instance
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
@@ -187,11 +187,11 @@ def test_automation_needs_the_sensors_asset(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Function `load_defs` is deprecated:DeprecationWarning")
 def test_component_automation_eager(tmp_path):
-    from tests.conftest import _load_defs_folder
-    from tests.defs.conftest import NIGHTLY_YAML
+    from tests.support.defs_folder import load_defs_folder
+    from tests.support.nightly import NIGHTLY_YAML
 
     text = NIGHTLY_YAML.replace("      schedule_hour: 3\n", "      automation: eager\n")
-    defs = _load_defs_folder(tmp_path, "gb_automation_defs", {"nightly": text})
+    defs = load_defs_folder(tmp_path, "gb_automation_defs", {"nightly": text})
     assert not list(defs.schedules or [])
     assert sorted(s.name for s in defs.sensors) == [
         "nightly_shapes_automation",

@@ -11,39 +11,16 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions, daily_partitions
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
-NODES = """
-from graphbook import step, param, source
-
-
-@step("Chk/Items")
-@source()
-@param("n", "number", default=5)
-def items(ctx):
-    for i in range(int(ctx.n)):
-        yield {"out": {"i": i}}
-
-
-@step("Chk/Score")
-@param("score", "number", default=0.5)
-def score(ctx, data):
-    ctx.dagster_metadata = {"accuracy": ctx.score}
-
-
-@step("Chk/After")
-@param("marker", "string", default="")
-def after(ctx, data):
-    with open(ctx.marker, "a") as f:
-        f.write(f"{data['i']}\\n")
-"""
 DAY = "2026-02-03"
 
 
 @pytest.fixture
 def checked(tmp_path: Path):
     """``make(score, checks)``: definitions of Items -> Score -> After, daily partitioned."""
-    nodes = write_nodes(tmp_path / "nodes", "chk.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chk.py", "checked_metrics")
     marker = tmp_path / "after.txt"
     wf = write_workflow(
         tmp_path,
@@ -218,32 +195,6 @@ def test_component_yaml_checks(tmp_path):
     assert not spec.blocking  # the demo warns (tests train its model briefly); blocking: see above
 
 
-DAY_NODES = """
-import os
-
-from graphbook.steps import SourceStep, Step
-
-
-class DayFiles(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"folder": {"type": "string", "default": "incoming/{partition_key}"}}
-
-    def __init__(self, folder="incoming/{partition_key}"):
-        super().__init__()
-        self.folder = folder
-
-    def load(self):  # a missing folder lists nothing, as a glob over it would
-        names = sorted(os.listdir(self.folder)) if os.path.isdir(self.folder) else []
-        return {"out": [{"file": name} for name in names]}
-
-
-class Sizes(Step):
-    Parameters = {}
-
-    def on_data(self, data):
-        data["size"] = len(data["file"])
-"""
 FULL_DAY, EMPTY_DAY = "2026-02-02", "2026-02-03"
 SOURCE_CHECK_KEY = dg.AssetCheckKey(dg.AssetKey(["daily", "DayFiles"]), "source_has_notes")
 
@@ -252,7 +203,7 @@ SOURCE_CHECK_KEY = dg.AssetCheckKey(dg.AssetKey(["daily", "DayFiles"]), "source_
 def daily(tmp_path: Path):
     """``(workflow, nodes, incoming)``: DayFiles(incoming/<day>) -> Sizes; only FULL_DAY's folder
     has files."""
-    nodes = write_nodes(tmp_path / "nodes", "day_nodes.py", DAY_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "day_nodes.py", "checked_days")
     incoming = tmp_path / "incoming"
     (incoming / FULL_DAY).mkdir(parents=True)
     for name in ("a.png", "b.png"):
@@ -320,7 +271,7 @@ def test_a_partition_whose_source_emits_no_notes_warns_naming_the_step_and_day(
 def test_empty_source_blocking_in_the_yaml_component_fails_the_run(daily, tmp_path):
     """``empty_source: blocking`` in defs.yaml: the missing day fails the run at the source,
     naming the step and the day, and the steps below it do not run."""
-    from tests.conftest import _load_defs_folder
+    from tests.support.defs_folder import load_defs_folder
 
     wf, nodes, _ = daily
     yaml = f"""
@@ -335,7 +286,7 @@ def test_empty_source_blocking_in_the_yaml_component_fails_the_run(daily, tmp_pa
     (tmp_path / "project").mkdir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # load_defs, as the component tests
-        defs = _load_defs_folder(tmp_path / "project", "gb_empty_source_defs", {"daily": yaml})
+        defs = load_defs_folder(tmp_path / "project", "gb_empty_source_defs", {"daily": yaml})
     home = tmp_path / "home"
     home.mkdir()
     empty = _run_day(defs, str(home), EMPTY_DAY)

@@ -21,14 +21,13 @@ from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.authoring.graph import Graph
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import UnboundResourceWarning, WorkflowError, load_workflow
-from tests.conftest import (
-    CHAIN_NODES,
-    REPO,
+from tests.support.nodes import copy_nodes, node_source
+from tests.support.paths import REPO
+from tests.support.workflows import (
     chain_workflow,
     edge,
     resource_node,
     step_node,
-    write_nodes,
     write_workflow,
 )
 
@@ -55,7 +54,7 @@ def _chain(folder: Path, steps: int) -> Path:
 
 def _build_work(tmp_path: Path, steps: int, monkeypatch) -> Dict[str, int]:
     """Input list scans and workflow file bytes read while building an N-step chain."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     path = _chain(tmp_path, steps)
     workflow = load_workflow(path, NodeRegistry.load([nodes]))
     counter = {"scans": 0, "bytes": 0}
@@ -87,7 +86,7 @@ def test_building_a_chain_scans_inputs_and_reads_its_file_linearly(tmp_path, mon
 
 def test_every_node_reference_points_at_its_id_line(tmp_path):
     """The workflow file's lines of all node ids, found in one pass, are each node's own."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     path = _chain(tmp_path, 40)
     data = json.loads(path.read_text())
     data["edges"] = [{**e, "id": e["target"]} for e in data["edges"]]  # edge ids that are node ids
@@ -118,47 +117,10 @@ def test_dagster_sorts_the_steps_with_the_cyclic_gc_paused(tmp_path, monkeypatch
         yield from original(data)
 
     monkeypatch.setattr(toposort, "toposort", watched)
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     build_definitions([GraphbookWorkflow(_chain(tmp_path, 20), custom_nodes=[nodes])], strict=True)
     assert gc_on_while_sorting and not any(gc_on_while_sorting)
     assert gc.isenabled()
-
-
-MODEL_NODES = """
-from graphbook.resources import Resource
-from graphbook.steps import SourceStep, Step
-
-
-class Numbers(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"x": i} for i in range(3)]}
-
-
-class Scale(Step):
-    Parameters = {
-        "model": {"type": "resource", "description": "a Doubler"},
-        "factor": {"type": "resource", "default": 2},
-        "offset": {"type": "resource"},
-    }
-
-    def __init__(self, model=None, factor=2, offset=0):
-        super().__init__()
-        self.model, self.factor, self.offset = model, factor, offset
-
-    def on_data(self, data):
-        data["y"] = self.model(data["x"]) * self.factor + self.offset
-
-
-class Doubler(Resource):
-    Parameters = {}
-
-    def value(self):
-        return lambda x: 2 * x
-"""
 
 
 def _model_workflow(tmp_path: Path, *, connected: bool) -> Path:
@@ -184,7 +146,7 @@ def test_unconnected_resource_parameter_warns_naming_workflow_step_and_parameter
     """Left unconnected, ``model`` reaches the step as None (``'NoneType' object is not
     callable`` at its first note); the load says so. Parameters with a default do not warn."""
     monkeypatch.delenv("DAGSTER_GRAPHBOOK_STRICT", raising=False)
-    nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", MODEL_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "model_nodes.py", "model_loading")
     path = _model_workflow(tmp_path, connected=False)
     with pytest.warns(UnboundResourceWarning) as said:
         defs = build_definitions([GraphbookWorkflow(path, custom_nodes=[nodes])])
@@ -201,7 +163,7 @@ def test_unconnected_resource_parameter_warns_naming_workflow_step_and_parameter
 
 
 def test_unconnected_resource_parameter_fails_the_load_under_strict(tmp_path, monkeypatch):
-    nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", MODEL_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "model_nodes.py", "model_loading")
     path = _model_workflow(tmp_path, connected=False)
     monkeypatch.setenv("DAGSTER_GRAPHBOOK_STRICT", "1")
     with pytest.raises(WorkflowError) as raised:
@@ -219,7 +181,7 @@ def test_unconnected_resource_parameter_of_a_python_graph_warns(tmp_path, monkey
     """A ``Graph`` whose step never got ``param("model", resource)``."""
     monkeypatch.delenv("DAGSTER_GRAPHBOOK_STRICT", raising=False)
     namespace: Dict[str, object] = {}
-    exec(compile(MODEL_NODES, "model_nodes.py", "exec"), namespace)
+    exec(compile(node_source("model_loading"), "model_nodes.py", "exec"), namespace)
     g = Graph()
     g.resource(namespace["Doubler"])
     scale = g.step(namespace["Scale"])

@@ -16,40 +16,9 @@ import pytest
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.integrations.dask import dask_executor
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, parent_of_a_step, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, parent_of_a_step, step_node, write_workflow
 
-NODES = """
-from graphbook.steps import BatchStep, SourceStep
-
-
-class Numbers(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"n": {"type": "number", "default": 6}}
-
-    def __init__(self, n=6):
-        super().__init__()
-        self.n = int(n)
-
-    def load(self):
-        return {"out": [{"i": i, "items": [i]} for i in range(self.n)]}
-
-
-class Tenfold(BatchStep):
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2}}
-
-    def __init__(self, batch_size=2):
-        super().__init__(batch_size, "items")
-
-    @staticmethod
-    def load_fn(item):
-        return item * 10
-
-    def on_item_batch(self, outputs, items, notes):
-        for note, out in zip(notes, outputs):
-            note["tenfold"] = int(out)
-"""
 MEMORY = "memory://graphbook-notes"
 ONE_PROCESS = {"Tenfold.runtime.num_workers": 0, "Tenfold.runtime.device": "cpu"}
 
@@ -57,7 +26,7 @@ ONE_PROCESS = {"Tenfold.runtime.num_workers": 0, "Tenfold.runtime.device": "cpu"
 @pytest.fixture
 def flow(tmp_path: Path):
     """``(workflow file, custom nodes)``: Numbers -> Tenfold."""
-    nodes = write_nodes(tmp_path / "nodes", "mem_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "mem_nodes.py", "executor_processes")
     path = write_workflow(
         tmp_path,
         "tenfold",
@@ -125,29 +94,13 @@ def test_a_run_picking_multiprocess_with_in_memory_notes_fails_at_its_start(
     assert started == []  # refused before any step
 
 
-ENV_NODES = """
-    import os
-
-    from graphbook import param, source, step
-
-
-    @step("E/Env")
-    @source()
-    @param("out", "string")
-    def env(ctx):
-        with open(ctx.out, "w") as f:
-            f.write(os.environ.get("GRAPHBOOK_FORKSERVER_TEST_VAR", "<unset>"))
-        yield {"out": {"pid": os.getpid()}}
-"""
-
-
 def test_launchpad_multiprocess_sees_env_vars_set_after_the_forkserver_started(tmp_path, run_wf):
     """A run in a process whose forkserver was started by an earlier run: the step process must
     see the environment the run's process has now (as spawn would give it), not the forkserver's
     from its start."""
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "env_nodes.py", "executor_env")
     cfg = {
         "execution": {"config": {"multiprocess": {"max_concurrent": 1, "retries": {"enabled": {}}}}}
     }
@@ -171,9 +124,9 @@ def test_launchpad_multiprocess_sees_env_vars_set_after_the_forkserver_started(t
 def test_launchpad_multiprocess_keeps_max_concurrent_and_tag_limits(tmp_path, run_wf):
     """Property: max_concurrent, retries and tag_concurrency_limits named with multiprocess are
     accepted and the run succeeds from the forkserver."""
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "env_nodes.py", "executor_env")
     out = tmp_path / "env.txt"
     wf = write_workflow(
         tmp_path, "env", [step_node("1", "Env", {"out": str(out)}, source=True)], []
@@ -194,29 +147,13 @@ def test_launchpad_multiprocess_keeps_max_concurrent_and_tag_limits(tmp_path, ru
     assert out.exists()
 
 
-CWD_NODES = """
-    import os
-
-    from graphbook import param, source, step
-
-
-    @step("C/Cwd")
-    @source()
-    @param("out", "string")
-    def cwd(ctx):
-        with open(ctx.out, "w") as f:
-            f.write(os.getcwd())
-        yield {"out": {"pid": os.getpid()}}
-"""
-
-
 def test_launchpad_multiprocess_steps_run_in_the_runs_current_directory(tmp_path, run_wf):
     """Two launchpad-multiprocess runs from one process, the second after a chdir: its step
     process must run in the directory the run's process is in now (spawn's behaviour), not the
     one the forkserver started in."""
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "cwd_nodes.py", CWD_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "cwd_nodes.py", "executor_cwd")
     cfg = {"execution": {"config": {"multiprocess": {}}}}
     dirs = [tmp_path / "a", tmp_path / "b"]
     seen = []
@@ -248,7 +185,7 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
     import multiprocessing
 
     from dagster_graphbook.defs import executor
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
     # as in a process where no run started the forkserver yet (one already running, started
     # by an earlier test, was started with another environment: the case tested too)
@@ -260,7 +197,7 @@ def test_multiprocess_run_sees_env_set_after_something_else_started_the_forkserv
         proc.start()
         proc.join(30)
         os.environ["GRAPHBOOK_FORKSERVER_TEST_VAR"] = "after"
-        nodes = write_nodes(tmp_path / "nodes", "env_nodes.py", ENV_NODES)
+        nodes = copy_nodes(tmp_path / "nodes", "env_nodes.py", "executor_env")
         out = tmp_path / "env.txt"
         wf = write_workflow(
             tmp_path, "env", [step_node("1", "Env", {"out": str(out)}, source=True)], []

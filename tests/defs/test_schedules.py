@@ -11,7 +11,8 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
-from tests.conftest import REPO
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
@@ -286,33 +287,6 @@ def test_partition_key_reaches_steps(tmp_path, wf_builders):
     assert notes == [{"path": "in/2026-02-03/x", "other": "set-2026-02-03", "key": "2026-02-03"}]
 
 
-DEFAULT_DAY_NODES = """
-from graphbook.steps import SourceStep, Step
-
-class DaySource(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"path": {"type": "string", "default": "in/{partition_key}/x"}}
-
-    def __init__(self, path="in/{partition_key}/x"):
-        super().__init__()
-        self.path = path
-
-    def load(self):
-        return {"out": [{"path": self.path}]}
-
-class DayWriter(Step):
-    Parameters = {"out_dir": {"type": "string"}}  # no declared default: the __init__'s
-
-    def __init__(self, out_dir="out/{partition_key}"):
-        super().__init__()
-        self.out_dir = out_dir
-
-    def on_data(self, data):
-        data["out_dir"] = self.out_dir
-"""
-
-
 @pytest.mark.parametrize("source", ["json", "graph"])
 def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_key(
     tmp_path, wf_builders, source
@@ -325,7 +299,7 @@ def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_k
     from dagster_graphbook.errors import RequestError
 
     b = wf_builders
-    nodes = b["write_nodes"](tmp_path / "nodes", "class_default_nodes.py", DEFAULT_DAY_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "class_default_nodes.py", "day_class_default")
     if source == "json":
         wf = b["write_workflow"](
             tmp_path,
@@ -369,34 +343,6 @@ def test_partition_key_in_a_step_class_default_is_filled_and_refused_without_a_k
     assert "{partition_key}" in said and "no partition key" in said, said
 
 
-DAY_RESOURCE_NODES = """
-from graphbook.resources import Resource
-from graphbook.steps import SourceStep
-
-class DayModel(Resource):
-    Parameters = {"checkpoint": {"type": "string"}}
-
-    def __init__(self, checkpoint="models/{partition_key}.pt"):
-        super().__init__(checkpoint)
-        self.checkpoint = checkpoint
-
-    def value(self):
-        return self.checkpoint
-
-class UsesModel(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"model": {"type": "resource"}}
-
-    def __init__(self, model=None):
-        super().__init__()
-        self.model = model
-
-    def load(self):
-        return {"out": [{"model": self.model}]}
-"""
-
-
 def test_partition_key_in_a_resource_class_default_is_filled_and_refused_without_a_key(
     tmp_path, wf_builders
 ):
@@ -404,7 +350,7 @@ def test_partition_key_in_a_resource_class_default_is_filled_and_refused_without
     the run of a day builds the resource with that day's path; a run with no key fails before
     the resource is built, naming ``RESOURCE.PARAM``."""
     b = wf_builders
-    nodes = b["write_nodes"](tmp_path / "nodes", "day_resource.py", DAY_RESOURCE_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "day_resource.py", "day_resource")
     wf = b["write_workflow"](
         tmp_path,
         "days",
@@ -437,54 +383,6 @@ def test_partition_key_in_a_resource_class_default_is_filled_and_refused_without
     assert "no partition key" in said, said
 
 
-INHERITED_DAY_NODES = """
-from pathlib import Path
-
-from graphbook.steps import SourceStep, Step
-
-class Src(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-
-    def load(self):
-        return {"out": [{}]}
-
-class Base(Step):
-    Parameters = {"dest": {"type": "string"}}
-
-    def __init__(self, dest="base/{partition_key}"):
-        super().__init__()
-        self.dest = dest
-
-    def on_data(self, data):
-        data["dest"] = self.dest
-
-class Child(Base):  # an ordinary wrapper: its base's default is its own
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-
-class PathDefault(Step):
-    Parameters = {"out_dir": {"type": "string"}}
-
-    def __init__(self, out_dir=Path("pd/{partition_key}")):
-        super().__init__()
-        self.out_dir = out_dir
-
-    def on_data(self, data):
-        data["out_dir"] = str(self.out_dir)
-
-class ListDefault(Step):
-    Parameters = {"paths": {"type": "list[string]"}}
-
-    def __init__(self, paths=("a/{partition_key}", "b")):
-        super().__init__()
-        self.paths = paths
-
-    def on_data(self, data):
-        data["paths"] = list(self.paths)
-"""
-
-
 def test_partition_key_in_inherited_path_and_list_class_defaults_is_filled_or_refused(
     tmp_path, wf_builders
 ):
@@ -495,7 +393,7 @@ def test_partition_key_in_inherited_path_and_list_class_defaults_is_filled_or_re
     from dagster_graphbook.errors import RequestError
 
     b = wf_builders
-    nodes = b["write_nodes"](tmp_path / "nodes", "inherited_nodes.py", INHERITED_DAY_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "inherited_nodes.py", "day_inherited")
     chain = ["Src", "Child", "PathDefault", "ListDefault"]
     wf = b["write_workflow"](
         tmp_path,

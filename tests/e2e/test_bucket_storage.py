@@ -15,17 +15,12 @@ from typing import Any, Counter, Dict
 import dagster as dg
 import pandas as pd
 
-from tests.conftest import (
-    CHAIN_NODES,
-    REPO,
-    Bucket,
-    _free_port,
-    _shapes_data,
-    chain_workflow,
-    moto_server,
-    s3_env,
-    write_nodes,
-)
+from tests.support.network import free_port
+from tests.support.nightly import shapes_data
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.s3 import Bucket, moto_server, s3_env
+from tests.support.workflows import chain_workflow
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -62,7 +57,7 @@ def test_nightly_day_in_a_bucket_gives_the_local_days_notes_and_files(
     project, tmp_path, run_wf, bucket
 ):
     local = tmp_path / "local"
-    folder = _shapes_data().make_day(local / "incoming", DAY, IMAGES)
+    folder = shapes_data().make_day(local / "incoming", DAY, IMAGES)
     for image in folder.iterdir():  # the day's images and labels.csv, uploaded
         bucket.fs.put_file(str(image), f"{bucket.name}/incoming/{DAY}/{image.name}")
     checkpoint = str(project["root"] / "models" / "shapes_cnn.pt")
@@ -166,7 +161,7 @@ def test_a_bucketed_nightly_day_costs_three_requests_per_image(
         counted = {}
         for images in (12, 36):
             day = f"2026-05-{images // 12:02d}"
-            folder = _shapes_data().make_day(tmp_path / "incoming", day, images)
+            folder = shapes_data().make_day(tmp_path / "incoming", day, images)
             for image in folder.iterdir():
                 bucket.fs.put_file(str(image), f"{bucket.name}/incoming/{day}/{image.name}")
             before = _requests(log)
@@ -207,7 +202,7 @@ def test_a_bucketed_days_batch_steps_keep_many_requests_in_flight(
     from tests.latency_proxy import latency_proxy
 
     images, day = 64, "2026-05-09"
-    folder = _shapes_data().make_day(tmp_path / "incoming", day, images)
+    folder = shapes_data().make_day(tmp_path / "incoming", day, images)
     for image in folder.iterdir():  # straight to the server, not through the proxy
         bucket.fs.put_file(str(image), f"{bucket.name}/incoming/{day}/{image.name}")
     with latency_proxy(bucket.endpoint, 50) as proxy:
@@ -246,7 +241,7 @@ def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_lose
     bucket does not exist: each fails the step that stores its notes, naming the notes' URL, and
     the notes an earlier run committed stay as they were (no object deleted, changed or added);
     no bucket is created on the way."""
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     workflow = chain_workflow(tmp_path, 3, "chain")
     notes = f"{bucket.url}/notes"
     first = run_wf(workflow, [nodes], notes_dir=notes)
@@ -262,7 +257,7 @@ def test_an_unreachable_or_missing_bucket_fails_the_step_naming_the_url_and_lose
         )
     ]
 
-    s3_env(monkeypatch, f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    s3_env(monkeypatch, f"http://127.0.0.1:{free_port()}")  # nothing listens there
     down = run_wf(workflow, [nodes], notes_dir=notes)
     assert not down.success
     assert f"cannot write {notes}/chain/Start/{down.run_id}.pkl" in (down.failure or "")
@@ -298,7 +293,7 @@ def test_a_bucket_that_denies_writes_fails_the_step_naming_the_url_and_loses_not
     import requests
     import s3fs
 
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     workflow = chain_workflow(tmp_path, 3, "chain")
     with moto_server() as endpoint:
         s3_env(monkeypatch, endpoint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,66 +19,11 @@ from typing import List
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO
+from tests.support.nodes import node_file, node_source
+from tests.support.paths import REPO
 
 CLI = [sys.executable, "-m", "dagster_graphbook.cli"]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
-
-NODES = """
-import json
-import os
-
-from graphbook import param, source, step
-
-
-@step("Images")
-@source()
-@param("amount", "number", default=5)
-def images(ctx):
-    for i in range(int(ctx.amount)):
-        yield {"out": {"path": f"img{i}.png", "score": i / 10}}
-
-
-@step("SplitByScore")
-@param("threshold", "number", default=0.3)
-@param("runs", "int", default=1)
-def split_by_score(ctx, data):
-    if data["path"] == "img3.png" and ctx.threshold < -1:
-        json.loads(data["path"])  # raises in the standard library
-    if data["path"] == "img3.png" and ctx.threshold < 0:
-        raise ValueError(f"cannot score {data['path']}")
-
-
-@step("DayImages")
-@source()
-@param("folder", "string", default="data")
-@param("pick", "function", default="def pick(name):\\n    return f'{partition_key}' or name\\n")
-def day_images(ctx):
-    for name in sorted(os.listdir(ctx.folder)):
-        yield {"out": {"path": os.path.join(ctx.folder, name)}}
-"""
-
-GRAPH = """
-import sys
-
-sys.path.insert(0, "nodes")
-from photo import images as Images, split_by_score as SplitByScore
-
-from graphbook import Graph
-
-g = Graph()
-
-
-@g()
-def _():
-    split = g.step(SplitByScore)
-    split.param("threshold", -1)
-    split.bind(g.step(Images))
-
-
-if __name__ == "__main__":
-    g.run()
-"""
 
 
 def _workflow(path: Path, nodes: List[tuple], edges: List[tuple] = ()) -> None:
@@ -109,7 +55,7 @@ def _workflow(path: Path, nodes: List[tuple], edges: List[tuple] = ()) -> None:
 def project(tmp_path: Path) -> Path:
     """A user's folder: their nodes, two workflow files, a code location module for them."""
     (tmp_path / "nodes").mkdir()
-    (tmp_path / "nodes" / "photo.py").write_text(NODES)
+    shutil.copyfile(node_file("photo_errors"), (tmp_path / "nodes" / "photo.py"))
     _workflow(
         tmp_path / "scores.json",
         [("1", "Images", {}), ("2", "SplitByScore", {})],
@@ -129,7 +75,7 @@ def project(tmp_path: Path) -> Path:
         "                      executor='in_process'),\n"
         "])\n"
     )
-    (tmp_path / "my_graph.py").write_text(GRAPH)
+    shutil.copyfile(node_file("cli_graph"), (tmp_path / "my_graph.py"))
     return tmp_path
 
 
@@ -244,7 +190,10 @@ def test_a_failing_item_is_said_once_with_where_the_full_log_is(project, command
     assert out.count("cannot score img3.png") == 1, out  # was about 4 times in 130 lines
     assert HEADLINE in out and "Traceback" not in out and "Stack Trace" not in out
     line = (
-        NODES.splitlines().index("        raise ValueError(f\"cannot score {data['path']}\")") + 1
+        node_source("photo_errors")
+        .splitlines()
+        .index("        raise ValueError(f\"cannot score {data['path']}\")")
+        + 1
     )
     assert out.count(f"at {project / 'nodes' / 'photo.py'}, line {line}, in split_by_score") == 1
     (run,) = _runs(project)
@@ -257,8 +206,10 @@ def test_where_a_failure_was_raised_is_the_users_line_not_a_librarys(project, ru
     call, the innermost frame outside this package and installed or standard libraries."""
     run = run_wf(project / "scores.json", [project / "nodes"], {"SplitByScore.threshold": -2})
     assert not run.success
-    line = NODES.splitlines().index(
-        '        json.loads(data["path"])  # raises in the standard library'
+    line = (
+        node_source("photo_errors")
+        .splitlines()
+        .index('        json.loads(data["path"])  # raises in the standard library')
     )
     headline, where = run.failure.splitlines()
     assert "failed on note 3" in headline and "JSONDecodeError" in headline

@@ -6,52 +6,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List
 
-from tests.conftest import REPO
-
-# Two steps that record which process ran them; Check fails while the file `fail_check` exists
-# beside the code location (a fault to resume from).
-NODES = """
-import os
-
-from graphbook.steps import SourceStep, Step
-
-
-class Numbers(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"n": i, "numbers_pid": os.getpid()} for i in range(3)]}
-
-
-class Check(Step):
-    Parameters = {}
-
-    def on_data(self, data):
-        if os.path.exists(os.path.join(os.environ["CHECK_DIR"], "fail_check")):
-            raise RuntimeError("told to fail")
-        data["check_pid"] = os.getpid()
-"""
-
-WORKFLOW = """
-from graphbook import Graph
-from pid_nodes import Check, Numbers
-
-g = Graph()
-
-
-@g()
-def _():
-    numbers = g.step(Numbers)
-    check = g.step(Check)
-    check.bind(numbers)
-"""
+from tests.support.nodes import node_file
+from tests.support.paths import REPO
 
 LOCATION = """
 from pathlib import Path
@@ -72,8 +34,8 @@ defs = build_definitions(
 
 def cli_project(root: Path, executor: str) -> Dict[str, str]:
     """A code location ``loc`` whose job ``pids`` runs on ``executor`` (Python source)."""
-    (root / "pid_nodes.py").write_text(NODES)
-    (root / "pids.py").write_text(WORKFLOW)
+    shutil.copyfile(node_file("pid_steps"), (root / "pid_nodes.py"))
+    shutil.copyfile(node_file("pid_graph"), (root / "pids.py"))
     (root / "loc.py").write_text(LOCATION.format(executor=executor))
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_GRAPHBOOK_STRICT"}
     env["CHECK_DIR"] = str(root)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.e2e.conftest import _can_unshare
+from tests.support.mounts import can_unshare
 
 SCRIPT = textwrap.dedent("""
     import os, sys, torch
@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_process_batch_step_works_with_a_64_mib_dev_shm(tmp_path):
-    why = _can_unshare()
+    why = can_unshare()
     if why:
         pytest.skip(why)
     script = tmp_path / "small_shm.py"
@@ -112,7 +112,7 @@ FULL_SCRIPT = textwrap.dedent("""
 def test_process_batch_step_runs_when_dev_shm_is_full(tmp_path):
     """A full /dev/shm failed the step with a bare 'OSError: [Errno 28] No space left on device'
     from a worker semaphore; now the step runs its pools as threads and says why and what to do."""
-    why = _can_unshare()
+    why = can_unshare()
     if why:
         pytest.skip(why)
     script = tmp_path / "full_shm.py"

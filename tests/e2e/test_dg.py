@@ -14,7 +14,7 @@ import pytest
 from upath import UPath
 
 from dagster_graphbook.store.versions import read_notes, stored_notes_path
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 DG = Path(sys.executable).parent / "dg"
 

@@ -16,7 +16,7 @@ import numpy as np
 from upath import UPath
 
 from dagster_graphbook.store.versions import read_notes, stored_notes_path
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def doc_section(page: str, heading: str) -> Tuple[Dict[str, str], List[str]]:
@@ -115,10 +115,11 @@ def test_the_deploying_guides_no_op_compute_logs_block_leaves_no_log_files(tmp_p
     leaves no ``compute_logs`` files in the instance's storage, where the same run without it
     leaves them (on whichever machine ran the step)."""
     from dagster_graphbook import run_workflow
-    from tests.conftest import CHAIN_NODES, chain_workflow, write_nodes
+    from tests.support.nodes import copy_nodes
+    from tests.support.workflows import chain_workflow
 
     files, _ = doc_section("deploying.md", "### Compute logs: in the bucket, or off")
-    nodes = write_nodes(tmp_path / "nodes", "chain_nodes.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain_nodes.py", "chain")
     workflow = chain_workflow(tmp_path, 2, "chain")
     logs = {}
     for name, settings in (("default", ""), ("off", files["dagster.yaml: no compute logs"])):

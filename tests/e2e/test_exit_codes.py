@@ -28,7 +28,8 @@ from typing import Any, Dict, Optional
 import dagster as dg
 import pytest
 
-from tests.conftest import NIGHTLY_DAY, REPO
+from tests.support.nightly import NIGHTLY_DAY
+from tests.support.paths import REPO
 
 JOB = "nightly_shapes"
 DAY = NIGHTLY_DAY  # the day nightly_inputs generated

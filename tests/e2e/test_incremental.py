@@ -20,7 +20,8 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO, _shapes_data
+from tests.support.nightly import shapes_data
+from tests.support.paths import REPO
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -35,7 +36,7 @@ class Day:
     their labels) in, as late data lands."""
 
     def __init__(self, tmp_path: Path, total: int):
-        self.all = _shapes_data().make_day(tmp_path / "generated", DAY, total)
+        self.all = shapes_data().make_day(tmp_path / "generated", DAY, total)
         self.folder = tmp_path / "incoming" / DAY
         self.folder.mkdir(parents=True)
         with open(self.all / "labels.csv", newline="") as f:
@@ -311,7 +312,7 @@ def test_the_yaml_components_incremental_default_and_a_check_on_a_run_with_nothi
     day whose notes were all computed before reuses them, and the accuracy check on the model's
     step, which computed nothing, passes saying so."""
     from dagster_graphbook.runner.run_config import run_config_for
-    from tests.conftest import _load_defs_folder
+    from tests.support.defs_folder import load_defs_folder
 
     day = Day(tmp_path, 20)
     day.add(20)
@@ -326,7 +327,7 @@ def test_the_yaml_components_incremental_default_and_a_check_on_a_run_with_nothi
             - {{step: ClassifyShapes, metric: accuracy, min: 0.9, severity: warn}}
     """
     (tmp_path / "project").mkdir()
-    defs = _load_defs_folder(tmp_path / "project", "incremental_yaml", {"nightly": yaml})
+    defs = load_defs_folder(tmp_path / "project", "incremental_yaml", {"nightly": yaml})
     job = defs.resolve_job_def("nightly_shapes")
     op = job.graph.node_named("nightly_shapes__ClassifyShapes").definition
     runtime = op.config_schema.config_type.fields["runtime"].config_type.fields

@@ -17,8 +17,11 @@ from typing import Any, List
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO, can_make_read_only, read_only_switch, write_nodes
 from tests.e2e.test_incremental import NODES, STEPS, WORKFLOW, Day, _computed, _meta, demo
+from tests.support.mounts import can_make_read_only, read_only_switch
+from tests.support.nodes import copy_nodes, node_source
+from tests.support.paths import REPO
+from tests.support.workflows import write_nodes
 
 __all__ = ["demo"]  # the fixture, shared with test_incremental
 pytestmark = pytest.mark.xdist_group("incremental_demo")
@@ -75,49 +78,6 @@ def test_a_read_only_store_runs_without_reuse_and_says_so(demo, tmp_path):
     assert second.notes == first.notes
 
 
-KILLED_NODES = """
-    import os
-    import signal
-
-    from graphbook import steps
-
-
-    class Numbers(steps.SourceStep):
-        RequiresInput = False
-        Outputs = ["out"]
-        Parameters = {"n": {"type": "number", "default": 40}}
-
-        def __init__(self, n=40):
-            super().__init__()
-            self.n = int(n)
-
-        def load(self):
-            return {"out": [{"x": i} for i in range(self.n)]}
-
-
-    class Square(steps.BatchStep):
-        RequiresInput = True
-        Outputs = ["out"]
-        Parameters = {
-            "batch_size": {"type": "number", "default": 10},
-            "item_key": {"type": "string", "default": "x"},
-            "log": {"type": "string", "default": ""},
-        }
-
-        def __init__(self, batch_size=10, item_key="x", log=""):
-            super().__init__(batch_size, item_key)
-            self.log_path = log
-
-        def on_item_batch(self, outputs, items, notes):
-            with open(self.log_path, "a") as f:
-                f.write("".join(f"{x}\\n" for x in items))
-            if os.environ.get("KILL_AT") and max(items) >= int(os.environ["KILL_AT"]):
-                os.kill(os.getpid(), signal.SIGKILL)  # the run's process dies mid-step
-            for note, x in zip(notes, items):
-                note["y"] = x * x
-"""
-
-
 def _killable_run(tmp_path: Path, home: Path, kill_at: str) -> subprocess.CompletedProcess:
     """The Numbers -> Square workflow run incrementally in a process of its own (in process:
     the run is that process)."""
@@ -139,9 +99,9 @@ print(json.dumps({{"ok": run.success, "y": [n["y"] for n in run.notes["Square"][
 
 
 def test_a_run_killed_mid_step_leaves_nothing_a_later_run_trusts(tmp_path, dagster_home):
-    from tests.conftest import edge, step_node, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
-    write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    copy_nodes(tmp_path / "nodes", "killed_nodes.py", "incremental_killed")
     write_workflow(
         tmp_path,
         "killed",
@@ -198,39 +158,13 @@ def test_two_runs_of_the_same_day_at_once_both_succeed(project, tmp_path):
     assert any("ClassifyShapes" in m and "20 notes reused" in m for m in logs), logs
 
 
-FANOUT_NODES = """
-    from graphbook import steps
-
-
-    class Letters(steps.SourceStep):
-        RequiresInput = False
-        Outputs = ["out"]
-
-        def load(self):
-            return {"out": [{"i": i} for i in range(4)]}
-
-
-    class Mark(steps.Step):
-        RequiresInput = True
-        Outputs = ["out"]
-        Parameters = {"key": {"type": "string", "default": "a"}}
-
-        def __init__(self, key="a"):
-            super().__init__()
-            self.key = key
-
-        def on_data(self, note):
-            note[self.key] = sorted(note)  # what this step saw of the shared dict
-"""
-
-
 def test_a_stream_whose_notes_reach_two_steps_runs_them_whole_and_says_why(tmp_path, run_wf):
     """Streamed, Letters -> A -> (B, C): B and C change the same dicts, so a full run's notes
     carry both changes. Reusing copies would not: incremental is off for the stream, said once
     per step, and the notes are a full run's."""
-    from tests.conftest import edge, step_node, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
-    write_nodes(tmp_path / "nodes", "fanout_nodes.py", FANOUT_NODES)
+    copy_nodes(tmp_path / "nodes", "fanout_nodes.py", "incremental_fanout")
     workflow = write_workflow(
         tmp_path,
         "fanout",
@@ -253,44 +187,18 @@ def test_a_stream_whose_notes_reach_two_steps_runs_them_whole_and_says_why(tmp_p
     assert not (tmp_path / "notes" / "incremental").exists()
 
 
-LOOKUP_NODES = """
-    from graphbook import steps
-    from lib.calc import factor
-
-
-    class Numbers(steps.SourceStep):
-        RequiresInput = False
-        Outputs = ["out"]
-
-        def load(self):
-            return {"out": [{"x": i} for i in range(3)]}
-
-
-    class Look(steps.Step):
-        RequiresInput = True
-        Outputs = ["out"]
-        Parameters = {"table": {"type": "string", "default": "TABLE"}}
-
-        def __init__(self, table="TABLE"):
-            super().__init__()
-            with open(table) as f:
-                self.word = f.read()
-
-        def on_data(self, note):
-            note["y"] = f"{self.word}{note['x'] * factor()}"
-"""
-
-
 def test_a_default_parameters_file_a_subpackage_helper_and_an_editors_lock_file(tmp_path, run_wf):
     """Changes the key must see though nothing in the run's config names them: the file a
     parameter left at its class default names, and a helper in a subpackage of the node folder;
     and an editor's lock file (a dangling ``.#nodes.py`` link) fails nothing."""
-    from tests.conftest import edge, step_node, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
     table = tmp_path / "table.txt"
     table.write_text("A")
     nodes = tmp_path / "nodes"
-    write_nodes(nodes, "look_nodes.py", LOOKUP_NODES.replace("TABLE", str(table)))
+    write_nodes(
+        nodes, "look_nodes.py", node_source("incremental_lookup").replace("TABLE", str(table))
+    )
     write_nodes(nodes / "lib", "__init__.py", "")
     write_nodes(nodes / "lib", "calc.py", "def factor():\n    return 10\n")
     (nodes / ".#look_nodes.py").symlink_to("user@host.1234:1700000000")  # Emacs's lock

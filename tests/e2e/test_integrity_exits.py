@@ -9,7 +9,8 @@ import pytest
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import CHAIN_NODES, chain_workflow, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import chain_workflow, step_node, write_workflow
 
 
 class Exits(BatchStep):
@@ -43,22 +44,8 @@ def test_sys_exit_in_load_fn_is_an_item_error_naming_the_item(worker_type):
     assert result.outputs["out"][0]["graphbook_lost_items"] == [1]
 
 
-NODES = """
-import threading
-from graphbook.steps import SourceStep
-
-class Locky(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"id": 0}, {"id": 1, "lock": threading.Lock()}]}
-"""
-
-
 def test_a_note_that_cannot_be_pickled_names_the_step_pin_note_and_key(tmp_path, run_wf):
-    nodes = write_nodes(tmp_path / "nodes", "locky.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "locky.py", "exit_steps")
     wf = write_workflow(tmp_path, "locky", [step_node("0", "Locky", {}, source=True)], [])
     run = run_wf(wf, [nodes], notes_dir=str(tmp_path / "notes"))
     assert not run.success
@@ -73,7 +60,7 @@ def test_a_workflow_too_deep_for_dagster_is_refused_at_validate_time(tmp_path):
     from dagster_graphbook import GraphbookWorkflow, WorkflowError
     from dagster_graphbook.defs.definitions import build_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain.py", "chain")
     wf = _chain(tmp_path, 1002)
     with pytest.raises(
         WorkflowError, match=r"(?s)chain\.json.*1002 steps deep \(ending at node 1001\)"
@@ -88,7 +75,7 @@ def test_a_chain_as_deep_as_allowed_builds_whichever_step_dagster_visits_first(t
     import subprocess
     import sys
 
-    nodes = write_nodes(tmp_path / "nodes", "chain.py", CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "chain.py", "chain")
     wf = _chain(tmp_path, 1000)
     script = f"""
 from dagster._core.definitions.graph_definition import create_adjacency_lists

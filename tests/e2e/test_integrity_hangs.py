@@ -15,6 +15,7 @@ from dagster_graphbook.execution.batch.run import LOST_ITEMS_KEY, run_batch_step
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.execution.step.driver import run_step
 from dagster_graphbook.plan.settings import BatchRuntime
+from tests.support.nodes import copy_nodes
 
 HANG = "stalled-mount/img_0007.png"
 
@@ -233,36 +234,14 @@ def test_values_of_many_shapes_reach_on_item_batch_when_it_copes(worker_type):
     assert [n["sizes"] for n in result.outputs["out"]] == [[16, 16, 17, None], [18, 16, 16, 19]]
 
 
-STUCK_NODES = """
-import time
-from graphbook.steps import SourceStep, Step
-
-class Count(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-
-    def load(self):
-        return {"out": [{"i": i} for i in range(3)]}
-
-class Stuck(Step):
-    \"\"\"Blocks on note 1 as a read from a stalled mount would (here for 4 s).\"\"\"
-    RequiresInput = True
-    Outputs = ["out"]
-
-    def on_data(self, data):
-        if data["i"] == 1:
-            time.sleep(4)
-"""
-
-
 def test_a_plain_step_stuck_on_a_note_says_where(tmp_path, run_wf, dagster_home):
     """A source or plain step blocked in its own code logged nothing, however long it waited;
     now the stall watchdog names the workflow, the step and the note, as for batch steps."""
     import dagster as dg
 
-    from tests.conftest import edge, step_node, write_nodes, write_workflow
+    from tests.support.workflows import edge, step_node, write_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "stuck_nodes.py", STUCK_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "stuck_nodes.py", "stuck_loader")
     wf = write_workflow(
         tmp_path,
         "stall",

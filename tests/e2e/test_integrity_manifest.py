@@ -9,52 +9,14 @@ import pytest
 from upath import UPath
 
 from dagster_graphbook.store.manifests import read_manifest
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-
-NODES = """
-import os
-
-import pytest
-from graphbook.steps import SourceStep, BatchStep
-
-class Names(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"count": {"type": "number", "default": 3}}
-
-    def __init__(self, count=3):
-        super().__init__()
-        self.count = int(count)
-
-    def load(self):
-        return {"out": [{"name": f"img_{i}"} for i in range(self.count)]}
-
-class Save(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"out_dir": {"type": "string", "default": ""}}
-
-    def __init__(self, out_dir=""):
-        super().__init__(2, "name")
-        self.out_dir = out_dir
-
-    @staticmethod
-    def dump_fn(name, folder):
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, name + ".txt")
-        with open(path, "w") as f:
-            f.write(name)
-        return path
-
-    def on_item_batch(self, outputs, items, notes):
-        return [(item, self.out_dir) for item in items]
-"""
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 
 def test_the_latest_materialization_lists_exactly_its_own_files(tmp_path, run_wf, dagster_home):
     import dagster as dg
 
-    nodes = write_nodes(tmp_path / "nodes", "save_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "save_nodes.py", "manifest_dumps")
     out = tmp_path / "outputs"
     wf = write_workflow(
         tmp_path,
@@ -89,7 +51,7 @@ def test_the_files_manifest_lies_beside_the_notes_and_is_pruned_with_them(
     retention (3) deletes it with its version."""
     import dagster as dg
 
-    nodes = write_nodes(tmp_path / "nodes", "save_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "save_nodes.py", "manifest_dumps")
     out = tmp_path / "outputs"
     if store == "bucket":
         notes_dir = f"{request.getfixturevalue('bucket').url}/notes"
@@ -134,54 +96,6 @@ def test_the_files_manifest_lies_beside_the_notes_and_is_pruned_with_them(
     assert not list(Path(dagster_home).rglob("*.json"))  # nothing in the instance's storage
 
 
-GRAPHBOOK_DUMPS = """
-import os
-
-import pytest
-from graphbook.steps import SourceStep, BatchStep
-from dagster_graphbook.authoring.files import atomic_path
-
-class Names(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"count": {"type": "number", "default": 3}}
-
-    def __init__(self, count=3):
-        super().__init__()
-        self.count = int(count)
-
-    def load(self):
-        return {"out": [{"name": f"img_{i}"} for i in range(self.count)]}
-
-class SaveViaHelper(BatchStep):
-    '''Graphbook style: dump_fn returns nothing; it writes through atomic_path.'''
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"out_dir": {"type": "string", "default": ""}}
-
-    def __init__(self, out_dir=""):
-        super().__init__(2, "name")
-        self.out_dir = out_dir
-
-    @staticmethod
-    def dump_fn(name, folder):
-        with atomic_path(os.path.join(folder, name + ".txt")) as tmp:
-            with open(tmp, "w") as f:
-                f.write(name * 2)
-
-    def on_item_batch(self, outputs, items, notes):
-        return [(item, self.out_dir) for item in items]
-
-class SavePlain(SaveViaHelper):
-    '''dump_fn returns nothing and writes with open(): nothing to record.'''
-
-    @staticmethod
-    def dump_fn(name, folder):
-        with open(os.path.join(folder, name + ".plain"), "w") as f:
-            f.write(name)
-"""
-
-
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_files_written_through_atomic_path_are_recorded_when_dump_fn_returns_none(
     tmp_path, run_wf, dagster_home, worker_type
@@ -191,7 +105,7 @@ def test_files_written_through_atomic_path_are_recorded_when_dump_fn_returns_non
     its step has no files_written."""
     import dagster as dg
 
-    nodes = write_nodes(tmp_path / "nodes", "gb_dumps.py", GRAPHBOOK_DUMPS)
+    nodes = copy_nodes(tmp_path / "nodes", "gb_dumps.py", "manifest_graphbook_dumps")
     out = tmp_path / "outputs"
     out.mkdir()
     wf = write_workflow(

@@ -18,54 +18,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-
-NODES = '''
-import os, time
-from graphbook.steps import SourceStep, Step
-
-class Emit(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"tag": {"type": "string", "default": "a"},
-                  "count": {"type": "number", "default": 3}}
-
-    def __init__(self, tag="a", count=3):
-        super().__init__()
-        self.tag, self.count = tag, int(count)
-
-    def load(self):
-        return {"out": [{"tag": self.tag, "i": i} for i in range(self.count)]}
-
-class Barrier(Step):
-    """Waits until ``parties`` runs reached it (files in ``folder``), so both sources are stored."""
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"folder": {"type": "string", "default": ""},
-                  "parties": {"type": "number", "default": 1},
-                  "tag": {"type": "string", "default": "a"}}
-
-    def __init__(self, folder="", parties=1, tag="a"):
-        super().__init__()
-        self.folder, self.parties, self.tag = folder, int(parties), tag
-
-    def on_start(self):
-        if not self.folder:
-            return
-        os.makedirs(self.folder, exist_ok=True)
-        open(os.path.join(self.folder, self.tag), "w").close()
-        deadline = time.time() + 60
-        while len(os.listdir(self.folder)) < self.parties and time.time() < deadline:
-            time.sleep(0.05)
-
-class Join(Step):
-    """One note per input note (the tags it saw), from both of its inputs."""
-    RequiresInput = True
-    Outputs = ["out"]
-
-    def on_data(self, data):
-        data["joined"] = True
-'''
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 
 def _workflow(folder: Path) -> Path:
@@ -79,7 +33,7 @@ def _workflow(folder: Path) -> Path:
 
 
 def _code_location(tmp_path: Path, notes: Path) -> str:
-    nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "iso_nodes.py", "notes_integrity")
     wf = _workflow(tmp_path)
     module = tmp_path / "iso_location.py"
     module.write_text(
@@ -214,7 +168,7 @@ def test_a_step_alone_reads_the_version_its_parents_latest_materialization_recor
 def test_retention_keeps_the_newest_versions(tmp_path, dagster_home):
     from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
 
-    nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "iso_nodes.py", "notes_integrity")
     wf = _workflow(tmp_path)
     notes = tmp_path / "notes"
     defs = build_definitions(
@@ -245,7 +199,7 @@ def test_notes_location_cannot_be_set_from_run_config(tmp_path, dagster_home):
     """13.1: ``resources.graphbook_notes.config.base_dir`` (a prepared folder) is refused."""
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
-    nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "iso_nodes.py", "notes_integrity")
     wf = _workflow(tmp_path)
     defs = build_definitions(
         [GraphbookWorkflow(wf, custom_nodes=[nodes])], notes_dir=str(tmp_path / "notes")
@@ -264,7 +218,7 @@ def test_two_components_and_python_with_their_own_notes_dirs_load_into_one_locat
     """13.7: workflows with the same or other notes_dirs, from YAML and Python, in one location."""
     from dagster_graphbook import GraphbookWorkflow, GraphbookWorkflowComponent, build_definitions
 
-    nodes = write_nodes(tmp_path / "nodes", "iso_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "iso_nodes.py", "notes_integrity")
     wf = _workflow(tmp_path)
     shared, other = tmp_path / "shared_notes", tmp_path / "other_notes"
     parts = []
@@ -289,39 +243,6 @@ def test_two_components_and_python_with_their_own_notes_dirs_load_into_one_locat
 
 # --- Re-execution reads its parent's notes or says why not; damaged notes are named (20.3, 20.4)
 
-RELINEAGE_NODES = """
-import json, os
-from graphbook.steps import SourceStep, Step
-
-class Emit(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"tag": {"type": "string", "default": "a"}}
-
-    def __init__(self, tag="a"):
-        super().__init__()
-        self.tag = tag
-
-    def load(self):
-        return {"out": [{"tag": self.tag, "i": i} for i in range(3)]}
-
-class Check(Step):
-    \"\"\"Fails while ``marker`` exists; records the tags it saw in ``seen``.\"\"\"
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"marker": {"type": "string", "default": ""},
-                  "seen": {"type": "string", "default": ""}}
-
-    def __init__(self, marker="", seen=""):
-        super().__init__()
-        self.marker, self.seen = marker, seen
-
-    def on_data(self, data):
-        if self.marker and os.path.exists(self.marker):
-            raise RuntimeError("transient failure")
-        with open(self.seen, "a") as f:
-            f.write(data["tag"] + "\\n")
-"""
 
 RELINEAGE_DEFS = """
 from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
@@ -341,7 +262,7 @@ def job():
 def _relineage(tmp_path: Path):
     """A partitioned Emit -> Check workflow in a module of its own (re-execution from failure
     needs a reconstructable job): (reconstructable job, marker file, seen file, notes dir)."""
-    nodes = write_nodes(tmp_path / "nodes", "relin_nodes.py", RELINEAGE_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "relin_nodes.py", "notes_relineage")
     marker, seen = tmp_path / "marker", tmp_path / "seen.txt"
     wf = write_workflow(
         tmp_path,
@@ -485,42 +406,13 @@ def test_reexecution_reads_what_its_parent_read_from_an_older_run(
         sys.path.remove(str(tmp_path))
 
 
-DAMAGING_NODES = """
-import glob
-from graphbook.steps import SourceStep, Step
-
-class Emit(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"i": i} for i in range(3)]}
-
-class Damage(Step):
-    \"\"\"Cuts its parent's stored notes in half once it has read them (a disk fault).\"\"\"
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"pattern": {"type": "string", "default": ""}}
-
-    def __init__(self, pattern=""):
-        super().__init__()
-        self.pattern = pattern
-
-    def on_end(self):
-        for path in glob.glob(self.pattern, recursive=True):
-            data = open(path, "rb").read()
-            open(path, "wb").write(data[: len(data) // 2])
-"""
-
-
 @pytest.mark.parametrize("command", ["run", "materialize"])
 def test_damaged_notes_met_loading_a_runs_results_are_one_line_in_the_cli(
     tmp_path, dagster_home, command
 ):
     """The run's own stored notes damaged before the CLI reads its results back: the message
     names asset, run and file, but the CLI printed it under a Python traceback."""
-    nodes = write_nodes(tmp_path / "nodes", "damaging_nodes.py", DAMAGING_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "damaging_nodes.py", "notes_damaging")
     notes = tmp_path / "notes" if command == "materialize" else Path(dagster_home) / "storage"
     pattern = str(notes / "**" / "dmg" / "Emit" / "**" / "*.pkl")
     wf = write_workflow(

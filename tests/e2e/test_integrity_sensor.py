@@ -10,7 +10,7 @@ import dagster as dg
 
 from dagster_graphbook import FolderSensor, GraphbookWorkflow, build_definitions, daily_partitions
 from dagster_graphbook.defs.schedules import day_folders
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SAMPLE = REPO / "workflows" / "sample.json"
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"

@@ -19,51 +19,15 @@ import dagster as dg
 import psutil
 import pytest
 
-from tests.conftest import (
-    can_make_read_only,
-    edge,
-    read_only_switch,
-    serve_webserver,
-    step_node,
-    write_nodes,
-    write_workflow,
-)
-
-NODES = """
-import time
-from graphbook.steps import SourceStep, BatchStep
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
-
-class Stuck(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2},
-                  "item_key": {"type": "string", "default": "items"}}
-
-    def __init__(self, batch_size=2, item_key="items"):
-        super().__init__(batch_size, item_key)
-
-    @staticmethod
-    def load_fn(item):
-        print("LOADING", item, flush=True)
-        time.sleep(3600)
-        return item
-
-    def on_item_batch(self, outputs, items, notes):
-        return None
-"""
+from tests.support.mounts import can_make_read_only, read_only_switch
+from tests.support.nodes import copy_nodes
+from tests.support.webserver import serve_webserver
+from tests.support.workflows import edge, step_node, write_workflow
 
 
 def _hang_workflow(tmp_path):
     """A source feeding ``Stuck``, whose load_fn hangs: (node folder, workflow file)."""
-    nodes = write_nodes(tmp_path / "nodes", "hang_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "hang_nodes.py", "signal_steps")
     wf = write_workflow(
         tmp_path,
         "hang",
@@ -164,44 +128,10 @@ def test_terminating_a_dagster_run_with_a_hung_thread_ends_its_process(tmp_path,
     _signal_when_loading(proc, signal.SIGTERM, dagster_home)
 
 
-KILLED_NODES = """
-import time
-from graphbook.steps import SourceStep, BatchStep
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
-
-class Slow(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2},
-                  "item_key": {"type": "string", "default": "items"},
-                  "sleep_s": {"type": "number", "default": 0}}
-
-    def __init__(self, batch_size=2, item_key="items", sleep_s=0):
-        super().__init__(batch_size, item_key)
-        self.load_fn_params = {"sleep_s": sleep_s}
-
-    @staticmethod
-    def load_fn(item, sleep_s):
-        print("LOADING", item, flush=True)
-        time.sleep(sleep_s)
-        return item
-
-    def on_item_batch(self, outputs, items, notes):
-        return None
-"""
-
-
 def test_a_run_killed_with_sigkill_is_failed_and_frees_its_pool_slot(tmp_path, dagster_home):
     """kill -9 of a CLI run inside a batch step (pool ``gpu`` limited to 1): the next run fails the
     dead run in the instance, frees its slot and succeeds, instead of waiting for it forever."""
-    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "killed_nodes.py", "signal_killed")
     wf = write_workflow(
         tmp_path,
         "killed",
@@ -303,7 +233,7 @@ def test_a_run_waiting_for_a_pool_slot_sleeps_and_ctrl_c_ends_it(tmp_path, dagst
     claims (Dagster's in-process executor spun a core there) and, though Dagster delays SIGINT
     and SIGTERM to points inside steps, is marked failed and exits soon after the signal. The
     slot holder is untouched."""
-    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "killed_nodes.py", "signal_killed")
     wf = write_workflow(
         tmp_path,
         "waiting",
@@ -388,7 +318,7 @@ def _exited_pid() -> int:
 
 
 def _owned_run_setup(tmp_path, dagster_home):
-    nodes = write_nodes(tmp_path / "nodes", "killed_nodes.py", KILLED_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "killed_nodes.py", "signal_killed")
     wf = write_workflow(
         tmp_path,
         "owned",
@@ -564,49 +494,6 @@ def test_a_killed_run_worker_of_the_graphbook_executor_is_failed_by_the_next_run
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
 
 
-LOADING_MODEL_NODES = """
-import os, time
-from graphbook.steps import SourceStep, BatchStep
-from graphbook.resources import Resource
-
-class Model(Resource):
-    Parameters = {"load_s": {"type": "number", "default": 0},
-                  "marker": {"type": "string", "default": ""}}
-
-    def __init__(self, load_s=0, marker=""):
-        super().__init__()
-        self.load_s, self.marker = load_s, marker
-
-    def value(self):  # built in the step process, before the step's body (a big model)
-        with open(self.marker + ".loading", "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(self.load_s)
-        return "model"
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"items": ["i0", "i1"]}]}
-
-class Infer(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"model": {"type": "resource"}, "marker": {"type": "string", "default": ""},
-                  "batch_size": {"type": "number", "default": 2},
-                  "item_key": {"type": "string", "default": "items"}}
-
-    def __init__(self, model, marker="", batch_size=2, item_key="items"):
-        super().__init__(batch_size, item_key)
-        self.marker = marker
-
-    def on_item_batch(self, outputs, items, notes):  # the GPU work
-        with open(self.marker + ".ran", "w") as f:
-            f.write(str(os.getpid()))
-"""
-
 RUN_MULTIPROCESS = """
 import sys
 from dagster_graphbook import run_workflow
@@ -625,7 +512,7 @@ def test_a_step_process_starting_when_its_coordinator_is_killed_does_not_run_onc
     takes the slot (it did, and materialized into the failed run)."""
     from dagster_graphbook.execution.ownership.dead_runs import fail_dead_runs
 
-    nodes = write_nodes(tmp_path / "nodes", "model_nodes.py", LOADING_MODEL_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "model_nodes.py", "signal_model_loading")
     marker = tmp_path / "infer"
     wf = write_workflow(
         tmp_path,
@@ -847,39 +734,6 @@ def test_a_run_waiting_for_the_slot_of_a_run_whose_orphaned_step_ends_goes_on(
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
 
 
-SHARD_NODES = """
-import time
-from graphbook.steps import SourceStep, BatchStep
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {}
-
-    def load(self):
-        return {"out": [{"items": [f"i{k}"]} for k in range(4)]}
-
-class Slow(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2},
-                  "item_key": {"type": "string", "default": "items"},
-                  "sleep_s": {"type": "number", "default": 0}}
-
-    def __init__(self, batch_size=2, item_key="items", sleep_s=0):
-        super().__init__(batch_size, item_key)
-        self.load_fn_params = {"sleep_s": sleep_s}
-
-    @staticmethod
-    def load_fn(item, sleep_s):
-        print("LOADING", item, flush=True)
-        time.sleep(sleep_s)
-        return item
-
-    def on_item_batch(self, outputs, items, notes):
-        return None
-"""
-
 RUN_SHARDED_SLOW = """
 import sys
 from dagster_graphbook import run_workflow
@@ -911,7 +765,7 @@ def test_a_run_owners_folder_turned_read_only_under_a_sharded_run_leaves_it_unow
     behind is removed by the next run once the folder is writable again."""
     if not can_make_read_only(tmp_path):
         pytest.skip("root here may not mount (no CAP_SYS_ADMIN)")
-    nodes = write_nodes(tmp_path / "nodes", "shard_nodes.py", SHARD_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "shard_nodes.py", "signal_shards")
     wf = write_workflow(
         tmp_path,
         "sharded",

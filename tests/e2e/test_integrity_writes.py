@@ -16,6 +16,7 @@ from upath import UPath
 
 from dagster_graphbook.store.tables import write_table
 from dagster_graphbook.store.versions import write_atomic
+from tests.support.nodes import copy_nodes
 
 # Writes half of a real Parquet file, then stalls: the parent kills it there.
 HALF_WRITER = textwrap.dedent("""
@@ -118,7 +119,7 @@ def test_kill_9_while_the_demo_writes_a_copy_leaves_no_image_named_file(tmp_path
     under a ``.png`` name in the day's outputs, and nothing ever removed it."""
     from PIL import Image
 
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     nodes = REPO / "custom_nodes" / "nightly" / "nightly_nodes.py"
     src = tmp_path / "src.png"
@@ -164,30 +165,18 @@ FULL_DISK_RUN = textwrap.dedent("""
     print("KEPT", open(os.path.join(out, "out.jsonl")).read().strip())
 """)
 
-COUNT_NODES = """
-from graphbook.steps import SourceStep
-
-class Count(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-
-    def load(self):
-        return {"out": [{"i": i, "text": "x" * 100} for i in range(2000)]}
-"""
-
 
 def test_a_full_disk_under_dump_jsonl_keeps_the_previous_file_and_no_temporary(
     tmp_path, dagster_home
 ):
     """DumpJSONL on a full disk (a real 16 KiB tmpfs): closing its temporary file failed and left
     it behind, holding the space of the disk that was already full."""
-    from tests.conftest import write_nodes
-    from tests.e2e.conftest import _can_unshare
+    from tests.support.mounts import can_unshare
 
-    why = _can_unshare()
+    why = can_unshare()
     if why:
         pytest.skip(why)
-    nodes = write_nodes(tmp_path / "nodes", "count_nodes.py", COUNT_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "count_nodes.py", "write_counts")
     small = tmp_path / "small"
     small.mkdir()
     script = tmp_path / "full_disk.py"

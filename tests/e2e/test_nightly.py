@@ -19,7 +19,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
+from tests.support.nightly import DAYS, PER_DAY, shapes_data
+from tests.support.paths import REPO
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -54,7 +55,7 @@ def _digest(folder: Path) -> str:
 
 
 def test_generator_is_deterministic_per_day_and_writes_days_whole(tmp_path):
-    data = _shapes_data()
+    data = shapes_data()
     a = data.make_day(tmp_path / "a", "2026-05-01", 12)
     b = data.make_day(tmp_path / "b", "2026-05-01", 12)
     other = data.make_day(tmp_path / "a", "2026-05-02", 12)

@@ -18,7 +18,8 @@ from typing import Any, Dict, Set, Tuple
 import dagster as dg
 import pandas as pd
 
-from tests.conftest import REPO, _shapes_data
+from tests.support.nightly import shapes_data
+from tests.support.paths import REPO
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -48,7 +49,7 @@ def _recorded(home: str, run_id: str) -> Tuple[Dict[str, Dict[str, Any]], Set[st
 
 
 def test_classify_shapes_in_4_shards_gives_the_unsharded_results(project, tmp_path, run_wf):
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, IMAGES)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, IMAGES)
     out = tmp_path / "outputs"
     params = {
         "IncomingImages.folder": str(folder),

@@ -18,33 +18,10 @@ from dagster_graphbook.execution.errors import StepFailure, WorkerDied
 from dagster_graphbook.execution.step.driver import StepDriver, run_all
 from dagster_graphbook.execution.step.stream import StreamingRun, StreamStep
 from dagster_graphbook.plan.settings import BatchRuntime, StepRuntime, StreamSettings
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 MODES = [pytest.param(False, id="default"), pytest.param(True, id="streaming")]
-
-
-NODES = """
-    from graphbook.steps import SourceStep, Step
-
-
-    class Numbers(SourceStep):
-        RequiresInput = False
-        Outputs = ["out"]
-        Parameters = {"n": {"type": "number", "default": 4}}
-
-        def __init__(self, n=4):
-            super().__init__()
-            self.n = int(n)
-
-        def load(self):
-            return {"out": [{"i": i} for i in range(self.n)]}
-
-
-    class Pass(Step):
-        RequiresInput = True
-        Outputs = ["out"]
-        Parameters = {}
-"""
 
 
 def _watchdogs() -> int:
@@ -168,7 +145,7 @@ def test_a_null_runtime_setting_is_refused_before_the_run(tmp_path, run_wf, stre
     None". Now Dagster accepts it, the run starts (upstream steps run), and the op fails with
     an unnamed pydantic ValidationError ("cfg__Pass: pydantic_core...ValidationError: 1
     validation error for StepRuntime"), in both modes."""
-    nodes = write_nodes(tmp_path / "nodes", "red_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "red_nodes.py", "one_path_failures")
     wf = write_workflow(
         tmp_path,
         "nulls",

@@ -21,9 +21,10 @@ from typing import Dict, Iterator
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO, serve_webserver
 from tests.e2e import production_parts as parts
 from tests.e2e.test_documented_examples import doc_section
+from tests.support.paths import REPO
+from tests.support.webserver import serve_webserver
 
 pytest.importorskip("dagster_postgres", reason="needs dagster-postgres (the postgres extra)")
 try:

@@ -15,7 +15,9 @@ import dagster as dg
 from PIL import Image
 
 from dagster_graphbook.store.previews import NOT_AN_IMAGE
-from tests.conftest import REPO, _shapes_data
+from tests.support.nightly import shapes_data
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
 
 WORKFLOW = REPO / "workflows" / "nightly_shapes.json"
 NODES = REPO / "custom_nodes" / "nightly"
@@ -53,7 +55,7 @@ def _thumbs(markdown: str):
 def test_a_day_shows_thumbnails_of_each_pin_with_label_and_confidence(
     project, tmp_path, run_wf, dagster_home
 ):
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, 30)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, 30)
     run = run_wf(WORKFLOW, [NODES], _params(project, folder, tmp_path))
     assert run.success, run.failure
     meta = _materializations(dagster_home, run.run_id)
@@ -86,7 +88,7 @@ def test_a_day_shows_thumbnails_of_each_pin_with_label_and_confidence(
 
 
 def test_preview_off_leaves_the_metadata_as_before(project, tmp_path, run_wf, dagster_home):
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, 8)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, 8)
     run = run_wf(WORKFLOW, [NODES], _params(project, folder, tmp_path), preview=False)
     assert run.success, run.failure
     meta = _materializations(dagster_home, run.run_id)
@@ -97,7 +99,7 @@ def test_preview_off_leaves_the_metadata_as_before(project, tmp_path, run_wf, da
 
 
 def _with_a_corrupt_image(tmp_path: Path) -> Path:
-    folder = _shapes_data().make_day(tmp_path / "incoming", DAY, 6)
+    folder = shapes_data().make_day(tmp_path / "incoming", DAY, 6)
     good = sorted(folder.glob("*.png"))
     broken = folder / ("zz_" + good[0].name)
     broken.write_bytes(good[0].read_bytes()[:40])  # a truncated PNG: its header, no pixels
@@ -141,25 +143,6 @@ def test_skipped_items_show_their_pictures_on_the_step_materialization(
     assert "load\\_fn failed" in pictures and NOT_AN_IMAGE in pictures
 
 
-HOSTILE_NODES = """
-from graphbook.steps import SourceStep
-
-
-class Paths(SourceStep):
-    \"\"\"Passes paths along, as the demo's IncomingImages does: one note per ``paths`` entry.\"\"\"
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"paths": {"type": "string", "default": ""}}
-
-    def __init__(self, paths=""):
-        super().__init__()
-        self.paths = paths
-
-    def load(self):
-        return {"out": [{"image": p, "n": i} for i, p in enumerate(self.paths.split("|"))]}
-"""
-
-
 def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
     """A FIFO named ``fifo.png`` (reading it would block for ever), an ``http://`` URL to a
     listener of the test's own and an EXIF-rotated JPEG, in a step that only passes paths along:
@@ -169,7 +152,7 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
 
     from dagster_graphbook import run_workflow
     from dagster_graphbook.store.previews import SKIPPED
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
     good, rotated, fifo = tmp_path / "good.png", tmp_path / "rotated.jpg", tmp_path / "fifo.png"
     Image.new("RGB", (40, 40), (0, 200, 0)).save(good)
@@ -180,7 +163,7 @@ def test_paths_a_preview_must_not_open_leave_the_run_to_end(tmp_path, listener):
     stored.save(rotated, exif=exif.tobytes(), quality=95)
     os.mkfifo(fifo)
     url = f"http://127.0.0.1:{listener.port}/track.png"
-    nodes = write_nodes(tmp_path / "nodes", "paths_nodes.py", HOSTILE_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "paths_nodes.py", "hostile_previews")
     wf = write_workflow(tmp_path, "paths", [step_node("0", "Paths", source=True)], [])
     ran: Dict[str, Any] = {}
     run = threading.Thread(

@@ -20,7 +20,8 @@ from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.authoring import Graph
 from dagster_graphbook.model.registry import NodeRegistry
 from dagster_graphbook.model.workflow import WorkflowError, load_workflow
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 PROCESS_WORKERS = {"num_workers": 2, "worker_type": "process", "device": "cpu"}
 
@@ -314,49 +315,6 @@ def test_more_bad_workflows_name_file_and_node(tmp_path, case, expected):
 # ---------------------------------------------------------------------------------------------
 # Bad items through real runs: JPEGs decoded by load_fn in DataLoader worker processes
 
-IMAGE_NODES = """
-    import json
-
-    from PIL import Image
-    from torchvision.transforms.functional import pil_to_tensor
-
-    from graphbook import batch, param, source, step
-
-
-    @step("Rel/Manifest")
-    @source()
-    @param("manifest", "string")
-    def manifest(ctx):
-        with open(ctx.manifest) as f:
-            for note in json.load(f):
-                yield {"out": note}
-
-
-    def load_image(ctx, item):
-        with Image.open(item) as img:
-            return pil_to_tensor(img.convert("RGB"))
-
-
-    @step("Rel/ImageSizes")
-    @batch(3, "paths", load_fn=load_image)
-    def image_sizes(ctx, outputs, items, notes):
-        for tensor, path, note in zip(outputs, items, notes):
-            note.setdefault("sizes", {})[str(path)] = list(tensor.shape)
-
-
-    def load_number(ctx, item):
-        if item == 637:
-            raise ValueError(f"cannot load {item}")
-        return item * 10
-
-
-    @step("Rel/Numbers")
-    @batch(16, "items", load_fn=load_number)
-    def numbers(ctx, outputs, items, notes):
-        for out, note in zip(outputs, notes):
-            note.setdefault("loaded", []).append(out)
-    """
-
 
 def _jpeg(path: Path, size: int, seed: int) -> None:
     from PIL import Image
@@ -368,7 +326,7 @@ def _jpeg(path: Path, size: int, seed: int) -> None:
 def image_case(tmp_path):
     """12 real JPEGs in 4 notes, plus a truncated JPEG, a missing file and an item of the wrong
     type."""
-    nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
+    nodes = copy_nodes(tmp_path / "image_nodes", "image_nodes.py", "image_inputs")
     images = tmp_path / "images"
     images.mkdir()
     good = []
@@ -445,7 +403,7 @@ def test_bad_images_under_skip_every_bad_item_recorded_every_good_one_arrives(
 
 @pytest.fixture
 def thousand(tmp_path):
-    nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
+    nodes = copy_nodes(tmp_path / "image_nodes", "image_nodes.py", "image_inputs")
     notes = [
         {"id": n, "items": list(range(n * 50, n * 50 + 50))} for n in range(20)
     ]  # items 0..999
@@ -494,7 +452,7 @@ def test_one_bad_item_in_a_thousand_under_skip_999_arrive(thousand, run_wf, dags
 
 def test_notes_without_items_or_not_dicts_are_named_or_skipped(tmp_path, run_wf, dagster_home):
     """A note without the item key, and a note that is not a dict at all."""
-    nodes = write_nodes(tmp_path / "image_nodes", "image_nodes.py", IMAGE_NODES)
+    nodes = copy_nodes(tmp_path / "image_nodes", "image_nodes.py", "image_inputs")
     manifest = tmp_path / "notes_manifest.json"
     manifest.write_text(
         json.dumps(
@@ -542,31 +500,13 @@ def test_notes_without_items_or_not_dicts_are_named_or_skipped(tmp_path, run_wf,
 # ---------------------------------------------------------------------------------------------
 # Trust: function parameters run code; run config may replace one only where the workflow says so
 
-FUNCTION_NODES = """
-    from graphbook import param, source, step
-
-
-    @step("Trust/Count")
-    @source()
-    def count(ctx):
-        for i in range(3):
-            yield {"out": {"i": i}}
-
-
-    @step("Trust/Apply")
-    @param("fn", "function", default="def fn(x):\\n    return x + 1")
-    @param("label", "string", default="plain")
-    def apply(ctx, data):
-        data["y"] = ctx.fn(data["i"])
-        data["label"] = ctx.label
-    """
 
 TIMES_TEN = "def fn(x):\n    return x * 10"
 
 
 @pytest.fixture
 def function_case(tmp_path):
-    nodes = write_nodes(tmp_path / "trust_nodes", "trust_nodes.py", FUNCTION_NODES)
+    nodes = copy_nodes(tmp_path / "trust_nodes", "trust_nodes.py", "function_inputs")
 
     def workflow(name: str, overridable=None) -> Path:
         apply = step_node("2", "Apply", {"fn": "def fn(x):\n    return x - 1"})
@@ -661,36 +601,6 @@ def test_code_location_flag_still_marks_functions_overridable(function_case, dag
 # ---------------------------------------------------------------------------------------------
 # Pool sizes no machine can start, from run config
 
-POOL_NODES = """
-from graphbook.steps import SourceStep, BatchStep
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-
-    def load(self):
-        return {"out": [{"items": [f"i{k}" for k in range(4)]}]}
-
-class Load(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2},
-                  "item_key": {"type": "string", "default": "items"}}
-
-    def __init__(self, batch_size=2, item_key="items"):
-        super().__init__(batch_size, item_key)
-
-    @staticmethod
-    def load_fn(item):
-        return item
-
-    def dump_fn(self, item):
-        return None
-
-    def on_item_batch(self, outputs, items, notes):
-        return None
-"""
-
 
 @pytest.mark.parametrize("setting", ["num_workers", "dump_workers"])
 def test_a_pool_no_machine_can_start_is_refused_naming_the_step(tmp_path, dagster_home, setting):
@@ -703,7 +613,7 @@ def test_a_pool_no_machine_can_start_is_refused_naming_the_step(tmp_path, dagste
 
     import psutil
 
-    nodes = write_nodes(tmp_path / "nodes", "pool_nodes.py", POOL_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "pool_nodes.py", "pool_inputs")
     wf = write_workflow(
         tmp_path,
         "pools",

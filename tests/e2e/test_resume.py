@@ -23,52 +23,8 @@ from upath import UPath
 from dagster_graphbook.cli import main as cli
 from dagster_graphbook.errors import RequestError
 from dagster_graphbook.store.versions import read_notes, stored_notes_path
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-
-NODES = """
-import os, time
-from graphbook.steps import SourceStep, BatchStep
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"counter": {"type": "string", "default": ""}}
-
-    def __init__(self, counter=""):
-        super().__init__()
-        self.counter = counter
-
-    def load(self):
-        with open(self.counter, "a") as f:
-            f.write(f"{os.getpid()}\\n")
-        return {"out": [{"items": [f"n{n}i{k}" for k in range(10)], "by": os.getpid()}
-                        for n in range(4)]}
-
-class Slow(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 2},
-                  "item_key": {"type": "string", "default": "items"},
-                  "sleep_s": {"type": "number", "default": 0},
-                  "marker": {"type": "string", "default": ""}}
-
-    def __init__(self, batch_size=2, item_key="items", sleep_s=0, marker=""):
-        super().__init__(batch_size, item_key)
-        self.load_fn_params = {"sleep_s": sleep_s, "marker": marker}
-
-    @staticmethod
-    def load_fn(item, sleep_s, marker):
-        print("LOADING", item, flush=True)
-        if marker and os.path.exists(marker):
-            raise RuntimeError("the marker file is there")
-        time.sleep(sleep_s)
-        return item
-
-    def on_item_batch(self, outputs, items, notes):
-        for out, note in zip(outputs, notes):
-            note.setdefault("loaded", []).append(out)
-            note["day"] = getattr(self, "partition_key", None)
-"""
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 DEFS = """
 from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
@@ -85,7 +41,7 @@ DAY = "2026-02-10"
 
 def _workflow(tmp_path: Path, name: str = "resume"):
     """(custom node folder, workflow file, counter file) of Items -> Slow."""
-    nodes = write_nodes(tmp_path / "nodes", "resume_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "resume_nodes.py", "resume")
     counter = tmp_path / "counter.txt"
     wf = write_workflow(
         tmp_path,

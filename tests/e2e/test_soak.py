@@ -14,49 +14,11 @@ import dagster as dg
 import psutil
 import pytest
 
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import Leaks
+from tests.support.leaks import Leaks
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 NOTES, ITEMS_PER_NOTE = 1000, 50  # 50 000 items
-
-SOAK_NODES = """
-    import os
-
-    import torch
-
-    from graphbook import batch, param, source, step
-
-
-    @step("Soak/Items")
-    @source()
-    @param("notes", "number", default=10)
-    @param("per_note", "number", default=5)
-    def items(ctx):
-        k = int(ctx.per_note)
-        for n in range(int(ctx.notes)):
-            yield {"out": {"id": n, "items": list(range(n * k, n * k + k))}}
-
-
-    def load_item(ctx, item):
-        # same shape: batches travel as one shared block
-        return torch.tensor([item, 2 * item], dtype=torch.int64)
-
-
-    def dump_item(ctx, item, doubled):
-        with open(os.path.join(ctx.dump_dir, f"{os.getpid()}.txt"), "a") as f:
-            f.write(f"{item} {doubled}\\n")
-
-
-    @step("Soak/Work")
-    @batch(64, "items", load_fn=load_item, dump_fn=dump_item)
-    @param("dump_dir", "string", default="")
-    def work(ctx, outputs, items, notes):
-        for out, item, note in zip(outputs, items, notes):
-            if int(out[0]) != item:
-                raise ValueError(f"item {item} came back as {out.tolist()}")
-            note.setdefault("done", []).append(item)
-        return [(item, int(out[1])) for out, item in zip(outputs, items)]
-    """
 
 
 class RssSampler:
@@ -106,7 +68,7 @@ def test_soak_50k_items_nothing_lost_memory_flat_nothing_left_behind(
 ):
     import dagster_graphbook.execution.pools.loader  # noqa: F401  (torch imported before the baseline)
 
-    nodes = write_nodes(tmp_path / "soak_nodes", "soak_nodes.py", SOAK_NODES)
+    nodes = copy_nodes(tmp_path / "soak_nodes", "soak_nodes.py", "soak")
     dump_dir = tmp_path / "dumps"
     dump_dir.mkdir()
     sink = tmp_path / "sink" / "notes.jsonl"

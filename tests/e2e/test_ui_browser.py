@@ -18,8 +18,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO, serve_webserver
 from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.webserver import serve_webserver
 
 DEMO = "nightly_shapes"
 
@@ -433,37 +435,6 @@ def test_thumbnails_of_a_pin_and_of_a_failed_item_are_shown(
     _save(driver, tmp_path, "ui-failed-item.png", docs=True)
 
 
-HOSTILE_NODES = """
-from graphbook.steps import SourceStep
-
-
-class Hostile(SourceStep):
-    # untrusted notes: captions that are markup, NaN, lists, mixed types
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"image": {"type": "string", "default": ""}, "port": {"type": "number"}}
-
-    def __init__(self, image="", port=0):
-        super().__init__()
-        self.image, self.port = image, int(port)
-
-    def load(self):
-        note = {
-            "image": self.image,
-            "script": "<script>z=1</script>",
-            "img": f"![x](//127.0.0.1:{self.port})",
-            "link": "[a](javascript:z=2)",
-            "html": f"<img src=//127.0.0.1:{self.port}>"[:24],
-        }
-        return {
-            "out": [
-                {**note, "cls": float("nan"), "tags": [1, 2], "x": "1.5", "long": "<b>" * 40},
-                {**note, "cls": 2.0, "tags": [], "x": 2.5, "long": None},
-            ]
-        }
-"""
-
-
 def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(
     webserver, browser, tmp_path, listener
 ):
@@ -477,12 +448,12 @@ def test_hostile_captions_and_a_table_of_nan_and_lists_render_safely(
     from selenium.webdriver.support.ui import WebDriverWait
 
     from dagster_graphbook import run_workflow
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
     port = listener.port
     image = tmp_path / "good.png"
     Image.new("RGB", (40, 40), (0, 200, 0)).save(image)
-    nodes = write_nodes(tmp_path / "nodes", "hostile_nodes.py", HOSTILE_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "hostile_nodes.py", "hostile_pages")
     wf = write_workflow(tmp_path, "hostile", [step_node("0", "Hostile", source=True)], [])
     run = run_workflow(
         wf,

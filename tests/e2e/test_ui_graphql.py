@@ -19,8 +19,8 @@ import pytest
 
 from dagster_graphbook.defs.executor import MULTIPROCESS
 from dagster_graphbook.execution.pools.workers import pid_running
-from tests.conftest import serve_webserver
 from tests.e2e.ui_cases import BROKEN_STEP, LOCATION, checked_config, make_ui_project, set_param
+from tests.support.webserver import serve_webserver
 
 pytestmark = pytest.mark.ui
 

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SECTION = "## Use it in your project"
 LAUNCHERS = {"dg": "dagster_dg_cli.cli", "dagster": "dagster._cli"}

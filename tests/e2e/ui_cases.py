@@ -19,100 +19,13 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-from tests.conftest import REPO, edge, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.workflows import edge, step_node, write_workflow
 
 LOCATION = "ui_cases"
 BROKEN_STEP = "NoSuchStep"
 
-NODES = """
-import time
-
-from graphbook import param, source, step
-from graphbook.steps import BatchStep
-
-
-@step("UI/Items")
-@source()
-@param("n", "number", default=12)
-def items(ctx):
-    for i in range(int(ctx.n)):
-        yield {"out": {"i": i, "items": [i]}}
-
-
-class Slow(BatchStep):
-    \"\"\"Loads one item per 0.2 s, so a run of 12 items reports progress lines.\"\"\"
-
-    RequiresInput = True
-    Category = "UI"
-    Outputs = ["out"]
-    Parameters = {
-        "batch_size": {"type": "number", "default": 2},
-        "item_key": {"type": "string", "default": "items"},
-    }
-
-    def __init__(self, batch_size=2, item_key="items"):
-        super().__init__(batch_size, item_key)
-
-    @staticmethod
-    def load_fn(item):
-        time.sleep(0.2)
-        return item
-
-    def on_item_batch(self, outputs, items, notes):
-        return None
-
-
-@step("UI/Score")
-@param("score", "number", default=0.95)
-def score(ctx, data):
-    ctx.dagster_metadata = {"accuracy": ctx.score}
-
-
-@step("UI/Where")
-@source()
-@param("record", "string", default="")
-def where(ctx):
-    \"\"\"Writes how this step's process was started: its parent (the forkserver or the run's
-    process) with that one's command line and parent, and the run's process (multiprocessing's
-    parent of this one).\"\"\"
-    import json
-    import multiprocessing
-    import os
-
-    def stat(pid):
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read().replace(b"\\0", b" ").decode()
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        return {"pid": pid, "cmdline": cmdline, "ppid": ppid}
-
-    run = multiprocessing.parent_process()
-    record = {
-        "pid": os.getpid(),
-        "run_pid": run.pid if run is not None else None,
-        "parent": stat(os.getppid()),
-    }
-    with open(ctx.record, "w") as f:
-        json.dump(record, f)
-    yield {"out": {"i": 0, "items": [0]}}
-
-
-@step("UI/After")
-@param("marker", "string", default="")
-def after(ctx, data):
-    with open(ctx.marker, "a") as f:
-        f.write(f"{data['i']}\\n")
-"""
-
-EDIT_NODES = """
-from graphbook import param, step
-
-
-@step("UI/Tally")
-@param("scale", "number", default=1)
-def tally(ctx, data):
-    data["tally"] = data["i"] * ctx.scale
-"""
 
 LOCATION_PY = """
 from dagster_graphbook import GraphbookWorkflow, StepCheck, build_definitions
@@ -140,8 +53,8 @@ def make_ui_project(root: Path, *, with_repository: bool = False) -> Path:
     workspace file. ``with_repository`` also serves the repository's own location
     (``graphbook``, as ``workspace.yaml`` does), for one webserver showing both."""
     root.mkdir(parents=True, exist_ok=True)
-    write_nodes(root / "nodes", "ui_nodes.py", NODES)
-    write_nodes(root / "nodes_edit", "edit_nodes.py", EDIT_NODES)
+    copy_nodes(root / "nodes", "ui_nodes.py", "ui_steps")
+    copy_nodes(root / "nodes_edit", "edit_nodes.py", "ui_edits")
     write_workflow(
         root,
         "checked",

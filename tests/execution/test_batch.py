@@ -18,7 +18,7 @@ from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory, StepFailure
 from dagster_graphbook.execution.step.driver import run_step
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import edge, step_node, write_workflow
+from tests.support.workflows import edge, step_node, write_workflow
 
 CPU0 = dict(num_workers=0, device="cpu")
 

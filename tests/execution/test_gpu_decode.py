@@ -26,7 +26,8 @@ from dagster_graphbook.execution.batch.decode import decode_batch
 from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import StepFailure
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import _shapes_data
+from tests.support.nightly import shapes_data
+from tests.support.nodes import copy_nodes
 
 # Against the demo's PIL load_fn, in units of 1/255 of the [0, 1] floats (decode.py's docstring
 # says the same). CPU measured: mean 0.003, max 1 (libjpeg-turbo both sides, PIL-exact resize).
@@ -67,7 +68,7 @@ def images(tmp_path_factory):
     """The demo's shapes as PNG (what shapes_data.py writes), and as JPEGs: RGB, grayscale,
     non-square, larger than the model's input, 4:4:4 and 4:2:0, one with an EXIF rotation."""
     folder = tmp_path_factory.mktemp("images")
-    pictures = [image for image, _ in _shapes_data().samples("gpu-decode", 6)]
+    pictures = [image for image, _ in shapes_data().samples("gpu-decode", 6)]
     paths = []
     for i, image in enumerate(pictures[:3]):
         paths.append(folder / f"shape_{i}.png")
@@ -450,65 +451,11 @@ def test_a_bomb_fails_the_step_naming_it_under_raise(images, bombs):
 # End to end: a Dagster job whose step's load_fn is one line
 
 
-NODES = '''
-import torch
-from graphbook.steps import BatchStep, SourceStep
-
-from dagster_graphbook import encoded_image
-
-
-class Images(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"files": {"type": "string", "default": ""}}
-
-    def __init__(self, files=""):
-        super().__init__()
-        self.files = files.split(",")
-
-    def load(self):
-        return {"out": [{"image": f, "name": f.rsplit("/", 1)[-1]} for f in self.files]}
-
-
-def colour(x):
-    """The 'model': the dominant channel and the mean colour of each image."""
-    means = x.mean(dim=(2, 3))
-    return ["rgb"[i] for i in means.argmax(dim=1).tolist()], means.cpu().tolist()
-
-
-class ClassifyPil(BatchStep):
-    RequiresInput = True
-    Outputs = ["out"]
-    Parameters = {"batch_size": {"type": "number", "default": 4}}
-
-    def __init__(self, batch_size=4):
-        super().__init__(batch_size, "image")
-
-    @staticmethod
-    def load_fn(item):
-        from custom_nodes.nightly.nightly_nodes import ClassifyShapes
-
-        return ClassifyShapes.load_fn(item, 32)
-
-    def on_item_batch(self, outputs, items, notes):
-        labels, means = colour(torch.stack(list(outputs)).to(self.device))
-        for note, label, mean in zip(notes, labels, means):
-            note["label"], note["mean"] = label, mean
-
-
-class ClassifyEncoded(ClassifyPil):
-    @staticmethod
-    def load_fn(item):
-        return encoded_image(item, 32)
-'''
-
-
 def test_a_job_whose_load_fn_is_one_line_classifies_as_the_pil_path(images, tmp_path, run_wf):
     from dagster_graphbook import NodeRegistry
     from dagster_graphbook.authoring import Graph
-    from tests.conftest import write_nodes
 
-    registry = NodeRegistry.load([write_nodes(tmp_path / "nodes", "decode_nodes.py", NODES)])
+    registry = NodeRegistry.load([copy_nodes(tmp_path / "nodes", "decode_nodes.py", "gpu_decode")])
     g = Graph()
     g.name = "decode_e2e"
     source = g.step(registry.steps["Images"]).param("files", ",".join(images))

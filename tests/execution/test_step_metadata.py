@@ -12,65 +12,8 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-
-NODES = '''
-from graphbook.steps import BatchStep, SourceStep, Step
-
-
-class Numbers(SourceStep):
-    """Yields ``n`` notes ``{"i": i, "items": [i]}``."""
-
-    RequiresInput = False
-    Outputs = ["out"]
-    Parameters = {"n": {"type": "number", "default": 7}}
-
-    def __init__(self, n=7):
-        super().__init__()
-        self.n = int(n)
-
-    def load(self):
-        return {"out": [{"i": i, "items": [i]} for i in range(self.n)]}
-
-
-class Scale(BatchStep):
-    """Multiplies each item by ten in :meth:`load_fn` (a :class:`~graphbook.steps.BatchStep`)."""
-
-    Outputs = ["out"]
-    Parameters = {
-        "batch_size": {"type": "number", "default": 3},
-        "item_key": {"type": "string", "default": "items"},
-    }
-
-    def __init__(self, batch_size=3, item_key="items"):
-        super().__init__(batch_size, item_key)
-
-    @staticmethod
-    def load_fn(item):
-        return item * 10
-
-    def on_item_batch(self, outputs, items, notes):
-        for out, note in zip(outputs, notes):
-            note["scaled"] = int(out)
-        return None
-
-
-class Parity(Step):
-    """Sends each note to a pin by the parity of ``i`` (see :class:`Numbers`).
-
-    Outputs:
-        even: notes whose ``i`` is even
-        odd: notes whose ``i`` is
-            odd
-    """
-
-    RequiresInput = True
-    Outputs = ["even", "odd", "other"]
-    Parameters = {}
-
-    def route(self, note):
-        return "even" if note["i"] % 2 == 0 else "odd"
-'''
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 N = 7
 PINS = {"even": 4, "odd": 3, "other": 0}
@@ -84,7 +27,7 @@ def ran(tmp_path_factory):
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
     tmp = tmp_path_factory.mktemp("asset_metadata")
-    nodes = write_nodes(tmp / "nodes", "meta_nodes.py", NODES)
+    nodes = copy_nodes(tmp / "nodes", "meta_nodes.py", "step_metadata")
     steps = [
         step_node("n", "Numbers", {"n": N}, source=True),
         step_node("s", "Scale", {"batch_size": 3, "item_key": "items"}),
@@ -194,7 +137,7 @@ def test_streamed_pins_count_their_own_notes_too(tmp_path):
     """Streaming mode: pins read inside the stream store nothing but still count their notes."""
     from dagster_graphbook import GraphbookWorkflow, build_definitions
 
-    nodes = write_nodes(tmp_path / "nodes", "meta_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "meta_nodes.py", "step_metadata")
     steps = [
         step_node("n", "Numbers", {"n": N}, source=True),
         step_node("p", "Parity", {}, outputs=list(PINS)),
@@ -230,7 +173,7 @@ def test_get_pin_description_is_the_hook_for_pin_assets(tmp_path):
         def get_pin_description(self, workflow, node, pin):
             return f"{node.name} -> {pin}"
 
-    nodes = write_nodes(tmp_path / "nodes", "meta_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "meta_nodes.py", "step_metadata")
     steps = [
         step_node("n", "Numbers", {"n": 2}, source=True),
         step_node("p", "Parity", {}, outputs=list(PINS)),

@@ -17,69 +17,9 @@ import psutil
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-from tests.e2e.conftest import shm_leaks, shm_snapshot
-
-NODES = """
-    import os
-    import time
-
-    import torch
-    from graphbook import batch, param, source, step
-
-    from dagster_graphbook.authoring.files import atomic_path
-
-
-    @step("Op/Items")
-    @source()
-    @param("n", "number", default=24)
-    @param("per_note", "number", default=5)
-    def items(ctx):
-        n, k = int(ctx.n), int(ctx.per_note)
-        for start in range(0, n, k):
-            yield {"out": {"id": start // k, "items": list(range(start, min(n, start + k)))}}
-
-
-    def tensor_load(ctx, item):
-        if ctx.pid_dir:
-            open(os.path.join(ctx.pid_dir, f"load-{os.getpid()}"), "w").close()
-        time.sleep(ctx.delay)
-        return torch.full((3, 64, 64), float(item))
-
-
-    def atomic_dump(ctx, path, value):
-        if ctx.pid_dir:
-            open(os.path.join(ctx.pid_dir, f"dump-{os.getpid()}"), "w").close()
-        with atomic_path(path) as tmp:
-            with open(tmp, "w") as f:
-                f.write(f"{value}\\n")
-                f.flush()
-                time.sleep(ctx.delay)  # other dumps are in flight when one fails
-                if value == ctx.fail_once_at and not os.path.exists(ctx.marker):
-                    open(ctx.marker, "w").close()
-                    raise OSError(f"storage went away while writing {path}")
-                f.write("end\\n")
-        return path
-
-
-    @step("Op/Work")
-    @batch(4, "items", load_fn=tensor_load, dump_fn=atomic_dump)
-    @param("out_dir", "string", default="")
-    @param("pid_dir", "string", default="")
-    @param("delay", "number", default=0.0)
-    @param("fail_once_at", "number", default=-1)
-    @param("marker", "string", default="")
-    def work(ctx, outputs, items, notes):
-        for out, note in zip(outputs, notes):
-            note.setdefault("means", []).append(float(out.mean()))
-            note.setdefault("device", str(out.device))
-        if not ctx.out_dir:
-            return None
-        return [
-            (os.path.join(ctx.out_dir, f"{item}.txt"), float(out[0, 0, 0]))
-            for item, out in zip(items, outputs)
-        ]
-    """
+from tests.support.leaks import shm_leaks, shm_snapshot
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 PROCESSES = {
     "Work.runtime.num_workers": 2,
@@ -91,7 +31,7 @@ PROCESSES = {
 
 @pytest.fixture
 def op_wf(tmp_path):
-    nodes = write_nodes(tmp_path / "op_nodes", "op_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "op_nodes", "op_nodes.py", "step_op")
     out_dir, pid_dir = tmp_path / "out", tmp_path / "pids"
     out_dir.mkdir()
     pid_dir.mkdir()
@@ -370,33 +310,11 @@ def test_terminate_mid_run_stops_every_worker_and_frees_shared_memory(
 # ---------------------------------------------------------------------------------------------
 # The GPU out of memory: no retry, under skip too
 
-OOM_NODES = """
-    import os
-
-    import torch
-    from graphbook import batch, param, source, step
-
-
-    @step("Oom/Items")
-    @source()
-    def items(ctx):
-        yield {"out": {"items": [1, 2, 3]}}
-
-
-    @step("Oom/Model")
-    @batch(2, "items")
-    @param("calls", "string", default="")
-    def model(ctx, outputs, items, notes):
-        open(os.path.join(ctx.calls, str(len(os.listdir(ctx.calls)))), "w").close()
-        # what a CUDA library's own allocation raises (cuBLAS, nvJPEG): no OutOfMemoryError type
-        raise torch.AcceleratorError("CUDA error: out of memory")
-    """
-
 
 def test_a_gpu_out_of_memory_fails_the_step_at_once_without_its_retries(tmp_path, run_wf):
     """A retry would run the same batch size into the same wall: runtime.retries is not spent on
     it (the model reloaded each time), and skip does not skip every batch."""
-    nodes = write_nodes(tmp_path / "oom_nodes", "oom_nodes.py", OOM_NODES)
+    nodes = copy_nodes(tmp_path / "oom_nodes", "oom_nodes.py", "step_op_oom")
     calls = tmp_path / "calls"
     calls.mkdir()
     wf = write_workflow(

@@ -21,95 +21,13 @@ import psutil
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-
-NODES = """
-    import os
-    import time
-
-    import torch
-    from graphbook import batch, event, param, resource, source, step
-
-
-    def trace(path, line):
-        if path:
-            with open(path, "a") as f:
-                f.write(line + "\\n")
-
-
-    @step("S/Numbers")
-    @source()
-    @param("n", "number", default=3)
-    @param("trace", "string", default="")
-    def numbers(ctx):
-        for i in range(int(ctx.n)):
-            trace(ctx.trace, f"{ctx.id} {i}")
-            yield {"out": {"i": i, "paths": [f"img-{i}"]}}
-
-
-    @step("S/Mark")
-    @param("trace", "string", default="")
-    @param("fail_at", "number", default=-1)
-    @param("delay", "number", default=0.0)
-    def mark(ctx, note):
-        if note["i"] == ctx.fail_at:
-            raise ValueError(f"cannot mark {note['i']}")
-        time.sleep(ctx.delay)
-        trace(ctx.trace, f"{ctx.id} {note['i']}")
-
-
-    def load_image(ctx, item):
-        if ctx.pid_dir:
-            open(os.path.join(ctx.pid_dir, f"load-{os.getpid()}"), "w").close()
-        if item == ctx.bad_item:
-            raise OSError(f"unreadable image {item}")
-        if item == ctx.kill_item:
-            os.kill(os.getpid(), 9)  # as the kernel's OOM killer would
-        time.sleep(ctx.delay)
-        return torch.full((3, 64, 64), float(item.split("-")[1]))
-
-
-    def dump_size(ctx, path, tensor):
-        # what crossed into the dump process: the tensor's own bytes, or its whole batch?
-        with open(path, "w") as f:
-            f.write(f"{tensor.untyped_storage().nbytes()} {tensor.numel() * tensor.element_size()}")
-        return path
-
-
-    @step("S/LoadImages")
-    @batch(8, "paths", load_fn=load_image, dump_fn=dump_size)
-    @param("out_dir", "string", default="")
-    @param("pid_dir", "string", default="")
-    @param("bad_item", "string", default="")
-    @param("kill_item", "string", default="")
-    @param("delay", "number", default=0.0)
-    def load_images(ctx, tensors, items, notes):
-        for tensor, note in zip(tensors, notes):
-            note.setdefault("tensor", []).append(tensor)  # the Batch Data guide's pattern
-        if ctx.out_dir:
-            paths = [os.path.join(ctx.out_dir, f"{item}.txt") for item in items]
-            return list(zip(paths, tensors))
-        return None
-
-
-    def ended(ctx):
-        trace(ctx.trace, f"on_end {ctx.id} failed={ctx.run_failed}")
-
-
-    @step("S/Reduce")
-    @param("trace", "string", default="")
-    @param("delay", "number", default=0.0)
-    @event("on_end", ended)
-    def reduce(ctx, note):
-        time.sleep(ctx.delay)
-        note["mean"] = float(sum(t.mean() for t in note.pop("tensor", [])))
-        trace(ctx.trace, f"{ctx.id} {note['i']}")
-    """
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Path:
-    return write_nodes(tmp_path / "nodes", "stream_nodes.py", NODES)
+    return copy_nodes(tmp_path / "nodes", "stream_nodes.py", "streamed_steps")
 
 
 def _dfs_workflow(folder: Path, trace: Path, n: int = 3, **mark: object) -> Path:
@@ -156,7 +74,7 @@ def default_images_run(tmp_path_factory):
     from dagster_graphbook import run_workflow
 
     tmp = tmp_path_factory.mktemp("default_images")
-    nodes = write_nodes(tmp / "nodes", "stream_nodes.py", NODES)
+    nodes = copy_nodes(tmp / "nodes", "stream_nodes.py", "streamed_steps")
     out_dir = tmp / "out"
     out_dir.mkdir()
     wf = _images_workflow(tmp, tmp / "trace.txt", 24, out_dir=str(out_dir))
@@ -314,75 +232,12 @@ def test_a_streamed_batch_step_forks_its_loader_workers_once(tmp_path, nodes, ru
     assert not alive, f"loader workers left after the step ended: {alive}"
 
 
-MNIST_NODES = """
-    import torch
-    from graphbook import event, param, resource, source, step
-
-
-    def blobs(n, seed):
-        g = torch.Generator().manual_seed(seed)
-        labels = torch.randint(0, 2, (n,), generator=g)
-        centers = torch.tensor([[-2.0, 1.0], [2.0, -1.0]])
-        return centers[labels] + 0.7 * torch.randn(n, 2, generator=g), labels
-
-
-    @resource("Mnist/Model")
-    def model(ctx):
-        torch.manual_seed(0)
-        net = torch.nn.Linear(2, 2)
-        with torch.no_grad():
-            net.weight.copy_(torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))  # starts wrong: accuracy ~0
-            net.bias.zero_()
-        return net
-
-
-    @step("Mnist/Dataset")
-    @source()
-    @param("batches", "number", default=40)
-    def dataset(ctx):
-        for b in range(int(ctx.batches)):
-            yield {"out": [{"batch": blobs(32, b)}]}
-
-
-    def evaluate(ctx):
-        x, y = blobs(400, 999)
-        with torch.no_grad():
-            accuracy = (ctx.model(x).argmax(1) == y).float().mean().item()
-        ctx.dagster_metadata = {"accuracy": accuracy, "evaluations": ctx.evaluations + 1}
-        ctx.log({"accuracy": accuracy})
-
-
-    def init_eval(ctx, **kwargs):
-        ctx.evaluations = 0
-
-
-    @step("Mnist/Eval")
-    @param("model", "resource")
-    @event("__init__", init_eval)
-    @event("on_end", evaluate)
-    def get_eval(ctx, note):
-        pass
-
-
-    @step("Mnist/Train")
-    @param("model", "resource")
-    def train_step(ctx, note):
-        if not hasattr(ctx, "optimizer"):
-            ctx.optimizer = torch.optim.SGD(ctx.model.parameters(), lr=0.1)
-        x, y = note["batch"]
-        ctx.optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ctx.model(x), y)
-        loss.backward()
-        ctx.optimizer.step()
-    """
-
-
 def test_mnist_style_eval_on_end_sees_the_model_trained_in_the_same_stream(tmp_path, dagster_home):
     """MnistClassifier.py's shape: dataset -> eval -> train, one model resource; eval's on_end
     must evaluate the trained model, which only Graphbook's streaming order gives."""
     from dagster_graphbook import run_workflow
 
-    nodes = write_nodes(tmp_path / "mnist_nodes", "mnist_nodes.py", MNIST_NODES)
+    nodes = copy_nodes(tmp_path / "mnist_nodes", "mnist_nodes.py", "streamed_mnist")
     wf = write_workflow(
         tmp_path,
         "mnist",
@@ -599,67 +454,6 @@ def test_terminate_stops_the_stream_and_its_workers(tmp_path, nodes, dagster_hom
         assert run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), run.status
 
 
-LONG_NODES = """
-    import gc
-    import tracemalloc
-
-    from graphbook.steps import BatchStep, GeneratorSourceStep, Step
-
-
-    class Endless(GeneratorSourceStep):
-        RequiresInput = False
-        Outputs = ["out"]
-        Parameters = {"n": {"type": "number", "default": 10}}
-
-        def __init__(self, n=10):
-            super().__init__()
-            self.n = int(n)
-
-        def load(self):
-            for i in range(self.n):
-                yield {"out": {"i": i, "items": [i], "payload": bytes(1000)}}
-
-
-    class Double(BatchStep):
-        RequiresInput = True
-        Outputs = ["out"]
-        Parameters = {"batch_size": {"type": "number", "default": 16},
-                      "item_key": {"type": "string", "default": "items"}}
-
-        def __init__(self, batch_size=16, item_key="items"):
-            super().__init__(batch_size, item_key)
-
-        @staticmethod
-        def load_fn(item):
-            return 2 * item
-
-        def on_item_batch(self, outputs, items, notes):
-            for out, note in zip(outputs, notes):
-                note["doubled"] = out
-
-
-    class DropPayload(Step):
-        RequiresInput = True
-        Outputs = []  # a sink that stores nothing: each note is done with here
-        Parameters = {"marks": {"type": "string", "default": ""},
-                      "report": {"type": "string", "default": ""}}
-
-        def __init__(self, marks="", report=""):
-            super().__init__()
-            self.marks = {int(m) for m in str(marks).split(",") if m}
-            self.report = report
-
-        def on_data(self, note):
-            note.pop("payload")
-            if note["i"] == 0:
-                tracemalloc.start()
-            if note["i"] in self.marks:
-                gc.collect()
-                with open(self.report, "a") as f:  # bytes traced since the first note
-                    f.write(f"{note['i']} {tracemalloc.get_traced_memory()[0]}\\n")
-    """
-
-
 def test_a_long_stream_keeps_nothing_per_note_that_has_left(tmp_path, run_wf):
     """An endless source streamed through a batch step into a sink that stores nothing: what the
     stream keeps per note (ids, order, counters, progress, inboxes, the batch driver's
@@ -668,7 +462,7 @@ def test_a_long_stream_keeps_nothing_per_note_that_has_left(tmp_path, run_wf):
     flat (under 10 bytes a note; a kept note costs some 0.3 KB)."""
     import tracemalloc
 
-    nodes = write_nodes(tmp_path / "long_nodes", "long_nodes.py", LONG_NODES)
+    nodes = copy_nodes(tmp_path / "long_nodes", "long_nodes.py", "streamed_long")
     report = tmp_path / "traced.txt"
     first, last = 5_000, 40_000
     wf = write_workflow(
@@ -707,7 +501,7 @@ def test_a_stream_says_when_a_stored_pin_holds_many_notes(
     from dagster_graphbook.execution.step import stream
 
     monkeypatch.setattr(stream, "KEPT_WARN_NOTES", 50)
-    nodes = write_nodes(tmp_path / "long_nodes", "long_nodes.py", LONG_NODES)
+    nodes = copy_nodes(tmp_path / "long_nodes", "long_nodes.py", "streamed_long")
     wf = write_workflow(
         tmp_path,
         "kept",

@@ -21,7 +21,7 @@ from dagster_graphbook.execution.batch.run import run_batch_step
 from dagster_graphbook.execution.errors import GpuOutOfMemory
 from dagster_graphbook.execution.pools import loader as loader_pool
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dagster_graphbook import load_workflow
-from tests.conftest import edge, step_node, write_workflow
+from tests.support.workflows import edge, step_node, write_workflow
 
 
 def test_group_and_subflow_flattened_like_the_editor(tmp_path, sample_registry):

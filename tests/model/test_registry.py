@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
-from tests.conftest import edge, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_nodes, write_workflow
 
 
 def test_two_classes_with_one_name_are_ambiguous_not_fatal(tmp_path):
@@ -111,34 +112,11 @@ def test_run_workflow_with_broken_node_file_fails_before_running(tmp_path, run_w
         run_wf(wf, custom_nodes=[folder])
 
 
-SCALED_NODES = """
-from graphbook.steps import SourceStep, Step
-
-import scaling_helpers
-
-
-class Numbers(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-
-    def load(self):
-        return {"out": [{"x": x} for x in (1, 2)]}
-
-
-class Scale(Step):
-    RequiresInput = True
-    Outputs = ["out"]
-
-    def on_data(self, data):
-        data["y"] = scaling_helpers.scale(data["x"])
-"""
-
-
 def test_helpers_a_node_file_imports_are_reloaded_when_edited(tmp_path, run_wf):
     """A long-lived process runs the workflow, the node file's helper module (and the module
     that helper imports) is edited, the workflow runs again: the new helper code runs, as after
     an edit of the node file itself."""
-    folder = write_nodes(tmp_path / "custom_nodes", "my_nodes.py", SCALED_NODES)
+    folder = copy_nodes(tmp_path / "custom_nodes", "my_nodes.py", "registry_scaled")
     helper = "import scaling_factor\n\ndef scale(x):\n    return x * scaling_factor.FACTOR\n"
     write_nodes(folder, "scaling_helpers.py", helper)
     write_nodes(folder, "scaling_factor.py", "FACTOR = 10\n")

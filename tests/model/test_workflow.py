@@ -8,32 +8,13 @@ import pytest
 
 from dagster_graphbook import NodeRegistry, WorkflowError, load_workflow
 from dagster_graphbook.model.workflow import workflow_name
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-
-EXTRA_NODES = """
-from graphbook import step, param, source, resource
-
-@step("Test/Needs")
-@param("must", "string", required=True)
-def needs(ctx, data):
-    pass
-
-@step("Test/Options")
-@param("opts", "dict")
-@param("tags", "list[string]")
-def options(ctx, data):
-    pass
-
-@step("Test/Ask")
-@source()
-def ask(ctx):
-    yield {"out": {}}
-"""
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 
 @pytest.fixture
 def extra_registry(tmp_path, repo):
-    folder = write_nodes(tmp_path / "extra_nodes", "extra.py", EXTRA_NODES)
+    folder = copy_nodes(tmp_path / "extra_nodes", "extra.py", "workflow_extra")
     return NodeRegistry.load([repo / "custom_nodes" / "sample", folder])
 
 

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SAMPLE_NODES = REPO / "custom_nodes" / "sample"
 

@@ -12,7 +12,8 @@ from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definition
 from dagster_graphbook.authoring import Graph
 from dagster_graphbook.authoring.resources import Resource
 from dagster_graphbook.authoring.steps import SourceStep, Step
-from tests.conftest import REPO, _load_defs_folder
+from tests.support.defs_folder import load_defs_folder
+from tests.support.paths import REPO
 
 NIGHTLY = REPO / "workflows" / "nightly_shapes.json"
 NODES = [REPO / "custom_nodes" / "nightly"]
@@ -71,7 +72,7 @@ def test_gpus_in_the_yaml_component(tmp_path):
           custom_nodes: [{NODES[0]}]
           gpus: 1
     """
-    tags = _op_tags(_load_defs_folder(tmp_path, "gpu_location", {"nightly": yaml}))
+    tags = _op_tags(load_defs_folder(tmp_path, "gpu_location", {"nightly": yaml}))
     assert tags["ClassifyShapes"]["dagster-ray/config"] == {"num_gpus": 1}
 
 

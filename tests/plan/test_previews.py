@@ -10,7 +10,8 @@ import pytest
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions
 from dagster_graphbook.defs.definitions import load
 from dagster_graphbook.plan.previews import OFF, PreviewSettings
-from tests.conftest import REPO, _load_defs_folder
+from tests.support.defs_folder import load_defs_folder
+from tests.support.paths import REPO
 
 NIGHTLY = REPO / "workflows" / "nightly_shapes.json"
 NODES = [REPO / "custom_nodes" / "nightly"]
@@ -92,9 +93,9 @@ def test_the_yaml_component_takes_preview(tmp_path, monkeypatch):
     for folder in ("bad", "good"):
         (tmp_path / folder).mkdir()
     with pytest.raises(Exception) as raised:
-        _load_defs_folder(tmp_path / "bad", "preview_bad", {"nightly": yaml})
+        load_defs_folder(tmp_path / "bad", "preview_bad", {"nightly": yaml})
     chain = "".join(traceback.format_exception(raised.value))  # Dagster wraps the load error
     assert "preview names step 'Nope'" in chain
     good = yaml.replace("Nope: false", "ClassifyShapes: false")
-    defs = _load_defs_folder(tmp_path / "good", "preview_good", {"nightly": good})
+    defs = load_defs_folder(tmp_path / "good", "preview_good", {"nightly": good})
     assert defs.resolve_job_def("nightly_shapes") is not None

@@ -15,17 +15,16 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import edge, step_node, write_workflow
-from tests.execution.test_stream import NODES, _dfs_workflow, _lines
+from tests.execution.test_stream import _dfs_workflow, _lines
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 CPU = {"LoadImages.runtime.num_workers": 2, "LoadImages.runtime.device": "cpu"}
 
 
 @pytest.fixture
 def nodes(tmp_path):
-    from tests.conftest import write_nodes
-
-    return write_nodes(tmp_path / "nodes", "stream_nodes.py", NODES)
+    return copy_nodes(tmp_path / "nodes", "stream_nodes.py", "streamed_steps")
 
 
 def _images_then_mark(folder, trace, n):

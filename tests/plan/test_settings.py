@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_launchpad_config_shows_the_runtime_block_with_its_defaults():

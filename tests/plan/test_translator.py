@@ -23,7 +23,9 @@ from dagster_graphbook import (
     load_workflow,
 )
 from dagster_graphbook.model.workflow import WorkflowError
-from tests.conftest import REPO, edge, resource_node, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 K = dg.AssetKey
 
@@ -325,35 +327,8 @@ def test_fan_in_alternates_parents_starting_with_the_first_edge(tmp_path, repo, 
     assert all(n["mean"] == sum(n["numbers"]) / 4 for n in run.notes["CalcMean"]["out"])
 
 
-RESOURCE_CHAIN_NODES = """
-from graphbook import step, param, resource, source
-
-
-@resource("Chain/Scaled")
-@param("base", "resource", description="bind a Number")
-@param("factor", "number", default=2)
-def scaled(ctx):
-    '''base * factor'''
-    return ctx.base * ctx.factor
-
-
-@step("Chain/Emit")
-@source()
-@param("n", "number", default=2)
-def emit(ctx):
-    for i in range(int(ctx.n)):
-        yield {"out": {"i": i}}
-
-
-@step("Chain/UseValue")
-@param("value", "resource")
-def use_value(ctx, data):
-    data["value"] = ctx.value
-"""
-
-
 def test_resource_feeding_a_resource(tmp_path, run_wf):
-    nodes = write_nodes(tmp_path / "chain_nodes", "chain.py", RESOURCE_CHAIN_NODES)
+    nodes = copy_nodes(tmp_path / "chain_nodes", "chain.py", "resource_chain")
     path = write_workflow(
         tmp_path,
         "chain",

@@ -13,26 +13,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import edge, resource_node, step_node, write_nodes, write_workflow
-
-NODES = """
-    from graphbook import step, source, param
-
-
-    @step("Trust/Count")
-    @source()
-    def count(ctx):
-        for i in range(3):
-            yield {"out": {"i": i}}
-
-
-    @step("Trust/Apply")
-    @param("fn", "function")
-    @param("label", "string", default="plain")
-    def apply(ctx, data):
-        data["y"] = ctx.fn(data["i"])
-        data["label"] = ctx.label
-    """
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 MINUS_ONE = "def fn(x):\n    return x - 1"
 
@@ -44,7 +26,7 @@ def _evil(marker: Path) -> str:
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Path:
-    return write_nodes(tmp_path / "trust_nodes", "trust_nodes.py", NODES)
+    return copy_nodes(tmp_path / "trust_nodes", "trust_nodes.py", "trusted_code")
 
 
 def _text_into_apply(tmp_path: Path, name: str, *, overridable: bool = False) -> Path:

@@ -15,13 +15,13 @@ import pytest
 
 from dagster_graphbook import GraphbookWorkflow, WorkflowError, build_definitions, run_workflow
 from dagster_graphbook.cli.main import main
-from tests.conftest import (
-    REPO,
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.workflows import (
     edge,
     parent_of_a_step,
     resource_node,
     step_node,
-    write_nodes,
     write_workflow,
 )
 
@@ -264,40 +264,9 @@ def test_graph_object_run(repo, run_wf):
 # Failures
 
 
-FAILING_NODES = """
-from graphbook import step, param, source, event
-
-
-@step("Fail/Numbers")
-@source()
-@param("n", "number", default=6)
-@param("break_at", "number", default=-1)
-def numbers(ctx):
-    for i in range(int(ctx.n)):
-        if i == ctx.break_at:
-            raise RuntimeError("source ran dry")
-        yield {"out": {"i": i}}
-
-
-def mark_end(ctx):
-    with open(ctx.marker, "a") as f:
-        f.write("end\\n")
-
-
-@step("Fail/Boom")
-@event("on_end", mark_end)
-@param("bad", "number", default=3)
-@param("marker", "string", default="")
-def boom(ctx, data):
-    if data["i"] == ctx.bad:
-        raise ValueError(f"cannot handle {data['i']}")
-    data["ok"] = True
-"""
-
-
 @pytest.fixture
 def failing(tmp_path):
-    nodes = write_nodes(tmp_path / "failing_nodes", "failing.py", FAILING_NODES)
+    nodes = copy_nodes(tmp_path / "failing_nodes", "failing.py", "failing_steps")
     marker = tmp_path / "marker.txt"
     path = write_workflow(
         tmp_path,
@@ -367,35 +336,6 @@ def test_on_item_error_skip_records_and_continues(failing, run_wf, dagster_home)
     assert marker.read_text() == "end\n"
 
 
-BATCH_NODES = """
-from graphbook.steps import BatchStep, SourceStep
-
-
-class Items(SourceStep):
-    RequiresInput = False
-    Outputs = ["out"]
-
-    def load(self):
-        return {"out": [{"items": [f"item-{i}"]} for i in range(3)]}
-
-
-class Check(BatchStep):
-    \"\"\"``load_fn`` fails for item 1: 1 of the 3 items.\"\"\"
-    RequiresInput = True
-    Outputs = ["out"]
-
-    def __init__(self):
-        super().__init__(batch_size=1, item_key="items")
-
-    @staticmethod
-    def load_fn(item):
-        if item == "item-1":
-            raise ValueError(f"bad item {item}")
-        return item
-
-    def on_item_batch(self, outputs, items, notes):
-        return None
-"""
 SKIP = {  # params: skip failed items (at most the default share of them)
     "Check.runtime.on_item_error": "skip",
     "Check.runtime.num_workers": 0,
@@ -406,7 +346,7 @@ SKIP_LIMIT = {"runtime": {"max_skipped_fraction": 0.2}}  # run config: 1 of 3 is
 
 @pytest.fixture
 def one_bad_in_three(tmp_path):
-    nodes = write_nodes(tmp_path / "batch_nodes", "checks.py", BATCH_NODES)
+    nodes = copy_nodes(tmp_path / "batch_nodes", "checks.py", "run_batch")
     path = write_workflow(
         tmp_path,
         "skips",

@@ -7,23 +7,8 @@ import os
 import dagster as dg
 
 from dagster_graphbook.store import codec
-from tests.conftest import edge, step_node, write_nodes, write_workflow
-
-NODES = """
-from graphbook import source, step
-
-
-@step("Io/Emit")
-@source()
-def emit(ctx):
-    for i in range(3):
-        yield {"out": {"i": i}}
-
-
-@step("Io/Double")
-def double(ctx, data):
-    data["twice"] = 2 * data["i"]
-"""
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, step_node, write_workflow
 
 
 def test_a_relative_notes_dir_is_recorded_absolute_and_read_from_another_cwd(
@@ -32,7 +17,7 @@ def test_a_relative_notes_dir_is_recorded_absolute_and_read_from_another_cwd(
     """``notes_dir="rel_notes"`` recorded ``dagster/uri='rel_notes/...'``: from any other working
     directory (a ``dagster dev`` started elsewhere, a notebook) the notes were not found. The
     location is made absolute against the working directory at definition load."""
-    nodes = write_nodes(tmp_path / "nodes", "io_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "io_nodes.py", "stored_notes")
     wf = write_workflow(
         tmp_path,
         "rel",

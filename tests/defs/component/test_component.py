@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.conftest import REPO, _load_defs_folder
-from tests.defs.conftest import NIGHTLY_YAML
+from tests.support.defs_folder import load_defs_folder
+from tests.support.nightly import NIGHTLY_YAML
+from tests.support.nodes import node_file
+from tests.support.paths import REPO
 
 # load_defs is what loads a defs package without a dg project (autoload in workspace.yaml does the
 # same).
@@ -36,7 +39,7 @@ SAMPLE_YAML = """
 
 
 def test_component_builds_partitioned_job_schedule_sensor_and_lineage(tmp_path):
-    defs = _load_defs_folder(tmp_path, "gb_component_defs", {"nightly": NIGHTLY_YAML})
+    defs = load_defs_folder(tmp_path, "gb_component_defs", {"nightly": NIGHTLY_YAML})
     job = defs.resolve_job_def("nightly_shapes")
     assert job.partitions_def.get_first_partition_key() == "2026-01-01"
     assert job.tags["owner"] == "ml"
@@ -76,9 +79,7 @@ def test_component_paths_resolve_from_its_folder_and_the_job_runs(tmp_path):
     (tmp_path / "custom_nodes").mkdir()
     (tmp_path / "custom_nodes" / "sample").symlink_to(REPO / "custom_nodes" / "sample")
     notes = tmp_path / "notes"
-    defs = _load_defs_folder(
-        tmp_path, "gb_sample_defs", {"sample": SAMPLE_YAML.format(notes=notes)}
-    )
+    defs = load_defs_folder(tmp_path, "gb_sample_defs", {"sample": SAMPLE_YAML.format(notes=notes)})
     assert defs.resolve_schedule_def("sample_from_yaml_schedule").cron_schedule == "*/30 * * * *"
     job = defs.resolve_job_def("sample_from_yaml")
     assert job.executor_def.name == "in_process"
@@ -101,7 +102,7 @@ def test_component_with_a_missing_workflow_names_the_file_and_spares_the_others(
     """One broken workflow must not take down the code location: the good component still loads;
     the broken one is a job whose description (what the Jobs page shows) names the file."""
     bad = NIGHTLY_YAML.replace(f"{REPO}/workflows/nightly_shapes.json", "no_such_workflow.json")
-    defs = _load_defs_folder(tmp_path, "gb_bad_defs", {"bad": bad, "good": NIGHTLY_YAML})
+    defs = load_defs_folder(tmp_path, "gb_bad_defs", {"bad": bad, "good": NIGHTLY_YAML})
     assert defs.resolve_job_def("nightly_shapes") is not None
     broken = defs.resolve_job_def("no_such_workflow")
     assert "FAILED TO LOAD" in broken.description and "no_such_workflow.json" in broken.description
@@ -147,23 +148,12 @@ def _workflow_yaml(workflow: Path, nodes: Path) -> str:
     )
 
 
-COUNT_NODES = """
-from graphbook import step, source
-
-
-@step("Comp/Count")
-@source()
-def count(ctx):
-    yield {"out": {"i": 1}}
-"""
-
-
 def test_component_whose_node_file_exits_at_import_names_the_file(tmp_path):
     """A node file calling ``sys.exit(0)`` at import ended the code server's load silently; the
     component's workflow is a job that names the file, and the location still loads."""
     nodes = tmp_path / "nodes"
     nodes.mkdir()
-    (nodes / "count.py").write_text(COUNT_NODES)
+    shutil.copyfile(node_file("component_count"), (nodes / "count.py"))
     (nodes / "quits.py").write_text("import sys\n\nsys.exit(0)\n")
     wf = tmp_path / "counting.json"
     wf.write_text(
@@ -173,7 +163,7 @@ def test_component_whose_node_file_exits_at_import_names_the_file(tmp_path):
     ok.write_text(
         '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Count"}}], "edges": []}'
     )
-    defs = _load_defs_folder(
+    defs = load_defs_folder(
         tmp_path,
         "gb_exit_defs",
         {"quits": _workflow_yaml(wf, nodes), "fine": _workflow_yaml(ok, nodes)},
@@ -191,7 +181,7 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     error names both files and the ``name:`` attribute; with a name each, both load."""
     nodes = tmp_path / "nodes"
     nodes.mkdir()
-    (nodes / "count.py").write_text(COUNT_NODES)
+    shutil.copyfile(node_file("component_count"), (nodes / "count.py"))
     text = '{"nodes": [{"id": "1", "type": "step", "data": {"name": "Count"}}], "edges": []}'
     first, second = tmp_path / "MyFlow.json", tmp_path / "sub" / "my_flow.json"
     second.parent.mkdir()
@@ -201,7 +191,7 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     with pytest.raises(Exception) as info:
-        _load_defs_folder(tmp_path / "one", "gb_dup_defs", folders)
+        load_defs_folder(tmp_path / "one", "gb_dup_defs", folders)
     chain, error = [], info.value
     while error is not None:
         chain.append(str(error))
@@ -219,7 +209,7 @@ def test_two_components_of_one_workflow_name_are_refused_naming_both_files(tmp_p
     assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert f"workflows {first} and {second} both define job 'my_flow'" in proc.stderr
     folders["b"] += "  name: my_flow_2\n"
-    defs = _load_defs_folder(tmp_path / "two", "gb_dup_named_defs", folders)
+    defs = load_defs_folder(tmp_path / "two", "gb_dup_named_defs", folders)
     assert defs.resolve_job_def("my_flow") and defs.resolve_job_def("my_flow_2")
 
 
@@ -233,7 +223,7 @@ def test_component_runs_on_a_named_executor_with_runtime_defaults_and_keeps_its_
     files, _ = doc_section("deploying.md", "## A production deployment")
     for folder in ("workflows", "custom_nodes"):  # where ../../ leads from the defs folder
         (tmp_path / folder).symlink_to(REPO / folder)
-    defs = _load_defs_folder(tmp_path, "gb_production_defs", {"nightly": files["defs.yaml"]})
+    defs = load_defs_folder(tmp_path, "gb_production_defs", {"nightly": files["defs.yaml"]})
     job = defs.resolve_job_def("nightly_shapes")
     assert job.executor_def.name == "ray"
     resolved = job.executor_def.config_schema.resolve_config({})  # a configured definition's
@@ -268,7 +258,7 @@ def test_component_refuses_an_executor_or_runtime_it_cannot_use(tmp_path, attrib
 
     yaml = NIGHTLY_YAML + f"      strict: true\n      {attributes}\n"
     with pytest.raises(Exception) as caught:
-        _load_defs_folder(tmp_path, "gb_bad_defs", {"nightly": yaml})
+        load_defs_folder(tmp_path, "gb_bad_defs", {"nightly": yaml})
     error: BaseException = caught.value
     while not isinstance(error, WorkflowError) and error.__cause__ is not None:
         error = error.__cause__

@@ -14,7 +14,9 @@ import pytest
 from dagster.components import load_defs
 
 from dagster_graphbook import GraphbookTranslator, GraphbookWorkflow, build_definitions
-from tests.conftest import REPO, edge, step_node, write_nodes, write_workflow
+from tests.support.nodes import copy_nodes
+from tests.support.paths import REPO
+from tests.support.workflows import edge, step_node, write_workflow
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Function `load_defs` is deprecated:DeprecationWarning"
@@ -189,18 +191,6 @@ def test_bad_translation_names_workflow_step_and_pin(tmp_path, translation, mess
     assert "pin 'out'" in job.description and message in job.description
 
 
-TEXT_NODES = """
-from graphbook import param, source, step
-
-
-@step("Text/Text")
-@source()
-@param("text", "string", default="")
-def text(ctx):
-    yield {"out": {"text": ctx.text}}
-"""
-
-
 def _payload(marker: Path) -> str:
     return "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}"
 
@@ -234,7 +224,7 @@ def test_workflow_text_stays_text_in_the_translation(tmp_path, form, text):
         type: dagster_graphbook.GraphbookWorkflowComponent
         attributes:
           workflow: {path}
-          custom_nodes: [{write_nodes(tmp_path / "nodes", "text.py", TEXT_NODES)}]
+          custom_nodes: [{copy_nodes(tmp_path / "nodes", "text.py", "translation_text")}]
           translation: {TRANSLATIONS[form]}
         """,
     )
@@ -247,36 +237,10 @@ def test_workflow_text_stays_text_in_the_translation(tmp_path, form, text):
     assert spec.metadata["graphbook"].value["node_id"] == "1"  # ours are merged
 
 
-FLAKY_NODES = """
-from pathlib import Path
-
-from graphbook import param, source, step
-
-
-@step("Flaky/Numbers")
-@source()
-def numbers(ctx):
-    for i in range(3):
-        yield {"out": {"i": i}}
-
-
-@step("Flaky/Flaky")
-@param("attempts_file", "string", default="")
-def flaky(ctx, data):
-    if data["i"] == 0:
-        path = Path(ctx.attempts_file)
-        with path.open("a") as f:
-            f.write("attempt\\n")
-        if len(path.read_text().splitlines()) == 1:
-            raise RuntimeError("first attempt fails")
-    data["ok"] = True
-"""
-
-
 def test_yaml_retry_policy_runs_a_step_failing_once_again(tmp_path):
     """A real run: the step fails on its first attempt, the component's ``retry_policy`` has
     Dagster run it again, and it succeeds (attempts counted in a file)."""
-    write_nodes(tmp_path / "nodes", "flaky.py", FLAKY_NODES)
+    copy_nodes(tmp_path / "nodes", "flaky.py", "translation_flaky")
     attempts = tmp_path / "attempts.txt"
     path = write_workflow(
         tmp_path,

@@ -20,7 +20,7 @@ from dagster_graphbook.execution.incremental.keys import (
     resource_version,
     version_of,
 )
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 NOTE_CODE = """
 import sys, torch, numpy

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook.execution.ownership import dead_runs
-from tests.conftest import can_make_read_only, read_only_switch
+from tests.support.mounts import can_make_read_only, read_only_switch
 
 
 def test_a_lock_its_owner_could_not_remove_does_not_get_the_run_failed(

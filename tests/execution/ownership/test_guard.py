@@ -11,23 +11,12 @@ import dagster as dg
 import pytest
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions
-from tests.conftest import step_node, write_nodes, write_workflow
-
-PARTITION_NODES = """
-    from graphbook import step, source, param
-
-
-    @step("Trust/Day")
-    @source()
-    @param("path", "string", default="in/{partition_key}")
-    @param("fn", "function", default="def fn():\\n    return '{partition_key}'")
-    def day(ctx):
-        yield {"out": {"path": ctx.path, "fn": ctx.fn()}}
-    """
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import step_node, write_nodes, write_workflow
 
 
 def _day_defs(tmp_path: Path, partitions_def):
-    nodes = write_nodes(tmp_path / "day_nodes", "day_nodes.py", PARTITION_NODES)
+    nodes = copy_nodes(tmp_path / "day_nodes", "day_nodes.py", "partition_keys")
     wf = write_workflow(tmp_path, "days", [step_node("1", "Day", source=True)], [])
     return build_definitions(
         [GraphbookWorkflow(wf, custom_nodes=[nodes], partitions_def=partitions_def)],

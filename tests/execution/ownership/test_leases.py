@@ -30,15 +30,9 @@ from dagster_graphbook.execution.ownership.leases import (
     nvml_gpu_count,
 )
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.conftest import (
-    can_make_read_only,
-    edge,
-    read_only_switch,
-    resource_node,
-    step_node,
-    write_nodes,
-    write_workflow,
-)
+from tests.support.mounts import can_make_read_only, read_only_switch
+from tests.support.nodes import copy_nodes
+from tests.support.workflows import edge, resource_node, step_node, write_workflow
 
 LABEL = "workflow 'w', step 'S' (node 1)"
 FORK = mp.get_context("fork")  # real processes, without re-importing Dagster in each
@@ -224,64 +218,6 @@ def test_a_device_index_past_the_lease_is_refused_and_settings_are_checked():
 # ---------------------------------------------------------------------------------------------
 # A real sharded run on the multiprocess executor
 
-NODES = """
-    import os
-    import time
-
-    from graphbook.resources import Resource
-    from graphbook.steps import BatchStep, SourceStep
-
-
-    class WhereBuilt(Resource):
-        \"\"\"What CUDA_VISIBLE_DEVICES was when the resource was built (a model loaded onto
-        the GPU there would have started CUDA on those GPUs).\"\"\"
-        Parameters = {}
-
-        def __init__(self):
-            super().__init__(os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-
-    class Numbers(SourceStep):
-        RequiresInput = False
-        Outputs = ["out"]
-
-        def load(self):
-            return {"out": [{"i": i, "items": [i]} for i in range(12)]}
-
-
-    class WhereAmI(BatchStep):
-        \"\"\"Records its process and CUDA_VISIBLE_DEVICES in each note. on_start waits (60 s at
-        most: a loaded machine starts step processes slowly) until both shards started: both
-        hold their leases at once.\"\"\"
-        RequiresInput = True
-        Outputs = ["out"]
-        Parameters = {
-            "marks": {"type": "string", "default": ""},
-            "built": {"type": "resource"},
-        }
-
-        def __init__(self, marks="", built=None):
-            super().__init__(batch_size=4, item_key="items")
-            self.marks = marks
-            self.built = built
-
-        def on_start(self):
-            open(os.path.join(self.marks, str(os.getpid())), "w").close()
-            deadline = time.monotonic() + 60
-            while len(os.listdir(self.marks)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-
-        @staticmethod
-        def load_fn(item):
-            return item
-
-        def on_item_batch(self, outputs, items, notes):
-            for note in notes:
-                note.update(pid=os.getpid(), visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
-                note["built"] = self.built
-                note["device"] = str(self.device)
-"""
-
 
 def test_each_shard_process_gets_its_own_gpu(tmp_path, dagster_home):
     """12 notes in 2 shards on the multiprocess executor, 2 GPUs given: each shard process saw
@@ -290,7 +226,7 @@ def test_each_shard_process_gets_its_own_gpu(tmp_path, dagster_home):
     The run is started from a fresh interpreter holding the GPU ids in its environment: the
     executor's forkserver, once started by an earlier run of this process, keeps the
     environment it started with (step processes fork from it)."""
-    nodes = write_nodes(tmp_path / "nodes", "where_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "where_nodes.py", "gpu_leases")
     wf = write_workflow(
         tmp_path,
         "leases",
@@ -351,7 +287,7 @@ def test_a_shard_leases_the_gpus_its_step_requests(tmp_path):
     from dagster_graphbook.plan.plan import compile_workflow
     from dagster_graphbook.plan.translator import GraphbookTranslator
 
-    nodes = write_nodes(tmp_path / "nodes", "where_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "where_nodes.py", "gpu_leases")
     wf = write_workflow(
         tmp_path,
         "leases",

@@ -14,7 +14,7 @@ import torch
 
 from dagster_graphbook.authoring.steps import BatchStep
 from dagster_graphbook.plan.settings import BatchRuntime
-from tests.e2e.conftest import shm_leaks, shm_snapshot
+from tests.support.leaks import shm_leaks, shm_snapshot
 
 KEPT = []  # module global a step stashes lent tensors in (a common "debug" pattern)
 

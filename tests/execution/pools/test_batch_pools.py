@@ -507,10 +507,10 @@ def test_terminate_mid_stream_leaves_no_processes():
 
 
 def _stream_wf(tmp_path, n, **load):
-    from tests.conftest import write_nodes
-    from tests.execution.test_stream import NODES, _images_workflow
+    from tests.execution.test_stream import _images_workflow
+    from tests.support.nodes import copy_nodes
 
-    nodes = write_nodes(tmp_path / "nodes", "stream_nodes.py", NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "stream_nodes.py", "streamed_steps")
     return _images_workflow(tmp_path, tmp_path / "trace.txt", n, **load), nodes
 
 

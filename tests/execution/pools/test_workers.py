@@ -12,23 +12,7 @@ import time
 import psutil
 import pytest
 
-SLEEP_NODES = """
-    import os
-    import time
-
-    from graphbook import param, source, step
-
-
-    @step("Z/Sleeper")
-    @source()
-    @param("out", "string")
-    def sleeper(ctx):
-        with open(ctx.out, "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(60)
-        yield {"out": {"pid": os.getpid()}}
-"""
-
+from tests.support.nodes import copy_nodes
 
 _RUN_SCRIPT = """
 import sys
@@ -48,9 +32,9 @@ def test_step_processes_do_not_outlive_a_killed_launchpad_multiprocess_run(tmp_p
     import subprocess
     import sys
 
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "sleep_nodes.py", SLEEP_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "sleep_nodes.py", "sleeping_workers")
     out = tmp_path / "pid.txt"
     wf = write_workflow(
         tmp_path, "sleepy", [step_node("1", "Sleeper", {"out": str(out)}, source=True)], []
@@ -93,26 +77,6 @@ def test_step_processes_do_not_outlive_a_killed_launchpad_multiprocess_run(tmp_p
                 pass
 
 
-SLOW_NODES = """
-    import os
-    import time
-
-    from graphbook import param, source, step
-
-
-    @step("Z/Slow")
-    @source()
-    @param("out", "string")
-    def slow(ctx):
-        with open(ctx.out + ".started", "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(1.5)
-        with open(ctx.out, "w") as f:
-            f.write("done")
-        yield {"out": {"pid": os.getpid()}}
-"""
-
-
 def _run_in_child(wf, nodes, home):
     from dagster_graphbook import run_workflow
 
@@ -130,9 +94,9 @@ def test_an_in_process_run_in_a_process_started_from_a_thread_outlives_that_thre
     launcher process is alive. Runs in process are meant to be left alone."""
     import multiprocessing
 
-    from tests.conftest import step_node, write_nodes, write_workflow
+    from tests.support.workflows import step_node, write_workflow
 
-    nodes = write_nodes(tmp_path / "nodes", "slow_nodes.py", SLOW_NODES)
+    nodes = copy_nodes(tmp_path / "nodes", "slow_nodes.py", "slow_workers")
     out = tmp_path / "out.txt"
     wf = write_workflow(
         tmp_path, "slow", [step_node("1", "Slow", {"out": str(out)}, source=True)], []

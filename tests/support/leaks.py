@@ -1,12 +1,10 @@
-"""What the end-to-end tests share: leak checks after a run (worker processes, file descriptors,
-``/dev/shm``) and whether this machine can make a private mount namespace."""
+"""Leak checks after a run: worker processes, file descriptors and ``/dev/shm`` entries left by
+this process tree."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import threading
 import time
 from typing import Optional, Set
@@ -176,26 +174,3 @@ class Leaks:
         assert len(self.fd_targets()) <= self.fds, (
             f"file descriptors leaked: {self.fdt} before, {self.fd_targets()} after"
         )
-
-
-def _can_unshare() -> str:
-    if shutil.which("unshare") is None:
-        return "unshare is not installed"
-    probe = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            "mount -t tmpfs -o size=1m tmpfs /mnt",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    return (
-        ""
-        if probe.returncode == 0
-        else f"cannot make a private mount namespace here (not root?): {probe.stderr.strip()}"
-    )
