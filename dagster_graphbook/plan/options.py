@@ -117,8 +117,9 @@ class WorkflowOptions:
     )
     automation: Automation = _option(
         doc="declarative automation instead of the schedule and the sensor's run requests: "
-        "eager runs each new day once the sensor's asset records it; on_cron runs the latest "
-        "day after the cron once its inputs are present; sensor <job>_automation evaluates it"
+        "eager runs each new day once the folder sensor's asset (sensor_asset) records it; "
+        "on_cron runs the latest day after the cron (cron_schedule or schedule_hour) once its "
+        "inputs are present; sensor <job>_automation evaluates it"
     )
     empty_source: EmptySource = _option(
         "warn",

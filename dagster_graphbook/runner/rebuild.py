@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections import OrderedDict
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import dagster as dg
 
@@ -13,6 +15,7 @@ from ..authoring.graph import Graph
 from ..defs.definitions import GraphbookWorkflow, build_workflow
 from ..defs.executor import import_executor
 from ..errors import RequestError
+from ..model.workflow import Workflow
 from ..plan.job_steps import (
     NOTES_IO_MANAGER_KEY,
 )
@@ -42,15 +45,15 @@ def reconstruct_job(
 ) -> dg.JobDefinition:
     """Rebuild the job in an executor's step process (multiprocess executor); ``translator`` is
     the ``module:Class`` of the run's translator, ``shards``, ``preview`` and ``runtime`` the
-    run's settings as JSON, ``executor`` the ``module:attr`` of the run's executor
-    (dagster-ray's)."""
+    run's settings as JSON, ``executor`` the workflow's executor by name (``multiprocess``) or
+    the ``module:attr`` of the run's (dagster-ray's)."""
     spec = GraphbookWorkflow(
         source,
         custom_nodes=custom_nodes,
         name=name,
         streaming=streaming,
         shards=json.loads(shards) if shards else None,
-        executor=import_executor(executor) if executor else None,
+        executor=executor if executor in OWN_EXECUTORS else import_executor(executor),
         preview=json.loads(preview) if preview else None,
         runtime=json.loads(runtime) if runtime else None,
     )
@@ -74,33 +77,56 @@ def workflow_definitions(
     return defs, wdefs
 
 
-# What a step process rebuilds a run_workflow job from (reconstruct_job's arguments); a
-# GraphbookWorkflow setting any other option runs in process, or from its code location.
+# What a step process rebuilds a run_workflow job from (reconstruct_job's arguments), and the
+# options that make a code location's schedules, sensors and automation, not what a run's steps
+# do; a GraphbookWorkflow that sets any other option runs in process, or from its code location.
 REBUILT = ("source", "custom_nodes", "name", "streaming", "shards", "preview", "runtime")
+NOT_IN_STEPS = ("notes_dir", "cron_schedule", "schedule_hour", "sensor", "automation")
+# The specs of the runs started here whose steps run here too (`reconstruct_here`), the latest
+# few: a resumed in-process run rebuilds its job from the whole spec, whatever its options.
+_HERE: OrderedDict[str, Tuple[GraphbookWorkflow, Optional[str], GraphbookTranslator]] = (
+    OrderedDict()
+)
+_HERE_KEPT = 16
+
+
+def reconstruct_here(key: str) -> dg.JobDefinition:
+    """The job of a run started in this process whose steps run here too (`workflow_recon`)."""
+    if key not in _HERE:
+        raise RequestError(
+            "this run's job is rebuilt only in the process that started it (a run_workflow "
+            "GraphbookWorkflow run in process): resume it from that process"
+        )
+    spec, notes_dir, translator = _HERE[key]
+    defs = workflow_definitions(spec, notes_dir, translator)[0]
+    return defs.resolve_job_def(list(defs.jobs or ())[0].name)
 
 
 def workflow_recon(
     spec: GraphbookWorkflow,
     notes_dir: Optional[str],
     translator: GraphbookTranslator,
-    executor: Optional[str] = None,
+    mode: str = "multiprocess",
 ) -> Any:
-    """The workflow's job, rebuilt from its file in whichever process runs a step (with the
-    run's executor where it is not one of ``graphbook_executor``'s modes)."""
-    default = GraphbookWorkflow(spec.source)
-    kept = {"notes_dir", "executor"} if executor not in OWN_EXECUTORS else {"notes_dir"}
-    lost = [
-        f.name
-        for f in fields(spec)
-        if f.name not in REBUILT and f.name not in kept
-        and getattr(spec, f.name) != getattr(default, f.name)
-    ]  # fmt: skip
+    """The workflow's job, rebuilt wherever a step of a run in ``mode`` runs: in this process
+    (``in_process``) from ``spec`` itself, else from its file and the options ``REBUILT`` (an
+    executor named by a string too); a spec with other options is refused, naming them."""
+    if mode == "in_process":
+        key = uuid.uuid4().hex
+        _HERE[key] = (spec, notes_dir, translator)
+        while len(_HERE) > _HERE_KEPT:
+            _HERE.popitem(last=False)
+        return dg.build_reconstructable_job(
+            "dagster_graphbook.runner.rebuild", "reconstruct_here", reconstructable_args=(key,)
+        )
+    executor = spec.executor if isinstance(spec.executor, str) else None
+    lost = _lost_options(spec)
     if lost:
         raise RequestError(
             f"workflow {spec.source}: its steps would run in processes of their own, which "
             f"rebuild the job from the workflow file, but not its {', '.join(lost)}: run it in "
-            "process, or as a job of its code location (run_job, `dagster-graphbook "
-            "materialize`)"
+            "process (executor='in_process'), or as a job of its code location (run_job, "
+            "`dagster-graphbook materialize`)"
         )
     streaming = spec.streaming
     args = (
@@ -111,7 +137,7 @@ def workflow_recon(
         streaming if isinstance(streaming, bool) else tuple(streaming),
         path_of_translator(translator),
         json.dumps(spec.shards) if spec.shards is not None else None,
-        None if executor in OWN_EXECUTORS else executor,
+        executor,
         json.dumps(spec.preview) if spec.preview is not None else None,
         json.dumps(spec.runtime) if spec.runtime is not None else None,
     )
@@ -122,7 +148,29 @@ def workflow_recon(
     )
 
 
+def _lost_options(spec: GraphbookWorkflow) -> List[str]:
+    """The options of ``spec`` that a step process rebuilding its job would not have: set (an
+    empty list is as unset as the default empty tuple) and neither rebuilt nor outside steps."""
+    default = GraphbookWorkflow(spec.source)
+
+    def same(a: Any, b: Any) -> bool:
+        return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
+
+    return [
+        f.name
+        for f in fields(spec)
+        if f.name not in REBUILT + NOT_IN_STEPS
+        and not (f.name == "executor" and (spec.executor is None or isinstance(spec.executor, str)))
+        and not same(getattr(spec, f.name), getattr(default, f.name))
+    ]
+
+
 def _source_path(workflow: Any) -> str:
+    if isinstance(workflow, Workflow):
+        raise RequestError(
+            f"workflow {workflow.source}: a Workflow object is not rebuilt in each step process "
+            "(the multiprocess and Ray executors do): give its file, or run it in process"
+        )
     if isinstance(workflow, Graph):
         if not workflow.module_name:
             raise ValueError(

@@ -95,16 +95,16 @@ def run_workflow(
         instance = get_instance(run_home(dagster_home, record))
     spec = _spec(
         workflow,
+        executor,
         custom_nodes=[str(Path(p).resolve()) for p in custom_nodes],
         name=name,
         streaming=streaming,
         shards=shards,
         preview=preview,
         runtime=runtime,
+        notes_dir=notes_dir,
     )
-    if executor not in OWN_EXECUTORS:
-        spec = replace(spec, executor=import_executor(executor))
-    notes_dir = notes_dir if notes_dir is not None else spec.notes_dir
+    notes_dir = spec.notes_dir
     translator = translator or GraphbookTranslator()
     defs, wdefs = workflow_definitions(spec, notes_dir, translator)
     job = defs.resolve_job_def(wdefs.job.name)
@@ -115,7 +115,7 @@ def run_workflow(
         config=lambda: workflow_config(
             wdefs, job, params, run_config, partition_key, spec.streaming, translator
         ),
-        recon=lambda: workflow_recon(spec, notes_dir, translator, executor),
+        recon=lambda mode: workflow_recon(spec, notes_dir, translator, mode),
         request=_Request(
             params,
             partition_key,
@@ -133,19 +133,29 @@ def run_workflow(
     return run
 
 
-def _spec(workflow: Union[str, Path, Graph, GraphbookWorkflow], **given: Any) -> GraphbookWorkflow:
+def _spec(
+    workflow: Union[str, Path, Graph, GraphbookWorkflow], executor: Optional[str], **given: Any
+) -> GraphbookWorkflow:
     """``workflow`` as a ``GraphbookWorkflow``: the one given, or one of ``run_workflow``'s
-    arguments; options given both ways are refused rather than one silently winning."""
-    if not isinstance(workflow, GraphbookWorkflow):
-        return GraphbookWorkflow(workflow, **given)
-    default = GraphbookWorkflow(workflow.source)
-    twice = [k for k, v in given.items() if v != getattr(default, k) and v != []]
-    if twice:
-        raise RequestError(
-            f"run_workflow got a GraphbookWorkflow and {', '.join(twice)}: give "
-            f"{'them' if len(twice) > 1 else 'it'} on the GraphbookWorkflow"
-        )
-    return workflow
+    arguments; options given both ways are refused rather than one silently winning. A
+    ``module:attr`` ``executor`` becomes the spec's (imported now, so a wrong one fails here)."""
+    if isinstance(workflow, GraphbookWorkflow):
+        default = GraphbookWorkflow(workflow.source)
+        twice = [k for k, v in given.items() if v != getattr(default, k) and v != []]
+        if executor is not None and workflow.executor is not None:
+            twice.append("executor")
+        if twice:
+            raise RequestError(
+                f"run_workflow got a GraphbookWorkflow and {', '.join(twice)}: give "
+                f"{'them' if len(twice) > 1 else 'it'} on the GraphbookWorkflow"
+            )
+        spec = workflow
+    else:
+        spec = GraphbookWorkflow(workflow, **given)
+    if executor not in OWN_EXECUTORS:
+        import_executor(executor)
+        spec = replace(spec, executor=executor)
+    return spec
 
 
 @dataclass
@@ -171,20 +181,21 @@ def _run(
     job: dg.JobDefinition,
     what: str,
     config: Callable[[], Dict[str, Any]],
-    recon: Callable[[], Any],
+    recon: Callable[[str], Any],
     request: _Request,
 ) -> WorkflowRun:
     """The one run path of `run_workflow` and `run_job` (``what``: the code the user named):
     resume run ``request.from_failure``, or start a run of ``job`` with the run config
-    ``config()`` (``--set`` params in it; refused before any run starts). ``recon()``: the job
+    ``config()`` (``--set`` params in it; refused before any run starts). ``recon(mode)``: the job
     rebuilt in whichever process runs a step (a resumed or multiprocess run). Returns the ended
     run, its notes not read yet."""
     start = time.perf_counter()
     if request.from_failure is not None:
         no_new_inputs(what, request.params, request.partition_key, request.run_config)
         parent = parent_run(instance, request.from_failure, job, what)
-        _say_where(request, what, job, resumed_mode(job, parent))
-        run_id, success = resume_run(recon(), instance, parent, request.tags)
+        mode = resumed_mode(job, parent)
+        _say_where(request, what, job, mode)
+        run_id, success = resume_run(recon(mode), instance, parent, request.tags)
         return finished_run(instance, run_id, success, start)
     run_config = config()
     if request.quiet:
@@ -198,7 +209,7 @@ def _run(
             run_config.setdefault("execution", {"config": {"in_process": {}}})
         result: Any = execute_in_process(job, instance, run_config, partition_key, run_tags)
     else:
-        job_recon = recon()
+        job_recon = recon(mode)
         if partition_key is not None:
             run_tags["dagster/partition"] = partition_key
         if mode == "multiprocess":  # graphbook_executor's mode
@@ -271,7 +282,7 @@ def run_job(
         job,
         f"job {job_name}",
         config=lambda: job_config(job, tagged, params, partition_key, run_config),
-        recon=lambda: dg.build_reconstructable_job(
+        recon=lambda mode: dg.build_reconstructable_job(
             "dagster_graphbook.runner.location",
             "reconstruct_location_job",
             reconstructable_args=(target.module, job_name),  # type: ignore[arg-type]  # as above

@@ -222,3 +222,19 @@ def test_the_incremental_guides_growing_folder_computes_only_the_new_file(tmp_pa
     assert sum("measured" in line for line in logs) == 1  # on_item_batch saw the new file only
     said_reused = "step 'Measure' (node 1): incremental: 3 notes reused from runs"
     assert any(said_reused in line and "1 computed" in line for line in logs), logs
+
+
+def test_the_authoring_guides_whole_graphbook_workflow_runs_its_day_as_written(tmp_path):
+    """docs/authoring.md's ``run_days.py``: ``run_workflow`` given a whole ``GraphbookWorkflow``
+    runs that day's partition of its job, with its tags, as a try-out beside the file."""
+    files, commands = doc_section("authoring.md", "### A whole GraphbookWorkflow from Python")
+    assert set(files) == {"run_days.py"} and commands == ["python run_days.py"], (files, commands)
+    (tmp_path / "run_days.py").write_text(files["run_days.py"])
+    done = run_commands(tmp_path, commands)
+    notes = [{"day": "2025-06-01", "n": n} for n in range(3)]
+    assert f"True {notes}" in done.stdout, done.stdout + done.stderr
+    tryouts = tmp_path / ".dagster_graphbook" / "tryouts"
+    with dg.DagsterInstance.from_config(str(tryouts)) as instance:
+        [run] = instance.get_runs()
+    assert run.job_name == "days"
+    assert run.tags["dagster/partition"] == "2025-06-01" and run.tags["team"] == "ml"
