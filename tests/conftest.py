@@ -332,7 +332,7 @@ def _skip_gpu_tests_without_a_gpu(items: List[pytest.Item]) -> None:
         item.add_marker(skip)
 
 
-LONG_FIRST = ("rehearsal", "distributed", "soak", "browser")  # markers, the longest first
+LONG_FIRST = ("rehearsal", "distributed", "soak", "browser", "long")  # markers, longest first
 
 
 def _long_first(item: pytest.Item) -> int:

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long  # ~30 s, collected near the end of the suite: handed out early instead
 @pytest.mark.timeout(300)
 def test_device_check_runs_every_stage_on_the_cpu_and_says_what_it_skipped(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}

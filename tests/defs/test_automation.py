@@ -234,6 +234,7 @@ def test_repository_demo_incoming_shares_the_jobs_daily_partitions(monkeypatch):
     assert partitions.get_first_partition_key() == "2025-01-01"
 
 
+@pytest.mark.long  # ~40 s (the automation sensor's 30 s ticks): handed out early
 def test_dagster_daemon_runs_the_day_the_folder_sensor_records(tmp_path):
     """The real thing: ``dagster-daemon run`` ticks the folder sensor (records yesterday's folder
     as the incoming partition) and ``sample_automation`` (on by default) launches that day's run."""

@@ -339,7 +339,8 @@ def ray_node(
     not Ray's defaults (two clusters at once, tests side by side, would share them); a head
     ``at`` a killed head takes its GCS and job server addresses (a head restarted). On exit the
     node's process group gets SIGTERM, then SIGKILL after a short grace (``ray start --block``
-    takes 35-60 s to stop gracefully), and anything it left (``kill_tree``)."""
+    takes 35-60 s to stop gracefully: a longer grace only waited, 5 s a node, before the same
+    SIGKILL), and anything it left (``kill_tree``)."""
     _require_ray()
     temp = tempfile.mkdtemp(prefix="gbray")  # short: socket paths must fit in 107 characters
     ports = ["dashboard-agent-listen", "dashboard-agent-grpc", "runtime-env-agent"]
@@ -376,7 +377,7 @@ def ray_node(
         (node.node_id,) = set(alive_nodes(head or node)) - before
         yield node
     finally:
-        stop(proc, signal.SIGTERM, 5)
+        stop(proc, signal.SIGTERM, 1)
         shutil.rmtree(temp, ignore_errors=True)
 
 

@@ -103,16 +103,21 @@ def _save(driver, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
 
 def _skip_community_dialog(driver) -> None:
     """The first visit on localhost shows a "Join the Dagster community" dialog after a second:
-    skip it (not shown once dismissed in this browser)."""
+    skip it (not shown once dismissed in this browser). The module's tests share one browser and
+    one webserver: once this browser dismissed it, the later tests do not wait 8 s for a dialog
+    that no longer comes."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
+    if getattr(driver, "_graphbook_community_dialog_skipped", False):
+        return
     skip = (By.XPATH, "//button[normalize-space()='Skip']")
     try:
         WebDriverWait(driver, 8).until(EC.element_to_be_clickable(skip)).click()
         WebDriverWait(driver, 30).until(EC.invisibility_of_element_located(skip))
+        driver._graphbook_community_dialog_skipped = True
     except TimeoutException:  # not shown (already dismissed for this instance)
         pass
 

@@ -66,6 +66,7 @@ for name, text in files.items():
 """
 
 
+@pytest.mark.long  # ~30 s: handed out early
 def test_readme_recipe_from_an_empty_folder_with_a_wheel(tmp_path, wheel):
     files, bash = readme_section()
     assert set(files) == {"pyproject.toml", "photos/definitions.py"}, files
