@@ -178,7 +178,11 @@ def latency_proxy(upstream: str, latency_ms: float, port: int = 0) -> Iterator[P
         yield Proxy(line.rsplit(" ", 1)[1])
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:  # a server still serving a slow request may outlast a loaded machine's 10 s
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
         if proc.stdout is not None:
             proc.stdout.close()
 

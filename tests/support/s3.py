@@ -65,7 +65,11 @@ def moto_server(log: Optional[Path] = None) -> Iterator[str]:
         yield endpoint
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:  # a server still serving a slow request may outlast a loaded machine's 10 s
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
