@@ -40,6 +40,7 @@ from .executor import (
     steps_in_one_process,
 )
 from .load_errors import load_error_job
+from .schedules import user_asset_key
 
 logger = logging.getLogger("dagster_graphbook")
 # load notices said in this process: a run rebuilds its job several times (recon, step processes)
@@ -190,7 +191,7 @@ def build_workflow(
                     f"(steps: {names.step_list()})"
                 ],
             )
-        deps[step.node_id] = [dg.AssetKey.from_coercible(k) for k in keys]
+        deps[step.node_id] = [user_asset_key(k) for k in keys]
     executor_def = resolve_executor(spec.executor, workflow.source, sharded_steps(workflow))
     _refuse_in_memory_notes(workflow, spec.notes_dir, executor_def)
     checks = bind_checks(spec.checks, names, workflow)
@@ -396,7 +397,7 @@ def build_definitions(
         for keys in spec.external_deps.values():
             external += [
                 dg.AssetSpec(
-                    dg.AssetKey.from_coercible(k),
+                    user_asset_key(k),
                     description="external input of a Graphbook workflow",
                     group_name=translator.get_group_name(defs.workflow),
                     partitions_def=spec.partitions_def,  # the day of the input is the run's day

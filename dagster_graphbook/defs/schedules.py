@@ -187,6 +187,14 @@ def _sensor_description(job_name: str, folder: Path, recorded: Optional[dg.Asset
     )
 
 
+def user_asset_key(value: Union[str, Sequence[str], dg.AssetKey]) -> dg.AssetKey:
+    """An asset key as a user writes one: ``"a/b"`` (as the UI and YAML show it), a list of
+    parts, or an ``AssetKey``."""
+    if isinstance(value, str):
+        return dg.AssetKey.from_user_string(value)
+    return dg.AssetKey.from_coercible(value)
+
+
 @dataclass
 class FolderSensor:
     """Starts a run of a workflow when a new dated folder (``YYYY-MM-DD``) appears in ``folder``.
@@ -229,15 +237,7 @@ class FolderSensor:
                 f"{job.name}: with automation the folder sensor only records new days as its "
                 "asset; give it one (sensor_asset / FolderSensor(asset_key=...))"
             )
-        asset_key = (
-            None
-            if self.asset_key is None
-            else (
-                dg.AssetKey.from_user_string(self.asset_key)
-                if isinstance(self.asset_key, str)
-                else dg.AssetKey.from_coercible(self.asset_key)
-            )
-        )
+        asset_key = None if self.asset_key is None else user_asset_key(self.asset_key)
 
         def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             requests: List[dg.RunRequest] = []

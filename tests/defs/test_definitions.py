@@ -203,3 +203,20 @@ def test_strict_definitions_fail_on_a_node_file_that_does_not_import(tmp_path):
     )
     with pytest.raises(WorkflowError, match=r"quits\.py, line 3 failed to import.*sys\.exit\(3\)"):
         build_definitions([workflow], custom_nodes=[nodes], strict=True)
+
+
+def test_external_deps_written_as_the_ui_shows_a_key_are_its_parts():
+    """``external_deps={"Step": ["sample/incoming"]}`` in Python, as YAML and the UI write a key:
+    the upstream asset ``sample/incoming`` (a key of two parts), not a refused name."""
+    import dagster as dg
+
+    spec = GraphbookWorkflow(
+        REPO / "workflows" / "sample.json",
+        custom_nodes=[REPO / "custom_nodes" / "sample"],
+        external_deps={"GenerateNumbers": ["sample/incoming"]},
+    )
+    defs = build_definitions([spec])
+    graph = defs.resolve_asset_graph()
+    upstream = dg.AssetKey(["sample", "incoming"])
+    assert upstream in graph.get_all_asset_keys()
+    assert upstream in graph.get(dg.AssetKey(["sample", "GenerateNumbers"])).parent_keys
