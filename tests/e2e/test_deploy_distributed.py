@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import dagster as dg
 import pandas as pd
@@ -393,6 +393,38 @@ def _ended_ray_jobs(address: str, run_id: str, within_s: float = 60) -> Dict[str
         time.sleep(0.2)
 
 
+@ON_RAY  # its own Ray head: not beside the module's on another worker
+def test_a_step_asking_for_gpus_a_cluster_without_them_cannot_give_fails_at_once(
+    tmp_path, dagster_home
+):
+    """The Graphbook Ray program (``options(num_gpus=1)`` on Predict) against a head started
+    with ``--num-gpus=0`` and no autoscaler: it hung after STEP_WORKER_STARTING, its Ray job
+    PENDING. Now Predict fails at once naming what it asked for and what the cluster has, and no
+    Ray job is left for it; the run is FAILURE."""
+    with _ray_head(0) as address:
+        program = tmp_path / "ray_app.py"
+        program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", address))
+        env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(  # Ray itself gives up on a PENDING job after 900 s
+            [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=300
+        )
+        jobs = _ray_jobs(address)
+    assert done.returncode != 0
+    said = done.stderr
+    assert "job ray_app, step ray_app__Predict: its Ray job asks for GPU 1" in said, said[-3000:]
+    assert "CPU 2, memory" in said  # what the cluster's one node has
+    assert "no autoscaler" in said and "not submitted" in said
+    assert jobs == {}  # none for Predict: nothing left pending (Numbers ran beside the run worker)
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        (record,) = instance.get_run_records()
+        run_id = record.dagster_run.run_id
+        failed = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.STEP_FAILURE
+        ).records
+    assert record.dagster_run.status == dg.DagsterRunStatus.FAILURE
+    assert [r.event_log_entry.step_key for r in failed] == ["ray_app__Predict"]
+
+
 @ON_RAY
 def test_a_step_whose_ray_job_waits_past_the_placement_timeout_fails_and_its_job_stops(
     ray_cluster, tmp_path, dagster_home
@@ -489,60 +521,6 @@ def test_a_program_killed_while_its_step_waits_for_gpus_leaves_its_run_failed(
     assert [r.event_log_entry.step_key for r in started.records] == ["ray_app__Numbers"]
 
 
-@pytest.fixture(scope="module")
-def gpuless_head() -> Iterator[Callable[[], Any]]:
-    """A Ray head with no GPUs (``production_parts.ray_node(0)``) for the two tests that need
-    one, defined one after the other: a call gives the live head, started at the first call and
-    again if a test killed it (the head-dies test kills it last). One head start fewer than a
-    head each; stopped with the module."""
-    from tests.e2e.production_parts import PartUnavailable, ray_node
-
-    with contextlib.ExitStack() as stack:
-        started: List[Any] = []
-
-        def head() -> Any:
-            if not started or started[-1].proc.poll() is not None:
-                try:
-                    started.append(stack.enter_context(ray_node(0)))
-                except PartUnavailable as exc:
-                    pytest.skip(str(exc))
-            return started[-1]
-
-        yield head
-
-
-@ON_RAY  # a head of its own (``gpuless_head``): not beside the module's on another worker
-def test_a_step_asking_for_gpus_a_cluster_without_them_cannot_give_fails_at_once(
-    gpuless_head, tmp_path, dagster_home
-):
-    """The Graphbook Ray program (``options(num_gpus=1)`` on Predict) against a head started
-    with ``--num-gpus=0`` and no autoscaler: it hung after STEP_WORKER_STARTING, its Ray job
-    PENDING. Now Predict fails at once naming what it asked for and what the cluster has, and no
-    Ray job is left for it; the run is FAILURE."""
-    address = gpuless_head().dashboard
-    program = tmp_path / "ray_app.py"
-    program.write_text(GRAPHBOOK_RAY_PROGRAM.replace("{address}", address))
-    env = {**os.environ, "DAGSTER_HOME": dagster_home, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(  # Ray itself gives up on a PENDING job after 900 s
-        [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=300
-    )
-    jobs = _ray_jobs(address)
-    assert done.returncode != 0
-    said = done.stderr
-    assert "job ray_app, step ray_app__Predict: its Ray job asks for GPU 1" in said, said[-3000:]
-    assert "CPU 2, memory" in said  # what the cluster's one node has
-    assert "no autoscaler" in said and "not submitted" in said
-    assert jobs == {}  # none for Predict: nothing left pending (Numbers ran beside the run worker)
-    with dg.DagsterInstance.from_config(dagster_home) as instance:
-        (record,) = instance.get_run_records()
-        run_id = record.dagster_run.run_id
-        failed = instance.get_records_for_run(
-            run_id, of_type=dg.DagsterEventType.STEP_FAILURE
-        ).records
-    assert record.dagster_run.status == dg.DagsterRunStatus.FAILURE
-    assert [r.event_log_entry.step_key for r in failed] == ["ray_app__Predict"]
-
-
 # A step that says it started, then waits for a file: killed with its Ray head in the first run,
 # it ends at once when resumed
 HOLDING_PROGRAM = """
@@ -609,9 +587,9 @@ print(json.dumps({"run_id": run.run_id, "failure": run.failure, "notes": run.not
 HEAD_LOST_BOUND_S = 5 + 2 * 2 + 25
 
 
-@ON_RAY  # Ray heads of its own: ``gpuless_head``'s, killed, one started at its addresses
+@ON_RAY  # Ray heads of its own: one killed, one started at its addresses
 def test_a_run_whose_ray_head_dies_mid_step_fails_naming_it_and_resumes_once_it_is_back(
-    gpuless_head, tmp_path, dagster_home
+    tmp_path, dagster_home
 ):
     """The Ray head SIGKILLed while a step's Ray job runs: the run stayed STARTED for ever (the
     executor logged "Error while checking health" every 20 s). Now its step fails once the head
@@ -630,32 +608,32 @@ def test_a_run_whose_ray_head_dies_mid_step_fails_naming_it_and_resumes_once_it_
         return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, **popen)
 
     try:
-        head = gpuless_head()
-        assert head.dashboard is not None  # the module's GPU-less head, killed below
-        with open(tmp_path / "first.err", "w") as err:
-            first = run_on(head.dashboard, stderr=err)
-        try:
-            deadline = time.monotonic() + 180
-            while not (tmp_path / "started").exists():  # Hold's Ray job runs
-                assert first.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
-                assert time.monotonic() < deadline, "Hold never started"
-                time.sleep(0.2)
-            head.kill()
-            killed = time.monotonic()
-            out, _ = first.communicate(timeout=HEAD_LOST_BOUND_S)
-            ended_s = time.monotonic() - killed
-        finally:
-            if first.poll() is None:  # hung: the run never ended
-                first.kill()
-                first.wait()
-        failed = json.loads(out.splitlines()[-1])
-        with dg.DagsterInstance.from_config(dagster_home) as instance:
-            run = instance.get_run_by_id(failed["run_id"])
-            assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
-        (tmp_path / "go").touch()
-        with ray_node(0, at=head):
-            resumed = run_on(head.dashboard, failed["run_id"], stderr=subprocess.PIPE)
-            out, err = resumed.communicate(timeout=300)
+        with ray_node(0) as head:
+            assert head.dashboard is not None
+            with open(tmp_path / "first.err", "w") as err:
+                first = run_on(head.dashboard, stderr=err)
+            try:
+                deadline = time.monotonic() + 180
+                while not (tmp_path / "started").exists():  # Hold's Ray job runs
+                    assert first.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
+                    assert time.monotonic() < deadline, "Hold never started"
+                    time.sleep(0.2)
+                head.kill()
+                killed = time.monotonic()
+                out, _ = first.communicate(timeout=HEAD_LOST_BOUND_S)
+                ended_s = time.monotonic() - killed
+            finally:
+                if first.poll() is None:  # hung: the run never ended
+                    first.kill()
+                    first.wait()
+            failed = json.loads(out.splitlines()[-1])
+            with dg.DagsterInstance.from_config(dagster_home) as instance:
+                run = instance.get_run_by_id(failed["run_id"])
+                assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+            (tmp_path / "go").touch()
+            with ray_node(0, at=head):
+                resumed = run_on(head.dashboard, failed["run_id"], stderr=subprocess.PIPE)
+                out, err = resumed.communicate(timeout=300)
     except PartUnavailable as exc:
         pytest.skip(str(exc))
     failure = failed["failure"]
