@@ -57,16 +57,14 @@ def reconstruct_job(
         preview=json.loads(preview) if preview else None,
         runtime=json.loads(runtime) if runtime else None,
     )
-    defs = workflow_definitions(spec, notes_dir, import_translator(translator))[0]
+    spec = replace(spec, notes_dir=notes_dir)
+    defs = workflow_definitions(spec, import_translator(translator))[0]
     return defs.resolve_job_def(list(defs.jobs or ())[0].name)
 
 
 def workflow_definitions(
-    spec: GraphbookWorkflow,
-    notes_dir: Optional[str],
-    translator: Optional[GraphbookTranslator] = None,
+    spec: GraphbookWorkflow, translator: Optional[GraphbookTranslator] = None
 ) -> Tuple[dg.Definitions, Any]:
-    spec = replace(spec, notes_dir=notes_dir)
     wdefs = build_workflow(spec, translator)
     defs = dg.Definitions(
         assets=wdefs.assets,
@@ -84,9 +82,7 @@ REBUILT = ("source", "custom_nodes", "name", "streaming", "shards", "preview", "
 NOT_IN_STEPS = ("notes_dir", "cron_schedule", "schedule_hour", "sensor", "automation")
 # The specs of the runs started here whose steps run here too (`reconstruct_here`), the latest
 # few: a resumed in-process run rebuilds its job from the whole spec, whatever its options.
-_HERE: OrderedDict[str, Tuple[GraphbookWorkflow, Optional[str], GraphbookTranslator]] = (
-    OrderedDict()
-)
+_HERE: OrderedDict[str, Tuple[GraphbookWorkflow, GraphbookTranslator]] = OrderedDict()
 _HERE_KEPT = 16
 
 
@@ -97,23 +93,20 @@ def reconstruct_here(key: str) -> dg.JobDefinition:
             "this run's job is rebuilt only in the process that started it (a run_workflow "
             "GraphbookWorkflow run in process): resume it from that process"
         )
-    spec, notes_dir, translator = _HERE[key]
-    defs = workflow_definitions(spec, notes_dir, translator)[0]
+    spec, translator = _HERE[key]
+    defs = workflow_definitions(spec, translator)[0]
     return defs.resolve_job_def(list(defs.jobs or ())[0].name)
 
 
 def workflow_recon(
-    spec: GraphbookWorkflow,
-    notes_dir: Optional[str],
-    translator: GraphbookTranslator,
-    mode: str = "multiprocess",
+    spec: GraphbookWorkflow, translator: GraphbookTranslator, mode: str = "multiprocess"
 ) -> Any:
     """The workflow's job, rebuilt wherever a step of a run in ``mode`` runs: in this process
     (``in_process``) from ``spec`` itself, else from its file and the options ``REBUILT`` (an
     executor named by a string too); a spec with other options is refused, naming them."""
     if mode == "in_process":
         key = uuid.uuid4().hex
-        _HERE[key] = (spec, notes_dir, translator)
+        _HERE[key] = (spec, translator)
         while len(_HERE) > _HERE_KEPT:
             _HERE.popitem(last=False)
         return dg.build_reconstructable_job(
@@ -133,7 +126,7 @@ def workflow_recon(
         _source_path(spec.source),
         tuple(str(p) for p in spec.custom_nodes),
         spec.name,
-        notes_dir,
+        spec.notes_dir,
         streaming if isinstance(streaming, bool) else tuple(streaming),
         path_of_translator(translator),
         json.dumps(spec.shards) if spec.shards is not None else None,
@@ -151,18 +144,25 @@ def workflow_recon(
 def _lost_options(spec: GraphbookWorkflow) -> List[str]:
     """The options of ``spec`` that a step process rebuilding its job would not have: set (an
     empty list is as unset as the default empty tuple) and neither rebuilt nor outside steps."""
-    default = GraphbookWorkflow(spec.source)
-
-    def same(a: Any, b: Any) -> bool:
-        return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
-
     return [
         f.name
         for f in fields(spec)
         if f.name not in REBUILT + NOT_IN_STEPS
         and not (f.name == "executor" and (spec.executor is None or isinstance(spec.executor, str)))
-        and not same(getattr(spec, f.name), getattr(default, f.name))
+        and not left_unset(f.name, getattr(spec, f.name))
     ]
+
+
+def left_unset(option: str, value: Any) -> bool:
+    """``value`` is ``GraphbookWorkflow``'s default for ``option`` (an empty list is as unset as
+    the default empty tuple)."""
+    default = getattr(_DEFAULTS, option)
+    return (tuple(value) if isinstance(value, list) else value) == (
+        tuple(default) if isinstance(default, list) else default
+    )
+
+
+_DEFAULTS = GraphbookWorkflow("<defaults>")
 
 
 def _source_path(workflow: Any) -> str:

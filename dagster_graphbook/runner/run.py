@@ -22,7 +22,7 @@ from .console import console_loggers, failures_unsaid
 from .instance import get_instance
 from .interrupts import backstop, execute_in_process
 from .location import code_location_module, load_code_location
-from .rebuild import OWN_EXECUTORS, workflow_definitions, workflow_recon
+from .rebuild import OWN_EXECUTORS, left_unset, workflow_definitions, workflow_recon
 from .results import WorkflowRun, finished_run, load_notes, materializations, stored_notes
 from .resume import no_new_inputs, parent_run, resume_run, resumed_mode
 from .run_config import job_config, tagged_steps, workflow_config
@@ -104,9 +104,8 @@ def run_workflow(
         runtime=runtime,
         notes_dir=notes_dir,
     )
-    notes_dir = spec.notes_dir
     translator = translator or GraphbookTranslator()
-    defs, wdefs = workflow_definitions(spec, notes_dir, translator)
+    defs, wdefs = workflow_definitions(spec, translator)
     job = defs.resolve_job_def(wdefs.job.name)
     run = _run(
         instance,
@@ -115,7 +114,7 @@ def run_workflow(
         config=lambda: workflow_config(
             wdefs, job, params, run_config, partition_key, spec.streaming, translator
         ),
-        recon=lambda mode: workflow_recon(spec, notes_dir, translator, mode),
+        recon=lambda mode: workflow_recon(spec, translator, mode),
         request=_Request(
             params,
             partition_key,
@@ -140,8 +139,7 @@ def _spec(
     arguments; options given both ways are refused rather than one silently winning. A
     ``module:attr`` ``executor`` becomes the spec's (imported now, so a wrong one fails here)."""
     if isinstance(workflow, GraphbookWorkflow):
-        default = GraphbookWorkflow(workflow.source)
-        twice = [k for k, v in given.items() if v != getattr(default, k) and v != []]
+        twice = [k for k, v in given.items() if not left_unset(k, v)]
         if executor is not None and workflow.executor is not None:
             twice.append("executor")
         if twice:

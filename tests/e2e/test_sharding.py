@@ -404,7 +404,7 @@ def test_the_commit_alone_after_a_failed_shard_is_refused(tmp_path, nodes, run_w
     failed = run_wf(wf, [nodes], FAST, shards=shards)
     assert not failed.success
     spec = GraphbookWorkflow(wf, custom_nodes=[str(nodes.resolve())], shards=shards)
-    recon = _workflow_recon(spec, None, GraphbookTranslator())
+    recon = _workflow_recon(spec, GraphbookTranslator())
     with dg.DagsterInstance.from_config(failed.dagster_home) as instance:
         options = dg.ReexecutionOptions(
             failed.run_id, step_selection=["parities__Parity.parities__Parity__commit"]
