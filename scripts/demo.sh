@@ -5,6 +5,7 @@
 #   bash scripts/demo.sh [DAY] [--set STEP.PARAM=VALUE ...]     DAY: YYYY-MM-DD, default yesterday (UTC)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset PYTHONDONTWRITEBYTECODE  # bytecode is written as modules are first imported (bootstrap.sh)
 bash scripts/bootstrap.sh
 export DAGSTER_HOME="$PWD/.dagster_home"
 DAY="$(.venv/bin/python -c 'import datetime as d; print(d.datetime.now(d.timezone.utc).date() - d.timedelta(days=1))')"

@@ -2,11 +2,10 @@
 # The whole test suite (sets up .venv first). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode is written as modules are first imported (bootstrap.sh says why): the suite's 1,500
+# processes compile each module once between them, and pytest keeps its rewritten test modules.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/bootstrap.sh
-# The project's own bytecode, written once: where PYTHONDONTWRITEBYTECODE is set, every one of the
-# suite's hundreds of processes would otherwise compile the package's sources again.
-.venv/bin/python -m compileall -q -j 0 dagster_graphbook custom_nodes definitions examples tests \
-    definitions_location.py >/dev/null
 
 # tests/e2e/test_ui_browser.py drives Debian's chromium through chromedriver (Selenium cannot download a
 # browser here). Install both when missing and we can (root with apt-get); otherwise that test skips
