@@ -14,7 +14,8 @@
 # --only scale: GPU busy share, host-to-device copies, a ResNet behind 1-16 loader workers).
 # Environment: OUT (results folder; default benchmarks/results), PYTHON (default: .venv/bin/python
 # with --cpu, else python3), DEVICE_CHECK_SCALE (quick|full; default full on a GPU, quick on CPU),
-# DEVICE_CHECK_COMMIT (the commit to name where the copy has no .git).
+# DEVICE_CHECK_COMMIT (the commit to name where the copy has no .git). quick: each stage once on few
+# images at one worker count (decode 32 + 8 images, the loader 48), enough to show it still runs.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -100,7 +101,10 @@ stage gpu_tests 140 "$py" -m pytest -p no:cacheprovider -q -rs -m gpu --timeout 
     -o faulthandler_timeout=110 tests/gpu tests/execution/test_gpu_decode.py
 
 if [ "$scale" = quick ]; then
-    decode=(--quick) loader=(--scale-items 48 --scale-workers 1,2 --repeats 1 --resnet-workers 1,2)
+    # the CPU check of every stage (tests/test_device_check.py): each table and row kind once,
+    # at one worker count, on few images; rates from it mean nothing
+    decode=(--items 32 --big 8 --workers 1 --repeats 1)
+    loader=(--scale-items 48 --scale-workers 1 --repeats 1 --resnet-workers 1,2)
 else
     # runs of several seconds, so that starting 16 workers does not set the 16-worker rates (the
     # first H200 run, with 1,000 images, was about a second a run)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +27,7 @@ import dagster as dg
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.shared_inputs import once_per_run
 
 SECTION = "## Use it in your project"
 LAUNCHERS = {"dg": "dagster_dg_cli.cli", "dagster": "dagster._cli"}
@@ -159,28 +161,36 @@ def _cli(
 
 
 @pytest.fixture
-def readme_project(tmp_path: Path) -> Path:
+def readme_project(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The section's files, then its commands up to and including ``dg scaffold`` and the
     instance folder's ``mkdir`` (run by bash as written; ``$DAGSTER_HOME`` is not set yet when
-    it scaffolds)."""
-    files, (_, project) = readme_section()
+    it scaffolds). Made once per test run and copied into each test's folder (the tests edit
+    their copy): what it writes holds no path of its own, and each ``dg scaffold`` costs seconds
+    of CPU."""
+
+    def make(folder: Path) -> None:
+        files, (_, project) = readme_section()
+        root = folder / "photos"
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        home_line = [line for line in project if line.startswith("export DAGSTER_HOME")]
+        upto = project[: project.index(home_line[0]) + 1]
+        assert any(line.startswith("dg scaffold") for line in upto), upto
+        done = subprocess.run(
+            ["bash", "-c", "\n".join(["set -euo pipefail", *upto])],
+            cwd=root,
+            env=_env(None),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (root / "photos" / "defs" / "my_flow" / "workflow.json").is_file()
+
+    made, _ = once_per_run(tmp_path_factory, "readme_project", make)
     root = tmp_path / "photos"
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    home_line = [line for line in project if line.startswith("export DAGSTER_HOME")]
-    upto = project[: project.index(home_line[0]) + 1]
-    assert any(line.startswith("dg scaffold") for line in upto), upto
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(["set -euo pipefail", *upto])],
-        cwd=root,
-        env=_env(None),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (root / "photos" / "defs" / "my_flow" / "workflow.json").is_file()
+    shutil.copytree(made / "photos", root, symlinks=True)
     return root
 
 
