@@ -15,7 +15,8 @@
 # Environment: OUT (results folder; default benchmarks/results), PYTHON (default: .venv/bin/python
 # with --cpu, else python3), DEVICE_CHECK_SCALE (quick|full; default full on a GPU, quick on CPU),
 # DEVICE_CHECK_COMMIT (the commit to name where the copy has no .git). quick: each stage once on few
-# images at one worker count (decode 32 + 8 images, the loader 48), enough to show it still runs.
+# images (decode 32 + 8 images at 1 worker, the loader's scale rows 48 at 1 worker, its ResNet rows
+# at 1 and 2), enough to show it still runs.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -101,8 +102,9 @@ stage gpu_tests 140 "$py" -m pytest -p no:cacheprovider -q -rs -m gpu --timeout 
     -o faulthandler_timeout=110 tests/gpu tests/execution/test_gpu_decode.py
 
 if [ "$scale" = quick ]; then
-    # the CPU check of every stage (tests/test_device_check.py): each table and row kind once,
-    # at one worker count, on few images; rates from it mean nothing
+    # the CPU check of every stage (tests/test_device_check.py): each table and row kind, on few
+    # images and one worker count where one shows it (bench_decode's --quick runs 1,2 on 64 + 16);
+    # rates from it mean nothing
     decode=(--items 32 --big 8 --workers 1 --repeats 1)
     loader=(--scale-items 48 --scale-workers 1 --repeats 1 --resnet-workers 1,2)
 else
