@@ -538,11 +538,12 @@ def nightly_job(workflow: str, notes_dir: str, **kwargs: Any) -> Any:
 
 
 def documented_code_location(
-    folder: Path, *, workflow: str, bucket: str, ray_address: str, notes_keep: int
+    folder: Path, *, workflow: str, bucket: str, ray_address: str, notes_keep: int, shards: int
 ) -> Path:
     """The code location of docs/deploying.md ("A production deployment", ``# definitions.py``),
     read from the page, with this deployment's names put in as its user would: the head's
-    address, the bucket, the workflow file and node folder, ``notes_keep``; and a workspace.yaml
+    address, the bucket, the workflow file and node folder, ``notes_keep``, the shards a day (one
+    per GPU node of the cluster); and a workspace.yaml
     (location ``graphbook``) loading it. The workspace's path."""
     from tests.e2e.test_documented_examples import doc_section
 
@@ -554,6 +555,7 @@ def documented_code_location(
         '"workflows/nightly_shapes.json"': repr(workflow),
         '"custom_nodes/nightly"': repr(str(NIGHTLY_NODES)),
         "notes_keep=3": f"notes_keep={notes_keep}",
+        '{"ClassifyShapes": 4},  # 4 shards': f'{{"ClassifyShapes": {shards}}},  # {shards} shards',
     }
     for old, new in names.items():
         assert old in text, f"docs/deploying.md's code location no longer says {old}"
