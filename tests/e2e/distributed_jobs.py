@@ -41,16 +41,23 @@ def job(
 
 
 def sharded_job(
-    address: str, workflow: str, custom_nodes: Sequence[str], notes_dir: str, shards: int
+    address: str,
+    workflow: str,
+    custom_nodes: Sequence[str],
+    notes_dir: str,
+    shards: int,
+    partitioned: bool,
 ) -> dg.JobDefinition:
     """The workflow's job on Ray at ``address`` with ``ClassifyShapes`` in ``shards`` shards,
-    each asking for one GPU (``gpus=``: ``num_gpus`` in its ``dagster-ray/config`` tag)."""
+    each asking for one GPU (``gpus=``: ``num_gpus`` in its ``dagster-ray/config`` tag),
+    partitioned by day when ``partitioned``."""
     from dagster_ray import ray_executor
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     spec = GraphbookWorkflow(
         workflow,
         custom_nodes=list(custom_nodes),
+        partitions_def=daily_partitions("2026-01-01") if partitioned else None,
         shards={"ClassifyShapes": shards},
         gpus={"ClassifyShapes": 1},
         executor=ray_executor.configured(

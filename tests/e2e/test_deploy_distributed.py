@@ -19,7 +19,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from dagster_graphbook import GraphbookWorkflow, run_workflow
+from dagster_graphbook import GraphbookWorkflow, daily_partitions, run_workflow
 from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
 from dagster_graphbook.runner.failure import failure_message as _failure_message
@@ -143,9 +143,10 @@ def test_two_runs_at_once_on_one_dask_cluster_both_run_their_steps(
     )
 
 
-@pytest.mark.parametrize(
-    "executor", [pytest.param("dask", marks=ON_DASK), pytest.param("ray", marks=ON_RAY)]
-)
+# on Ray, a day of the partitioned job is the run of
+# test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results: one nightly run of Ray jobs
+# (a Ray job per step, about 3 CPU-s each on 2 cores) serves both
+@pytest.mark.parametrize("executor", [pytest.param("dask", marks=ON_DASK)])
 def test_nightly_partition_on_a_cluster(project, executor, request, tmp_path, dagster_home):
     """A daily partition (dagster-dask failed on partitioned runs) with absolute paths: the images
     classified, the confident ones resized into the output folder."""
@@ -711,6 +712,10 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     GPUs, shards running at once on different GPUs; the notes of every pin, the Parquet rows,
     the files written and ClassifyShapes's figures as the unsharded job's in one process.
 
+    The job is partitioned by day and the run is a day's, its folders absolute paths with
+    ``{partition_key}`` (dagster-dask failed on partitioned runs: Ray's partitioned day, beside
+    ``test_nightly_partition_on_a_cluster``'s on Dask).
+
     64 images in batches of 16 make 4 shards of one batch each, the unsharded run's batches (a
     batch of other images changes the CNN's last bits, docs/sharding.md).
 
@@ -719,14 +724,20 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
 
     # the run's executor (in this process) looks for ended steps every 0.2 s, not every 1 s
     monkeypatch.setenv("DAGSTER_STEP_DELEGATING_EXECUTOR_SLEEP_SECONDS", "0.2")
-    images, shards = 64, 4
-    folder = _shapes_data().make_day(tmp_path / "incoming", "2026-04-01", images)
+    images, shards, day = 64, 4, "2026-04-01"
+    folder = _shapes_data().make_day(tmp_path / "incoming", day, images)
     out = tmp_path / "outputs"
-    params = {
+    params = {  # the day's folders, as the runs in one process below name them
         "IncomingImages.folder": str(folder),
         "ShapesModel.checkpoint": str(project["root"] / "models" / "shapes_cnn.pt"),
-        "SaveResized.output_dir": str(out),
+        "SaveResized.output_dir": str(out / day),
         "ClassifyShapes.batch_size": images // shards,
+    }
+    on_ray = {  # as the partitioned job's launchpad names them for every day
+        **params,
+        "IncomingImages.folder": f"{tmp_path}/incoming/{{partition_key}}",
+        "SaveResized.output_dir": f"{out}/{{partition_key}}",
+        "ClassifyShapes.runtime.incremental": True,
     }
     source, nodes = NIGHTLY
     notes_dir = str(tmp_path / "notes")
@@ -734,7 +745,7 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     recon = dg.build_reconstructable_job(
         "tests.e2e.distributed_jobs",
         "sharded_job",
-        reconstructable_args=(ray_cluster, source, nodes, notes_dir, shards),
+        reconstructable_args=(ray_cluster, source, nodes, notes_dir, shards, True),
     )
     home = str(tmp_path / "ray_home")
     os.makedirs(home)
@@ -742,9 +753,8 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
         result = dg.execute_job(
             recon,
             instance=instance,
-            run_config=run_config_for(
-                wdefs.workflow, {**params, "ClassifyShapes.runtime.incremental": True}
-            ),
+            run_config=run_config_for(wdefs.workflow, on_ray),
+            tags={"dagster/partition": day},
             raise_on_error=False,
         )
         assert result.success, _failure_message(instance, result.run_id)
@@ -752,6 +762,8 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
         started = instance.get_records_for_run(
             result.run_id, of_type=dg.DagsterEventType.STEP_WORKER_STARTING
         ).records
+        run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.tags["dagster/partition"] == day
     jobs = {  # step -> its Ray job
         r.event_log_entry.step_key: r.event_log_entry.dagster_event.event_specific_data.metadata[
             "Ray Submission ID"
@@ -760,6 +772,7 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     }
     meta, _ = _recorded(home, result.run_id)
     files = _files(out)
+    assert files and all(name.startswith(f"{day}/") for name in files)  # {partition_key} filled
     shutil.rmtree(out)
 
     whole = run_wf(source, nodes, params, notes_dir=notes_dir)  # unsharded, in one process
@@ -802,8 +815,16 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     assert figures["accuracy"] >= 0.9 and meta[key]["details"]["shards"] == shards
     assert (meta[key]["notes_computed"], meta[key]["notes_reused"]) == (images, 0)
 
-    # the shards' records (written on the cluster's nodes) serve an incremental run here
-    again = run_wf(source, nodes, params, notes_dir=notes_dir, runtime={"incremental": True})
+    # the shards' records (written on the cluster's nodes) serve an incremental run of the same
+    # day here (records are kept by day)
+    daily = GraphbookWorkflow(
+        source,
+        custom_nodes=list(nodes),
+        partitions_def=daily_partitions("2026-01-01"),
+        runtime={"incremental": True},
+        notes_dir=notes_dir,
+    )
+    again = run_wf(daily, params=on_ray, partition_key=day)
     assert again.success, again.failure
     assert again.dagster_home is not None
     again_meta, _ = _recorded(again.dagster_home, again.run_id)
