@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import pytest
 
+from tests.support.leaks import end_shm_watch
 from tests.support.network import Listener
 from tests.support.nightly import DAYS, NIGHTLY_DAY, PER_DAY, shapes_data
 from tests.support.paths import EXAMPLES, REPO
@@ -32,6 +33,12 @@ _shapes_data = shapes_data
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.hookimpl(trylast=True)  # after the test's fixtures' teardown, which may still check
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """A test's /dev/shm watch (``shm_snapshot``) ends with it, not with the worker."""
+    end_shm_watch()
 
 
 # what a wheel build reads (copied out, so the build leaves nothing in the checkout)

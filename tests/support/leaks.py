@@ -42,33 +42,59 @@ _SHM_MAP = re.compile(r"^\S+ \S+ \S+ \S+ (\d+)\s+/dev/shm/", re.M)
 
 class _TreeShm:
     """The ``/dev/shm`` entries this process and its descendants have mapped or opened, sampled
-    from /proc every 0.1 s once ``start`` was called. An orphaned entry (nobody holds it any
-    more) is a test's leak only if its own process tree held it: other test workers (``pytest
-    -n``) make and drop entries meanwhile, and a run killed in another worker leaves orphaned
-    semaphores until its resource tracker unlinks them. An entry made and orphaned between two
-    samples is missed; the leaks these checks are for (ring blocks, semaphores of killed
-    workers) live for the whole run."""
+    from /proc every 0.1 s from ``start`` to ``stop`` (the end of the test: tests/conftest.py).
+    An orphaned entry (nobody holds it any more) is a test's leak only if its own process tree
+    held it: other test workers (``pytest -n``) make and drop entries meanwhile, and a run killed
+    in another worker leaves orphaned semaphores until its resource tracker unlinks them. An
+    entry made and orphaned between two samples is missed; the leaks these checks are for (ring
+    blocks, semaphores of killed workers) live for the whole run.
+
+    Each sample reads every process of the tree's /proc maps (a process with torch loaded maps
+    about 900 regions: 2-3 ms of CPU): sampling on after the test, for the rest of the pytest
+    worker's life, cost each worker a few percent of a core, more while a later test's processes
+    ran."""
 
     def __init__(self) -> None:
         self.seen: Set[int] = set()  # inodes
+        self.watching = False  # since start: an orphan counts only if the tree held it
+        self._stopped = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
+        self.stop()
         self.seen = set()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._sample, name="tree-shm", daemon=True)
-            self._thread.start()
+        self.watching = True
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._sample, args=(self._stopped,), name="tree-shm", daemon=True
+        )
+        self._thread.start()
 
-    def _sample(self) -> None:
+    def stop(self) -> None:
+        """No more samples; ``seen`` and ``watching`` stay for the test's last checks."""
+        if self._thread is not None:
+            self._stopped.set()
+            # a sample reading a busy process's maps may take a moment: never wait for it long
+            # (the thread is a daemon; it ends at its next check)
+            self._thread.join(timeout=2)
+            self._thread = None
+
+    def reset(self) -> None:
+        """Stopped and forgotten: the next test starts unwatched."""
+        self.stop()
+        self.seen = set()
+        self.watching = False
+
+    def _sample(self, stopped: threading.Event) -> None:
         me = psutil.Process()
-        while True:
+        while not stopped.is_set():
             try:
                 tree = [me] + me.children(recursive=True)
             except psutil.Error:
                 tree = [me]
             for proc in tree:
                 self.seen |= _mapped(proc.pid)
-            time.sleep(0.1)
+            stopped.wait(0.1)
 
 
 def _mapped(pid: int) -> Set[int]:
@@ -114,7 +140,7 @@ def shm_leaks(before: set, mine: set, grace_s: float = 2.0, ignore: tuple = ()) 
     ``grace_s`` to go.
     """
     deadline = time.monotonic() + grace_s
-    watched = _TREE._thread is not None
+    watched = _TREE.watching
     while True:
         new = {n for n in _shm() - before if not n.startswith(ignore)}
         if watched:
@@ -127,6 +153,11 @@ def shm_leaks(before: set, mine: set, grace_s: float = 2.0, ignore: tuple = ()) 
         if not leaked or time.monotonic() > deadline:
             return leaked
         time.sleep(0.1)
+
+
+def end_shm_watch() -> None:
+    """End ``shm_snapshot``'s watch (tests/conftest.py: after each test)."""
+    _TREE.reset()
 
 
 class Leaks:
