@@ -9,6 +9,9 @@ import dagster as dg
 
 from dagster_graphbook import GraphbookWorkflow, build_definitions, daily_partitions
 
+# the days of a partitioned job here (a test running one of its days in one process uses it too)
+DAILY = daily_partitions("2026-01-01")
+
 
 def job(
     executor: str,
@@ -32,7 +35,7 @@ def job(
         executor_def = ray_executor.configured(
             {"ray": {"address": address, "env_vars": [f"PYTHONPATH={root}"]}}
         )
-    partitions = daily_partitions("2026-01-01") if partitioned else None
+    partitions = DAILY if partitioned else None
     spec = GraphbookWorkflow(
         workflow, custom_nodes=list(custom_nodes), partitions_def=partitions, executor=executor_def
     )
@@ -57,7 +60,7 @@ def sharded_job(
     spec = GraphbookWorkflow(
         workflow,
         custom_nodes=list(custom_nodes),
-        partitions_def=daily_partitions("2026-01-01") if partitioned else None,
+        partitions_def=DAILY if partitioned else None,
         shards={"ClassifyShapes": shards},
         gpus={"ClassifyShapes": 1},
         executor=ray_executor.configured(

@@ -19,13 +19,14 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from dagster_graphbook import GraphbookWorkflow, daily_partitions, run_workflow
+from dagster_graphbook import GraphbookWorkflow, run_workflow
 from dagster_graphbook.defs.definitions import build_workflow
 from dagster_graphbook.plan.translator import GraphbookTranslator
 from dagster_graphbook.runner.failure import failure_message as _failure_message
 from dagster_graphbook.runner.results import load_notes as _load_notes
 from dagster_graphbook.runner.run_config import run_config_for
 from tests.conftest import DAYS, PER_DAY, REPO, _shapes_data
+from tests.e2e import distributed_jobs
 from tests.e2e.test_cli_executor import cli_materialize, cli_notes, cli_project, cli_run_id
 from tests.e2e.test_nightly_sharded import TIMINGS, _files, _recorded
 
@@ -820,7 +821,7 @@ def test_nightly_classify_in_4_shards_on_ray_gives_the_unsharded_results(
     daily = GraphbookWorkflow(
         source,
         custom_nodes=list(nodes),
-        partitions_def=daily_partitions("2026-01-01"),
+        partitions_def=distributed_jobs.DAILY,  # the Ray run's days
         runtime={"incremental": True},
         notes_dir=notes_dir,
     )

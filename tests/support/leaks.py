@@ -66,7 +66,7 @@ class _TreeShm:
         self.watching = True
         self._stopped = threading.Event()
         self._thread = threading.Thread(
-            target=self._sample, args=(self._stopped,), name="tree-shm", daemon=True
+            target=self._sample, args=(self._stopped, self.seen), name="tree-shm", daemon=True
         )
         self._thread.start()
 
@@ -85,7 +85,10 @@ class _TreeShm:
         self.seen = set()
         self.watching = False
 
-    def _sample(self, stopped: threading.Event) -> None:
+    @staticmethod
+    def _sample(stopped: threading.Event, seen: Set[int]) -> None:
+        """Into this watch's own ``seen``: a sample still running after ``stop`` gave up waiting
+        for it adds nothing to the next test's."""
         me = psutil.Process()
         while not stopped.is_set():
             try:
@@ -93,7 +96,7 @@ class _TreeShm:
             except psutil.Error:
                 tree = [me]
             for proc in tree:
-                self.seen |= _mapped(proc.pid)
+                seen |= _mapped(proc.pid)
             stopped.wait(0.1)
 
 
